@@ -1,0 +1,105 @@
+"""Domain model: committed transactions as stored (wire-form changes) and as served (decoded Changes).
+
+Stored form keeps each change as the pgoutput message it arrived as, so capture does no per-row
+decoding; decoding happens on read (see ``assembler.changes``). Field names follow the contract.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Iterator
+
+# One framed message inside StoredTransaction.payload: WAL position (XLogData dataStart), length.
+FRAME = struct.Struct(">QI")
+
+
+class Op(StrEnum):
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+    TRUNCATE = "truncate"
+    MESSAGE = "message"
+
+
+@dataclass(slots=True)
+class StoredTransaction:
+    """A committed transaction as the change log keeps it.
+
+    ``payload`` is the concatenation of frames ``FRAME.pack(lsn, len(msg)) + msg`` for every
+    pgoutput message of the transaction that matters on read, in arrival order: Relation and Type
+    messages (so a transaction decodes on its own) and the changes (Insert, Update, Delete,
+    Truncate, transactional Message). ``change_count`` counts only the changes; change ``seq``
+    numbers are their 0-based order. A non-transactional logical message is stored as a unit of
+    its own with ``xid = 0`` and ``commit_lsn = end_lsn = `` its LSN.
+    """
+
+    xid: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts: int  # microseconds since 2000-01-01 UTC
+    origin: str | None
+    change_count: int
+    payload: bytes
+    # Relation ('R') and Type ('Y') message frames that arrived in this transaction. They are in
+    # ``payload`` too; the log also keeps them in its schema history so that a transaction which
+    # relies on a schema sent earlier (pgoutput sends a Relation once per invalidation) decodes
+    # on its own: schema in force for T = latest version from transactions with commit_lsn < T's,
+    # then the Relation frames inside T's payload as they come.
+    schema_frames: tuple[bytes, ...] = ()
+
+    def frames(self) -> Iterator[tuple[int, memoryview]]:
+        """Yield ``(lsn, message)`` for each framed message of the payload."""
+        view = memoryview(self.payload)
+        pos, end = 0, len(view)
+        unpack = FRAME.unpack_from
+        size = FRAME.size
+        while pos < end:
+            lsn, length = unpack(view, pos)
+            pos += size
+            yield lsn, view[pos:pos + length]
+            pos += length
+
+
+def frame(lsn: int, message: bytes | memoryview) -> bytes:
+    return FRAME.pack(lsn, len(message)) + bytes(message)
+
+
+@dataclass(slots=True)
+class Change:
+    """One decoded change, shaped like the contract's change event.
+
+    Row values are Python values (see ``assembler.values``); columns whose value was an unchanged
+    TOAST datum are listed in ``unchanged_toast`` and handled per the feed's ``toast`` option.
+    """
+
+    lsn: int
+    seq: int
+    op: Op
+    schema: str | None = None
+    table: str | None = None
+    key: dict[str, Any] | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    unchanged_toast: list[str] = field(default_factory=list)
+    # op == "message"
+    prefix: str | None = None
+    content: bytes | None = None
+    transactional: bool | None = None
+    # op == "truncate"
+    tables: list[str] | None = None
+    options: dict[str, bool] | None = None
+
+
+@dataclass(slots=True)
+class Transaction:
+    """A committed transaction as served: its metadata and decoded changes (possibly a slice)."""
+
+    xid: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts: int  # microseconds since 2000-01-01 UTC
+    origin: str | None
+    changes: list[Change]
+    change_count: int = 0  # changes in the whole transaction (a page may carry a slice)

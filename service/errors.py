@@ -1,0 +1,53 @@
+"""The exception hierarchy: every error pgfeed raises on purpose is a PgfeedError."""
+
+from __future__ import annotations
+
+
+class PgfeedError(Exception):
+    """Base of pgfeed's own errors; ``code`` is the machine-readable name served in error JSON."""
+
+    code = "pgfeed_error"
+
+
+class DecodeError(PgfeedError):
+    """pgoutput bytes that do not follow the protocol: names the message, the field and the offset."""
+
+    code = "decode_error"
+
+    def __init__(self, message: str, *, msg_type: str | None = None, field: str | None = None,
+                 offset: int | None = None) -> None:
+        self.msg_type = msg_type
+        self.field = field
+        self.offset = offset
+        where = []
+        if msg_type is not None:
+            where.append(f"message {msg_type}")
+        if field is not None:
+            where.append(f"field {field}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class FeedNotFound(PgfeedError):
+    code = "feed_not_found"
+
+
+class FeedExists(PgfeedError):
+    code = "feed_exists"
+
+
+class RetentionError(PgfeedError):
+    """A cursor points before the oldest retained position."""
+
+    code = "cursor_expired"
+
+    def __init__(self, message: str, oldest: str) -> None:
+        self.oldest = oldest
+        super().__init__(message)
+
+
+class SourceError(PgfeedError):
+    """The source PostgreSQL refused or dropped something pgfeed needs (slot, publication, connection)."""
+
+    code = "source_error"

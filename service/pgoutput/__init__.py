@@ -1,0 +1,1 @@
+"""Pure pgoutput decoding: bytes -> protocol message objects (no I/O)."""
