@@ -1,0 +1,100 @@
+"""Feed definitions and status: what a feed captures, how, and how it is doing."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+FeedState = Literal["starting", "snapshotting", "running", "paused", "failed"]
+ToastMode = Literal["omit", "placeholder", "reselect"]
+NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    hours: float | None = 168.0
+    bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedOptions:
+    toast: ToastMode = "placeholder"
+    snapshot: Literal["never", "export"] = "never"
+    messages: bool = True
+    two_phase: bool = False
+    streaming: bool = True
+    partition_root: bool = True
+    heartbeat_seconds: float = 10.0
+    retention: Retention = field(default_factory=Retention)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FeedOptions:
+        data = dict(data)
+        retention = data.pop("retention", None)
+        return cls(**data, retention=Retention(**retention) if retention else Retention())
+
+
+@dataclass(frozen=True, slots=True)
+class FeedSpec:
+    """A feed as created (``POST /v1/feeds``); persisted in the catalogue.
+
+    ``slot``/``publication`` None means pgfeed creates and owns them (named ``pgfeed_<name>``);
+    named existing ones are adopted and never dropped by pgfeed.
+    """
+
+    name: str
+    dsn: str
+    tables: tuple[str, ...] = ()
+    all_tables: bool = False
+    publication: str | None = None
+    slot: str | None = None
+    options: FeedOptions = field(default_factory=FeedOptions)
+    owns_slot: bool = True
+    owns_publication: bool = True
+
+    @property
+    def slot_name(self) -> str:
+        return self.slot or f"pgfeed_{self.name}"
+
+    @property
+    def publication_name(self) -> str:
+        return self.publication or f"pgfeed_{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FeedSpec:
+        data = dict(data)
+        options = FeedOptions.from_dict(data.pop("options", None) or {})
+        return cls(**{**data, "tables": tuple(data.get("tables") or ())}, options=options)
+
+
+@dataclass(slots=True)
+class SlotRisk:
+    wal_status: str | None = None
+    safe_wal_size: int | None = None
+    retained_bytes: int | None = None  # bytes between restart_lsn and the server's current LSN
+
+
+@dataclass(slots=True)
+class FeedStatus:
+    name: str
+    state: FeedState
+    slot: str
+    publication: str
+    tables: list[str]
+    all_tables: bool
+    confirmed_lsn: int = 0
+    head_lsn: int = 0
+    server_lsn: int | None = None
+    lag_bytes: int | None = None
+    lag_seconds: float | None = None
+    changes_per_second: float = 0.0
+    changes_captured: int = 0
+    bytes_captured: int = 0
+    last_error: str | None = None
+    proto_version: int | None = None
+    slot_risk: SlotRisk = field(default_factory=SlotRisk)
+    source: str = ""  # DSN with the password masked; never the secret
