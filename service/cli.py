@@ -1,15 +1,121 @@
-"""Command line: ``pgfeed serve | feeds create | demo | peek``."""
+"""Command line: ``pgfeed serve | feeds … | demo | peek``."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import logging
+import os
 import sys
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
+
+import httpx
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from service.config import Settings
+    from service.runtime import Runtime
+
+    settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
+                             http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
+                             changelog=args.changelog)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(Runtime(settings).serve())
+    return 0
+
+
+def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
+    token = args.token or os.environ.get("PGFEED_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        print(f"pgfeed: cannot reach the service at {args.url}: {exc}", file=sys.stderr)
+        return 2
+    if response.status_code >= 400:
+        try:
+            error = response.json()["error"]
+            print(f"pgfeed: {error['code']}: {error['message']}", file=sys.stderr)
+        except (ValueError, KeyError, TypeError):
+            print(f"pgfeed: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
+        return 1
+    if response.content:
+        print(json.dumps(response.json(), indent=2))
+    return 0
+
+
+def _feeds_create(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"name": args.name, "dsn": args.dsn, "options": {}}
+    if args.all_tables:
+        body["all_tables"] = True
+    elif args.tables:
+        body["tables"] = [t.strip() for t in args.tables.split(",") if t.strip()]
+    if args.publication:
+        body["publication"] = args.publication
+    if args.slot:
+        body["slot"] = args.slot
+    if args.toast:
+        body["options"]["toast"] = args.toast
+    return _admin(args, "POST", "/v1/feeds", body)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from service.demo import run_demo
+
+    return run_demo(pg_version=args.pg, seconds=args.seconds, http_port=args.http_port,
+                    grpc_port=args.grpc_port)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgfeed", description="Change data capture for PostgreSQL")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run captures, the HTTP API and the gRPC API")
+    serve.add_argument("--config", type=Path, help="TOML settings file")
+    serve.add_argument("--data-dir", type=Path)
+    serve.add_argument("--http-host")
+    serve.add_argument("--http-port", type=int)
+    serve.add_argument("--grpc-host")
+    serve.add_argument("--grpc-port", type=int)
+    serve.add_argument("--changelog", choices=["sqlite", "memory"])
+    serve.set_defaults(func=_serve)
+
+    feeds = sub.add_parser("feeds", help="manage feeds of a running service (admin API)")
+    feeds_sub = feeds.add_subparsers(dest="feeds_command", required=True)
+
+    def admin_parser(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = feeds_sub.add_parser(name, help=help_text)
+        p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
+        p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
+        return p
+
+    create = admin_parser("create", "create a feed (same as POST /v1/feeds)")
+    create.add_argument("name")
+    create.add_argument("--dsn", required=True)
+    group = create.add_mutually_exclusive_group()
+    group.add_argument("--tables", help="comma-separated schema.table list")
+    group.add_argument("--all-tables", action="store_true")
+    create.add_argument("--publication", help="adopt an existing publication")
+    create.add_argument("--slot", help="adopt an existing slot")
+    create.add_argument("--toast", choices=["omit", "placeholder", "reselect"])
+    create.set_defaults(func=_feeds_create)
+    admin_parser("list", "list feeds").set_defaults(func=lambda a: _admin(a, "GET", "/v1/feeds"))
+    for verb in ("show", "pause", "resume", "delete"):
+        p = admin_parser(verb, f"{verb} a feed")
+        p.add_argument("name")
+        method, suffix = {"show": ("GET", ""), "pause": ("POST", "/pause"), "resume": ("POST", "/resume"),
+                          "delete": ("DELETE", "")}[verb]
+        p.set_defaults(func=lambda a, m=method, s=suffix: _admin(a, m, f"/v1/feeds/{a.name}{s}"))
+
+    demo = sub.add_parser("demo", help="start a local PostgreSQL, a feed and a workload; watch changes flow")
+    demo.add_argument("--pg", default=None, help="PostgreSQL major version (default: 18 if available, else 15)")
+    demo.add_argument("--seconds", type=float, default=0, help="stop after this long (default: until Ctrl-C)")
+    demo.add_argument("--http-port", type=int, default=8000)
+    demo.add_argument("--grpc-port", type=int, default=50051)
+    demo.set_defaults(func=_demo)
+
     from service import peek
 
     peek.add_parser(sub)
@@ -17,9 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -2,39 +2,261 @@
 
 from __future__ import annotations
 
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import psycopg
+
 from service.assembler.relations import RelationCatalog
+from service.changelog import open_changelog
 from service.changelog.base import ChangeLog
-from service.feeds.model import FeedSpec, FeedStatus
+from service.dsn import mask_dsn, scrub
+from service.errors import FeedExists, FeedNotFound, SourceError
+from service.feeds.catalogue import Catalogue
+from service.feeds.model import NAME_RE, FeedSpec, FeedStatus, SlotRisk
 from service.feeds.notify import HeadNotifier
+from service.replication import slots
+from service.replication.capture import Capture, CaptureStats
+
+log = logging.getLogger("pgfeed.supervisor")
+
+_SOURCE_TIMEOUT = 5  # seconds for admin queries against the source
+
+
+@dataclass
+class _Feed:
+    spec: FeedSpec
+    changelog: ChangeLog
+    notifier: HeadNotifier
+    stats: CaptureStats
+    paused: bool = False
+    catalog: RelationCatalog = field(default_factory=RelationCatalog)
+    catalog_lsn: int = 0
+    catalog_lock: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None
+    stop_event: threading.Event = field(default_factory=threading.Event)
 
 
 class Supervisor:
     """Owns every feed of one service process. Thread-safe; API handlers call it directly.
 
     Errors: FeedNotFound (unknown name), FeedExists (create twice), SourceError (the source refused).
+    With ``capture=False`` feeds are served from their logs but nothing is captured (read replicas of
+    a copied data dir, tests of the serving layer).
     """
 
     def __init__(self, data_dir: Path, *, changelog_kind: str = "sqlite", capture: bool = True) -> None:
-        raise NotImplementedError
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._kind = changelog_kind
+        self._capture = capture
+        self._lock = threading.RLock()
+        self._feeds: dict[str, _Feed] = {}
+        self._catalogue = Catalogue(self.data_dir / "catalogue.json")
+        self._started = False
 
+    # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         """Load the catalogue and start capturing every feed that is not paused."""
+        with self._lock:
+            for spec, paused in self._catalogue.items():
+                if spec.name not in self._feeds:
+                    self._feeds[spec.name] = self._open(spec, paused)
+                if not paused:
+                    self._start_capture(self._feeds[spec.name])
+            self._started = True
 
     def stop(self) -> None:
         """Stop every capture (final feedback sent, connections closed) and close the logs."""
+        with self._lock:
+            feeds = list(self._feeds.values())
+            for feed in feeds:
+                feed.stop_event.set()
+        for feed in feeds:
+            self._join(feed)
+            feed.changelog.close()
+        with self._lock:
+            self._feeds.clear()
+            self._started = False
 
-    def names(self) -> list[str]: ...
-    def spec(self, name: str) -> FeedSpec: ...
-    def status(self, name: str) -> FeedStatus: ...
-    def statuses(self) -> list[FeedStatus]: ...
-    def create(self, spec: FeedSpec) -> FeedStatus: ...
-    def delete(self, name: str) -> None: ...
-    def pause(self, name: str) -> FeedStatus: ...
-    def resume(self, name: str) -> FeedStatus: ...
-    def changelog(self, name: str) -> ChangeLog: ...
-    def notifier(self, name: str) -> HeadNotifier: ...
+    @property
+    def ready(self) -> bool:
+        return self._started
+
+    def _feed_dir(self, name: str) -> Path:
+        return self.data_dir / "feeds" / name
+
+    def _open(self, spec: FeedSpec, paused: bool) -> _Feed:
+        directory = self._feed_dir(spec.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        changelog = open_changelog(self._kind, directory / "changelog.db")
+        stats = CaptureStats(state="paused" if paused else "starting")
+        return _Feed(spec, changelog, HeadNotifier(changelog.head()), stats, paused)
+
+    def _start_capture(self, feed: _Feed) -> None:
+        if not self._capture or (feed.thread and feed.thread.is_alive()):
+            return
+        feed.stop_event = threading.Event()
+        feed.stats.state = "starting"
+        capture = Capture(feed.spec, feed.changelog, feed.notifier, feed.stats,
+                          spill_dir=self._feed_dir(feed.spec.name) / "spill")
+        feed.thread = threading.Thread(target=capture.run, args=(feed.stop_event,),
+                                       name=f"capture-{feed.spec.name}", daemon=True)
+        feed.thread.start()
+
+    @staticmethod
+    def _join(feed: _Feed) -> None:
+        feed.stop_event.set()
+        if feed.thread is not None:
+            feed.thread.join(timeout=30)
+            if feed.thread.is_alive():
+                log.warning("capture of feed %s did not stop within 30 s", feed.spec.name)
+            feed.thread = None
+
+    def _get(self, name: str) -> _Feed:
+        with self._lock:
+            feed = self._feeds.get(name)
+        if feed is None:
+            raise FeedNotFound(f"feed {name!r} does not exist")
+        return feed
+
+    # -- admin -----------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._feeds)
+
+    def spec(self, name: str) -> FeedSpec:
+        return self._get(name).spec
+
+    def create(self, spec: FeedSpec) -> FeedStatus:
+        """Set up the source (publication, slot) and start capturing; persisted before returning."""
+        if not NAME_RE.fullmatch(spec.name):
+            raise ValueError(f"invalid feed name {spec.name!r}: expected lowercase letters, digits and "
+                             "underscores, starting with a letter, at most 48 characters")
+        if not spec.all_tables and not spec.tables and spec.publication is None:
+            raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
+        with self._lock:
+            if spec.name in self._feeds:
+                raise FeedExists(f"feed {spec.name!r} already exists")
+            spec = self._prepare_source(spec)
+            feed = self._open(spec, paused=False)
+            self._feeds[spec.name] = feed
+            self._catalogue.put(spec)
+            self._start_capture(feed)
+        return self.status(spec.name)
+
+    def _prepare_source(self, spec: FeedSpec) -> FeedSpec:
+        from service.replication.stream import create_slot
+
+        owns_pub = spec.publication is None
+        owns_slot = spec.slot is None
+        try:
+            with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                if owns_pub:
+                    slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
+                                             all_tables=spec.all_tables,
+                                             partition_root=spec.options.partition_root)
+                elif not slots.publication_exists(conn, spec.publication_name):
+                    raise SourceError(f"publication {spec.publication_name!r} does not exist on the source")
+                exists = slots.slot_exists(conn, spec.slot_name)
+            if owns_slot and exists:
+                raise SourceError(f"replication slot {spec.slot_name!r} already exists on the source; "
+                                  "name it as 'slot' to adopt it")
+            if not owns_slot and not exists:
+                raise SourceError(f"replication slot {spec.slot_name!r} does not exist on the source")
+            if owns_slot:
+                create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase)
+        except psycopg.Error as exc:
+            raise SourceError(f"source refused feed setup: {scrub(str(exc).strip(), spec.dsn)}") from None
+        return replace(spec, owns_slot=owns_slot, owns_publication=owns_pub)
+
+    def delete(self, name: str) -> None:
+        """Stop the feed, drop the slot and publication pgfeed owns, and remove its log."""
+        with self._lock:
+            feed = self._get(name)
+            self._join(feed)
+            spec = feed.spec
+            try:
+                with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                    if spec.owns_slot:
+                        slots.drop_slot(conn, spec.slot_name)
+                    if spec.owns_publication:
+                        slots.drop_publication(conn, spec.publication_name)
+            except psycopg.Error as exc:
+                log.warning("feed %s: could not drop its source objects: %s", name,
+                            scrub(str(exc).strip(), spec.dsn))
+            feed.changelog.close()
+            del self._feeds[name]
+            self._catalogue.remove(name)
+            shutil.rmtree(self._feed_dir(name), ignore_errors=True)
+
+    def pause(self, name: str) -> FeedStatus:
+        feed = self._get(name)
+        with self._lock:
+            self._join(feed)
+            feed.paused = True
+            feed.stats.state = "paused"
+            self._catalogue.set_paused(name, True)
+        return self.status(name)
+
+    def resume(self, name: str) -> FeedStatus:
+        feed = self._get(name)
+        with self._lock:
+            feed.paused = False
+            self._catalogue.set_paused(name, False)
+            self._start_capture(feed)
+        return self.status(name)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def changelog(self, name: str) -> ChangeLog:
+        return self._get(name).changelog
+
+    def notifier(self, name: str) -> HeadNotifier:
+        return self._get(name).notifier
+
     def catalog(self, name: str) -> RelationCatalog:
         """The feed's relation catalogue, up to date with the log's schema history."""
-        ...
+        feed = self._get(name)
+        with feed.catalog_lock:
+            for commit_lsn, frame in feed.changelog.schema_history(feed.catalog_lsn):
+                feed.catalog.add(commit_lsn, frame)
+                feed.catalog_lsn = max(feed.catalog_lsn, commit_lsn)
+        return feed.catalog
+
+    # -- status ----------------------------------------------------------------------------------
+    def statuses(self) -> list[FeedStatus]:
+        return [self.status(name) for name in self.names()]
+
+    def status(self, name: str, *, probe_source: bool = True) -> FeedStatus:
+        feed = self._get(name)
+        spec, stats = feed.spec, feed.stats
+        status = FeedStatus(
+            name=spec.name, state=stats.state, slot=spec.slot_name, publication=spec.publication_name,
+            tables=list(spec.tables), all_tables=spec.all_tables,
+            confirmed_lsn=feed.changelog.confirmed_lsn(), head_lsn=feed.changelog.head(),
+            changes_per_second=round(stats.rate(), 1), changes_captured=stats.changes,
+            bytes_captured=stats.bytes, last_error=stats.last_error,
+            proto_version=stats.proto_version, source=mask_dsn(spec.dsn),
+        )
+        if probe_source:
+            try:
+                with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                    info = slots.slot_info(conn, spec.slot_name)
+            except psycopg.Error as exc:
+                info = None
+                status.last_error = status.last_error or f"source unreachable: {scrub(str(exc).strip(), spec.dsn)}"
+            if info:
+                status.server_lsn = info.get("server_lsn")
+                status.slot_risk = SlotRisk(info.get("wal_status"), info.get("safe_wal_size"),
+                                            info.get("retained_bytes"))
+                if status.server_lsn is not None:
+                    status.lag_bytes = max(0, status.server_lsn - status.confirmed_lsn)
+        if stats.last_commit_ts:
+            caught_up = status.lag_bytes is not None and status.lag_bytes < 64 * 1024
+            status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - stats.last_commit_unix())
+        return status
+

@@ -1,0 +1,204 @@
+"""One feed's capture loop: walsender -> assembler -> durable change log -> confirmed flush position.
+
+The invariant this module exists for: the flush position reported to PostgreSQL is never ahead of
+what the change log has made durable. Everything else (decisions about keepalives, feedback
+timing, protocol versions) is delegated to pure functions in ``protocol``/``commands``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from service.assembler.transactions import TransactionAssembler
+from service.changelog.base import ChangeLog
+from service.changelog.spill_files import FileSpillStore
+from service.dsn import scrub
+from service.errors import PgfeedError, SourceError
+from service.feeds.model import FeedSpec
+from service.feeds.notify import HeadNotifier
+from service.replication import protocol, slots
+from service.replication.commands import max_proto_version
+from service.replication.stream import ReplicationStream
+
+log = logging.getLogger("pgfeed.capture")
+
+PG_EPOCH_UNIX = 946_684_800  # 2000-01-01 in Unix seconds
+FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sender_timeout is 60 s)
+BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+@dataclass
+class CaptureStats:
+    """Live counters of one feed's capture, written by its thread, read by status calls."""
+
+    state: str = "starting"
+    last_error: str | None = None
+    changes: int = 0
+    bytes: int = 0
+    proto_version: int | None = None
+    last_commit_ts: int = 0  # microseconds since 2000-01-01 of the newest stored commit
+    reconnects: int = 0
+    _window: list[tuple[float, int]] = field(default_factory=list)
+
+    def count(self, changes: int, nbytes: int) -> None:
+        self.changes += changes
+        self.bytes += nbytes
+        now = time.monotonic()
+        self._window.append((now, self.changes))
+        while len(self._window) > 2 and now - self._window[0][0] > 10:
+            self._window.pop(0)
+
+    def rate(self) -> float:
+        """Changes per second over the last ~10 s (0 when idle)."""
+        if len(self._window) < 2 or time.monotonic() - self._window[-1][0] > 10:
+            return 0.0
+        (t0, c0), (t1, c1) = self._window[0], self._window[-1]
+        return (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def last_commit_unix(self) -> float:
+        return PG_EPOCH_UNIX + self.last_commit_ts / 1e6
+
+
+class Capture:
+    """Captures one feed until its stop event is set; reconnects with backoff on source errors.
+
+    A decode or assembly error stops the feed in state ``failed`` with ``last_error`` set; the
+    slot stays at the last durable position, so nothing is lost and an operator can resume.
+    """
+
+    def __init__(self, spec: FeedSpec, changelog: ChangeLog, notifier: HeadNotifier,
+                 stats: CaptureStats, *, spill_dir: Path, batch_messages: int = 20_000) -> None:
+        self.spec = spec
+        self.changelog = changelog
+        self.notifier = notifier
+        self.stats = stats
+        self.spill_dir = spill_dir
+        self.batch_messages = batch_messages
+
+    def run(self, stop: threading.Event) -> None:
+        attempt = 0
+        while not stop.is_set():
+            try:
+                self._session(stop)
+                attempt = 0
+            except SourceError as exc:
+                self.stats.state = "starting"
+                self.stats.last_error = scrub(str(exc), self.spec.dsn)
+                self.stats.reconnects += 1
+                delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
+                attempt += 1
+                log.warning("feed %s: %s; reconnecting in %.1f s", self.spec.name, self.stats.last_error, delay)
+                stop.wait(delay)
+            except PgfeedError as exc:  # undecodable or inconsistent stream: stop, keep the slot
+                self.stats.state = "failed"
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.error("feed %s failed: %s", self.spec.name, self.stats.last_error)
+                return
+            except Exception as exc:  # a bug: fail loudly but keep the service up
+                self.stats.state = "failed"
+                self.stats.last_error = scrub(f"{type(exc).__name__}: {exc}", self.spec.dsn)
+                log.exception("feed %s failed unexpectedly", self.spec.name)
+                return
+        if self.stats.state != "failed":
+            self.stats.state = "paused"
+
+    def _session(self, stop: threading.Event) -> None:
+        spec, options = self.spec, self.spec.options
+        stream = ReplicationStream(spec.dsn)
+        try:
+            proto = max_proto_version(stream.server_version)
+            self.stats.proto_version = proto
+            streaming = "off" if not options.streaming or proto < 2 else "on"
+            start_lsn = self.changelog.confirmed_lsn()
+            stream.start(spec.slot_name, start_lsn, proto_version=proto,
+                         publications=[spec.publication_name], streaming=streaming,
+                         messages=options.messages, two_phase=options.two_phase and proto >= 3)
+            self.stats.state = "running"
+            self.stats.last_error = None
+            self._loop(stream, stop)
+        finally:
+            stream.close()
+
+    def _loop(self, stream: ReplicationStream, stop: threading.Event) -> None:
+        changelog, notifier, stats = self.changelog, self.notifier, self.stats
+        assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir))
+        feed = assembler.feed
+        confirmed = changelog.confirmed_lsn()
+        received = confirmed
+        last_feedback = 0.0
+        heartbeat = _Heartbeat(self.spec)
+        try:
+            while not stop.is_set():
+                frames, keepalives = stream.read_batch(self.batch_messages, timeout=0.2)
+                stored = []
+                for data_start, payload in frames:
+                    done = feed(data_start, payload)
+                    if done:
+                        stored.extend(done)
+                if frames:
+                    received = max(received, frames[-1][0])
+                reply = False
+                for wal_end, reply_requested in keepalives:
+                    received = max(received, wal_end)
+                    reply = reply or reply_requested
+                target = assembler.confirmable_lsn
+                if stored:
+                    # Durable before anything is confirmed: append fsyncs and records `target`.
+                    changelog.append(stored, confirmed_lsn=target)
+                    last = stored[-1]
+                    stats.last_commit_ts = last.commit_ts or stats.last_commit_ts
+                    stats.count(sum(t.change_count for t in stored), sum(len(t.payload) for t in stored))
+                    notifier.publish(changelog.head())
+                if keepalives and protocol.keepalive_confirmable(
+                        received, assembler.in_transaction, assembler.hold_lsn):
+                    target = max(target, received)
+                hold = assembler.hold_lsn
+                if hold is not None:
+                    target = min(target, hold - 1)
+                if target > confirmed and not stored:
+                    changelog.set_confirmed_lsn(target)
+                if target > confirmed:
+                    confirmed = target
+                now = time.monotonic()
+                if reply or stored or protocol.feedback_due(now, last_feedback, FEEDBACK_INTERVAL):
+                    stream.send_feedback(received, confirmed, confirmed, reply=False)
+                    last_feedback = now
+                heartbeat.maybe_emit()
+        finally:
+            heartbeat.close()
+
+
+class _Heartbeat:
+    """Emits a non-transactional logical message every ``heartbeat_seconds`` on a normal connection,
+    so an idle feed's slot keeps moving (its position is confirmed, the message never served)."""
+
+    PREFIX = "pgfeed.heartbeat"
+
+    def __init__(self, spec: FeedSpec) -> None:
+        self.spec = spec
+        self.interval = spec.options.heartbeat_seconds
+        self.next_at = time.monotonic() + self.interval
+        self.conn: psycopg.Connection | None = None
+
+    def maybe_emit(self) -> None:
+        if self.interval <= 0 or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.interval
+        try:
+            if self.conn is None or self.conn.closed:
+                self.conn = psycopg.connect(self.spec.dsn, autocommit=True, connect_timeout=5)
+            slots.emit_heartbeat(self.conn, self.PREFIX)
+        except psycopg.Error as exc:  # the stream will notice a dead source on its own
+            log.info("feed %s: heartbeat failed: %s", self.spec.name, scrub(str(exc).strip(), self.spec.dsn))
+            self.close()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None

@@ -1,0 +1,46 @@
+"""Settings precedence, the persisted feed catalogue, and secrets kept out of what is shown."""
+
+import os
+import stat
+
+from service.config import Settings
+from service.dsn import mask_dsn, scrub
+from service.feeds.catalogue import Catalogue
+from service.feeds.model import FeedOptions, FeedSpec, Retention
+
+
+def test_flags_over_environment_over_toml(tmp_path, monkeypatch):
+    toml = tmp_path / "pgfeed.toml"
+    toml.write_text('http_port = 9000\ngrpc_port = 9001\ndata_dir = "/from/toml"\nread_tokens = ["r1"]\n')
+    monkeypatch.setenv("PGFEED_GRPC_PORT", "9100")
+    monkeypatch.setenv("PGFEED_DATA_DIR", "/from/env")
+    settings = Settings.load(toml, data_dir="/from/flag", http_port=None)
+    assert settings.http_port == 9000  # only the file sets it
+    assert settings.grpc_port == 9100  # environment beats the file
+    assert str(settings.data_dir) == "/from/flag"  # flag beats both
+    assert settings.read_tokens[0].get_secret_value() == "r1"
+    assert "r1" not in repr(settings)
+
+
+def test_catalogue_survives_reopen_and_is_private(tmp_path):
+    path = tmp_path / "catalogue.json"
+    spec = FeedSpec(name="shop", dsn="host=h password=pw", tables=("public.a",),
+                    options=FeedOptions(toast="omit", retention=Retention(hours=1, bytes=10)))
+    cat = Catalogue(path)
+    cat.put(spec)
+    cat.put(FeedSpec(name="other", dsn="host=h", all_tables=True))
+    cat.set_paused("other", True)
+    reopened = Catalogue(path)
+    assert reopened.items() == [(spec, False), (FeedSpec(name="other", dsn="host=h", all_tables=True), True)]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    reopened.remove("shop")
+    assert [s.name for s, _ in Catalogue(path).items()] == ["other"]
+
+
+def test_dsn_passwords_never_shown():
+    assert "s3cret" not in mask_dsn("host=x dbname=y user=z password=s3cret")
+    assert "s3cret" not in mask_dsn("postgresql://u:s3cret@h:5432/db")
+    assert "s3cret" not in mask_dsn("not a dsn password=s3cret '")
+    assert "host=x" in mask_dsn("host=x password=s3cret")
+    assert scrub('connection failed for password "s3cret"', "host=x password=s3cret") == \
+        'connection failed for password "***"'

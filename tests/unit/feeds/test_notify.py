@@ -1,0 +1,36 @@
+"""HeadNotifier wakes async waiters from another thread as soon as a commit is published."""
+
+import asyncio
+import threading
+import time
+
+from service.feeds.notify import HeadNotifier
+
+
+def test_waiter_wakes_within_milliseconds_of_a_publish_from_another_thread():
+    notifier = HeadNotifier(head=10)
+
+    async def scenario():
+        threading.Timer(0.05, notifier.publish, args=(20,)).start()
+        start = time.perf_counter()
+        head = await notifier.wait_beyond(10, timeout=5)
+        return head, time.perf_counter() - start
+
+    head, waited = asyncio.run(scenario())
+    assert head == 20
+    assert 0.04 < waited < 0.5
+
+
+def test_returns_at_once_when_already_beyond_and_times_out_otherwise():
+    notifier = HeadNotifier(head=10)
+
+    async def scenario():
+        immediate = await notifier.wait_beyond(5, timeout=5)
+        start = time.perf_counter()
+        timed_out = await notifier.wait_beyond(10, timeout=0.05)
+        return immediate, timed_out, time.perf_counter() - start
+
+    immediate, timed_out, waited = asyncio.run(scenario())
+    assert immediate == 10 and timed_out == 10 and waited >= 0.05
+    notifier.publish(5)  # never moves backward
+    assert notifier.head == 10
