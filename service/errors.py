@@ -51,3 +51,15 @@ class SourceError(PgfeedError):
     """The source PostgreSQL refused or dropped something pgfeed needs (slot, publication, connection)."""
 
     code = "source_error"
+
+
+class AssemblyError(PgfeedError):
+    """pgoutput messages in an order the protocol does not allow (names the message and its LSN)."""
+
+    code = "assembly_error"
+
+
+class SchemaError(PgfeedError):
+    """A change names a relation (or a tuple shape) the feed's schema history does not explain."""
+
+    code = "schema_unknown"

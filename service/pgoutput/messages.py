@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Self
 
 
 class TupleKind(IntEnum):
@@ -25,10 +26,10 @@ class UnchangedToast:
 
     _instance: UnchangedToast | None = None
 
-    def __new__(cls) -> UnchangedToast:
+    def __new__(cls) -> Self:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
-        return cls._instance
+        return cls._instance  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return "UNCHANGED_TOAST"

@@ -1,0 +1,141 @@
+"""Spilling: bounded memory whatever the transaction size; MemorySpillStore and FileSpillStore."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.assembler.model import StoredTransaction
+from service.assembler.spill import MemorySpillStore, SpillStore
+from service.assembler.transactions import TransactionAssembler
+from service.changelog.spill_files import FileSpillStore
+from service.pgoutput.decode import decode
+from service.pgoutput.messages import InsertMessage
+from tests.unit.assembler import wire as w
+
+
+@pytest.fixture(params=["memory", "files"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> SpillStore:
+    return MemorySpillStore() if request.param == "memory" else FileSpillStore(tmp_path / "spill")
+
+
+def test_store_appends_reads_in_order_and_discards(store: SpillStore) -> None:
+    assert store.size(1) == 0 and list(store.read(1)) == []
+    store.append(1, b"ab")
+    buf = bytearray(b"cd")
+    store.append(1, buf)
+    buf[:] = b"zz"  # the caller reuses its buffer
+    store.append(2, b"x")
+    assert store.size(1) == 4 and b"".join(store.read(1)) == b"abcd"
+    store.discard(2)
+    store.discard(2)
+    assert store.size(2) == 0 and list(store.read(2)) == []
+
+
+def test_file_store_cleans_its_directory_on_start_and_deletes_after_read(tmp_path: Path) -> None:
+    (tmp_path / "7.spill").write_bytes(b"stale")
+    (tmp_path / "keep.txt").write_text("not ours")
+    store = FileSpillStore(tmp_path)
+    assert not (tmp_path / "7.spill").exists() and (tmp_path / "keep.txt").exists()
+    store.append(7, b"a" * 3_000_000)
+    assert (tmp_path / "7.spill").stat().st_size == 3_000_000
+    assert b"".join(store.read(7)) == b"a" * 3_000_000
+    assert not (tmp_path / "7.spill").exists() and store.size(7) == 0
+    store.append(8, b"b")
+    store.discard(8)
+    assert not (tmp_path / "8.spill").exists()
+
+
+def _values(txn: StoredTransaction) -> list[object]:
+    return [m.new_tuple.values[0] for _, m in ((lsn, decode(b)) for lsn, b in txn.frames())
+            if isinstance(m, InsertMessage)]
+
+
+@pytest.mark.parametrize("kind", ["memory", "files"])
+def test_memory_stays_bounded_while_streamed_and_plain_transactions_spill(kind: str,
+                                                                          tmp_path: Path) -> None:
+    store: SpillStore = MemorySpillStore() if kind == "memory" else FileSpillStore(tmp_path)
+    limit = 1000
+    asm = TransactionAssembler(spill=store, memory_limit=limit)
+    biggest_message = 0
+    out: list[StoredTransaction] = []
+    lsn = 0
+
+    def feed(msg: bytes) -> None:
+        nonlocal lsn, biggest_message
+        lsn += 1
+        biggest_message = max(biggest_message, len(msg) + 12)
+        out.extend(asm.feed(lsn, msg))
+        assert asm.buffered_bytes <= limit  # spilled down to the limit after every message
+
+    # Two streamed xids interleaved in several blocks (with a subxid abort), and a big plain txn.
+    for block in range(6):
+        for xid in (100, 200):
+            feed(w.stream_start(xid, block == 0))
+            if block == 0:
+                feed(w.relation(1, xid=xid))
+            for i in range(40):
+                sub = xid + 1 if (xid == 100 and block == 2) else xid
+                feed(w.insert(1, f"{xid}-{block}-{i}-" + "x" * 30, xid=sub))
+            feed(w.stream_stop())
+    feed(w.stream_abort(100, 101))
+    feed(w.begin(300, 999_000))
+    for i in range(300):
+        feed(w.insert(1, f"plain-{i}"))
+    feed(w.commit(999_000, 999_008))
+    assert store.size(100) > 0 and store.size(200) > 0
+    feed(w.stream_commit(200, 999_100, 999_108))
+    feed(w.stream_commit(100, 999_200, 999_208))
+    plain, b, a = out
+    assert _values(plain) == [f"plain-{i}" for i in range(300)]
+    assert _values(b) == [f"200-{blk}-{i}-" + "x" * 30 for blk in range(6) for i in range(40)]
+    assert _values(a) == [f"100-{blk}-{i}-" + "x" * 30 for blk in range(6) if blk != 2
+                          for i in range(40)]
+    assert (a.change_count, b.change_count) == (200, 240)
+    assert [lsn for lsn, _ in a.frames()] == sorted(lsn for lsn, _ in a.frames())
+    assert store.size(100) == store.size(200) == store.size(300) == 0
+    assert asm.buffered_bytes == 0 and biggest_message < limit
+    if kind == "files":
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_without_a_spill_store_everything_stays_in_memory() -> None:
+    asm = TransactionAssembler(memory_limit=10)
+    asm.feed(1, w.begin(1, 500))
+    for i in range(50):
+        asm.feed(2 + i, w.insert(1, str(i)))
+    assert asm.buffered_bytes > 10
+    [t] = asm.feed(508, w.commit(500, 508))
+    assert t.change_count == 50 and asm.buffered_bytes == 0
+
+
+def test_prepared_transactions_spill_too() -> None:
+    store = MemorySpillStore()
+    asm = TransactionAssembler(spill=store, memory_limit=200)
+    asm.feed(1, w.begin_prepare(9, "g", 500, 508))
+    for i in range(30):
+        asm.feed(2 + i, w.insert(1, str(i)))
+    asm.feed(508, w.prepare(9, "g", 500, 508))
+    assert store.size(9) > 0 and asm.buffered_bytes <= 200
+    [t] = asm.feed(600, w.commit_prepared(9, "g", 600, 608))
+    assert _values(t) == [str(i) for i in range(30)] and store.xids() == []
+
+
+ALLOWED_ROOTS = {"service"}
+
+
+@pytest.mark.parametrize("module", ["transactions.py", "spill.py"])
+def test_assembler_modules_import_only_the_standard_library_and_service(module: str) -> None:
+    path = Path(__file__).resolve().parents[3] / "service" / "assembler" / module
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        for name in names:
+            root = name.split(".")[0]
+            assert root in sys.stdlib_module_names or root in ALLOWED_ROOTS or root == "__future__", name
