@@ -90,6 +90,8 @@ class Change:
     # op == "truncate"
     tables: list[str] | None = None
     options: dict[str, bool] | None = None
+    # toast == "reselect": the unchanged_toast columns whose value was filled from an old image
+    toast_filled: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -103,3 +105,6 @@ class Transaction:
     origin: str | None
     changes: list[Change]
     change_count: int = 0  # changes in the whole transaction (a page may carry a slice)
+    # seq of the last change the decoder scanned (filtered-out ones included), -1 if none: the
+    # next cursor is commit_lsn:last_seq, or commit_lsn once last_seq == change_count - 1.
+    last_seq: int | None = None

@@ -274,12 +274,16 @@ class TransactionAssembler:
     def _finish(self, txn: _Txn, commit_lsn: int, end_lsn: int,
                 commit_ts: int) -> list[StoredTransaction]:
         self._mem -= len(txn.data)
+        payload: bytes | bytearray
         if txn.spilled:
             assert self._spill is not None
-            parts: list[bytes | bytearray] = list(self._spill.read(txn.xid))  # spilled part first
-            parts.append(txn.data)
+            # Spilled part first (it is the older), copied chunk by chunk into one buffer so a
+            # huge transaction is held once, not twice, while it is handed to the change log.
+            payload = bytearray()
+            for chunk in self._spill.read(txn.xid):
+                payload += chunk
+            payload += txn.data
             self._spill.discard(txn.xid)
-            payload = b"".join(parts)
         else:
             payload = bytes(txn.data)
         txn.data = bytearray()
@@ -458,7 +462,7 @@ class TransactionAssembler:
         return []
 
 
-def _drop_aborted(payload: bytes, runs: list[tuple[int, int]],
+def _drop_aborted(payload: bytes | bytearray, runs: list[tuple[int, int]],
                   aborted: set[int]) -> tuple[bytes, int]:
     """Remove change frames of aborted subtransactions (schema frames stay); recount changes."""
     view = memoryview(payload)

@@ -1,0 +1,1 @@
+"""Domain -> wire formats (JSON, Arrow, protobuf); pure, no I/O."""

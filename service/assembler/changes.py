@@ -1,0 +1,462 @@
+"""Decode on read: a StoredTransaction's wire-form changes -> a Transaction of contract-shaped Changes.
+
+Schema for a transaction = the catalog's versions before its commit, then Relation/Type frames
+of its own payload as they come (an ALTER TABLE mid-transaction applies to later changes).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Literal
+
+from clients._cursor import format_lsn
+from service.assembler.model import FRAME, Change, Op, StoredTransaction, Transaction
+from service.assembler.relations import RelationCatalog, RelationSchema, TypeName
+from service.assembler.values import RowLoader, row_loader, sequence_loader
+from service.errors import SchemaError
+from service.pgoutput.decode import decode
+from service.pgoutput.messages import (
+    TAG_DELETE,
+    TAG_INSERT,
+    TAG_MESSAGE,
+    TAG_RELATION,
+    TAG_TRUNCATE,
+    TAG_TYPE,
+    TAG_UPDATE,
+    UNCHANGED_TOAST,
+    DeleteMessage,
+    InsertMessage,
+    LogicalMessage,
+    RelationMessage,
+    TruncateMessage,
+    TypeMessage,
+    UpdateMessage,
+)
+
+__all__ = ["DEFAULT_PLACEHOLDER", "ToastMode", "TransactionDecoder"]
+
+ToastMode = Literal["omit", "placeholder", "reselect"]
+DEFAULT_PLACEHOLDER = "__pgfeed_unchanged_toast__"
+
+_OPS = {TAG_INSERT: Op.INSERT, TAG_UPDATE: Op.UPDATE, TAG_DELETE: Op.DELETE,
+        TAG_TRUNCATE: Op.TRUNCATE, TAG_MESSAGE: Op.MESSAGE}
+_ROW_TAGS = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE})
+_OLD_ROW = ord("O")
+_KEY = ord("K")
+_NEW = ord("N")
+_KIND_TEXT = ord("t")
+_KIND_NULL = ord("n")
+_u16_at = struct.Struct(">H").unpack_from
+_u32_at = struct.Struct(">I").unpack_from
+_CHANGE_TAGS = frozenset(_OPS)
+_frame_at = FRAME.unpack_from
+_FRAME_SIZE = FRAME.size
+_relation_id_at = struct.Struct(">I").unpack_from
+_UT = UNCHANGED_TOAST
+
+
+class _Plan:
+    """What decoding a row of one relation version needs, computed once per version."""
+
+    __slots__ = ("key_names", "key_of", "load", "name", "schema", "wire_row")
+
+    def __init__(self, schema: RelationSchema) -> None:
+        self.schema = schema
+        self.name = schema.qualified_name
+        oids = [c.value_oid for c in schema.columns]
+        self.load: RowLoader = row_loader(oids, schema.column_names)
+        self.wire_row = _wire_row(tuple(oids), schema.column_names)
+        self.key_names = schema.key_columns
+        self.key_of = _key_getter(self.key_names)
+
+
+def _key_getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    """``row -> {key column: value}`` (None without key columns); a single key is the common case."""
+    if not names:
+        return lambda row: None
+    if len(names) == 1:
+        (name,) = names
+        return lambda row: {name: row[name]}
+    return lambda row: {k: row[k] for k in names}
+
+
+WireRow = Callable[[bytes, int], tuple[dict[str, Any], int]]
+_WIRE_ROWS: dict[tuple[tuple[int, ...], tuple[str, ...]], WireRow] = {}
+
+
+def _wire_row(value_oids: tuple[int, ...], names: tuple[str, ...]) -> WireRow:
+    """A generated function: TupleData at ``pos`` -> ``({column: value}, next pos)``, for rows
+    whose columns are all 't' or 'n' (nearly all rows). Anything else raises (ValueError,
+    IndexError, UnicodeDecodeError, a loader's refusal), and the caller takes the reference
+    path: ``decode`` + ``row_loader``. Cached by shape."""
+    key = (value_oids, names)
+    cached = _WIRE_ROWS.get(key)
+    if cached is not None:
+        return cached
+    loaded, load_sequence = sequence_loader(value_oids)
+    width = len(value_oids)
+    lines = ["def wire_row(data, pos):",
+             f"    if u16(data, pos)[0] != {width}:",
+             "        raise ValueError('column count')",
+             "    pos += 2"]
+    for i in range(width):
+        value = f"data[pos:pos + n]{'' if i in loaded else '.decode()'}"
+        lines += [
+            "    kind = data[pos]",
+            "    if kind == 116:",  # 't'
+            "        n = u32(data, pos + 1)[0]",
+            "        pos += 5",
+            f"        v{i} = {value}",
+            "        pos += n",
+            "    elif kind == 110:",  # 'n'
+            f"        v{i} = None",
+            "        pos += 1",
+            "    else:",
+            "        raise ValueError('not a plain row')",
+        ]
+    if loaded:
+        lines.append(f"    {''.join(f'v{i}, ' for i in loaded)}= load_sequence(("
+                     f"{''.join(f'v{i}, ' for i in loaded)}))")
+    lines.append(f"    return {{{', '.join(f'n{i}: v{i}' for i in range(width))}}}, pos")
+    env: dict[str, Any] = {f"n{i}": name for i, name in enumerate(names)}
+    env.update(u16=_u16_at, u32=_u32_at, load_sequence=load_sequence)
+    exec("\n".join(lines), env)  # noqa: S102 - generated from OIDs and indices only
+    fn: WireRow = env["wire_row"]
+    if len(_WIRE_ROWS) > 4096:
+        _WIRE_ROWS.clear()
+    _WIRE_ROWS[key] = fn
+    return fn
+
+
+Rows = tuple[dict[str, Any] | None, dict[str, Any] | None, int | None]  # new, old, old kind
+
+
+def _fast_rows(tag: int, data: bytes, wire_row: WireRow) -> Rows:
+    """Insert/Update/Delete bytes -> loaded (new, old, old kind); raises unless every column is
+    text or NULL, the layout is exactly right and every value loads."""
+    marker = data[5]
+    new = old = old_kind = None
+    if tag == TAG_INSERT:
+        if marker != _NEW:
+            raise ValueError("no new tuple")
+        new, pos = wire_row(data, 6)
+    elif tag == TAG_UPDATE:
+        if marker == _NEW:
+            new, pos = wire_row(data, 6)
+        elif marker == _KEY or marker == _OLD_ROW:
+            old_kind = marker
+            old, pos = wire_row(data, 6)
+            if data[pos] != _NEW:
+                raise ValueError("no new tuple")
+            new, pos = wire_row(data, pos + 1)
+        else:
+            raise ValueError("bad marker")
+    else:
+        if marker != _KEY and marker != _OLD_ROW:
+            raise ValueError("bad marker")
+        old_kind = marker
+        old, pos = wire_row(data, 6)
+    if pos != len(data):
+        raise ValueError("trailing bytes")
+    return new, old, old_kind
+
+
+def _slow_rows(msg: InsertMessage | UpdateMessage | DeleteMessage,
+               load: RowLoader) -> tuple[dict[str, Any] | None, bool, dict[str, Any] | None, bool,
+                                         int | None]:
+    """The reference path: decoded TupleData through ``row_loader`` (TOAST, binary, fallbacks)."""
+    new = old = None
+    new_toast = old_toast = False
+    old_kind = None
+    if not isinstance(msg, DeleteMessage):
+        values = msg.new_tuple.values
+        new, new_toast = load(values), _UT in values
+    if not isinstance(msg, InsertMessage) and msg.old_tuple is not None:
+        values = msg.old_tuple.values
+        old, old_toast, old_kind = load(values), _UT in values, msg.old_kind
+    return new, new_toast, old, old_toast, old_kind
+
+
+class TransactionDecoder:
+    """Turns stored transactions into served ones, per the change event contract.
+
+    - ``key``: replica-identity columns of the row before the change (of the new row for an
+      insert, and for an update that sent no old part); None when the relation has none
+      (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key). Under FULL every column is
+      flagged as identity by pgoutput, so ``key`` is the whole old row.
+    - ``before``: only when the old row came whole ('O', REPLICA IDENTITY FULL).
+    - Unchanged TOAST columns are listed in ``unchanged_toast``; ``toast`` decides ``after``:
+      ``omit`` leaves them out, ``placeholder`` sets ``placeholder``, ``reselect`` fills them from
+      the old image when it has them, else from the last image of the same key this decoder saw
+      (a best-effort LRU of ``image_cache_size`` rows, only kept in this mode), else leaves them
+      out; filled columns are listed in ``toast_filled``.
+
+    Not thread-safe in ``reselect`` mode (the image LRU); otherwise stateless between calls
+    apart from caches.
+    """
+
+    def __init__(self, catalog: RelationCatalog, *, toast: ToastMode = "omit",
+                 placeholder: str = DEFAULT_PLACEHOLDER, image_cache_size: int = 10_000) -> None:
+        if toast not in ("omit", "placeholder", "reselect"):
+            raise ValueError(f"toast must be omit, placeholder or reselect, not {toast!r}")
+        self.catalog = catalog
+        self.toast = toast
+        self.placeholder = placeholder
+        self._plans: dict[RelationSchema, _Plan] = {}
+        self._images: OrderedDict[tuple[int, tuple[Any, ...]], dict[str, Any]] | None = (
+            OrderedDict() if toast == "reselect" else None)
+        self._image_cache_size = image_cache_size
+        # (commit_lsn, payload size, seq) -> where a page that stopped before that seq left off
+        self._resume: dict[tuple[int, int, int],
+                           tuple[int, int, dict[int, _Plan], dict[int, TypeName]]] = {}
+
+    def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
+               max_changes: int | None = None, tables: set[str] | None = None,
+               ops: set[Op] | None = None) -> Transaction:
+        """Decode changes ``first_seq`` onwards of ``stored``.
+
+        ``max_changes`` bounds the changes *scanned* (seq ``first_seq`` to
+        ``first_seq + max_changes - 1``), not the ones returned: ``tables`` (``"schema.table"``
+        names) and ``ops`` filters skip changes without breaking cursor continuity, and the
+        result's ``last_seq`` is the last seq scanned (``first_seq - 1`` if none). A truncate
+        passes ``tables`` if it names any of them; a message names no table, so any ``tables``
+        filter skips it.
+        """
+        commit_lsn = stored.commit_lsn
+        stop = first_seq + max_changes if max_changes is not None else 1 << 62
+        types: dict[int, TypeName] = {}
+        changes: list[Change] = []
+        append = changes.append
+        seq = -1
+        last = first_seq - 1
+        if max_changes is not None and max_changes <= 0:
+            stop = first_seq
+        payload = stored.payload
+        pos, end = 0, len(payload)
+        plans: dict[int, _Plan] = {}  # relation_id -> plan in force at this point of the payload
+        resume_key = (commit_lsn, end, first_seq)
+        resume = self._resume.get(resume_key) if first_seq else None
+        if resume is not None:  # the next page of a transaction read page by page
+            pos, seq, saved_plans, saved_types = resume
+            plans.update(saved_plans)
+            types.update(saved_types)
+        while pos < end:
+            frame_start = pos
+            lsn, length = _frame_at(payload, pos)
+            pos += _FRAME_SIZE
+            tag = payload[pos]
+            if tag not in _CHANGE_TAGS:  # Relation/Type (Begin/Commit/Origin are never stored)
+                buf = payload[pos:pos + length]
+                pos += length
+                if tag == TAG_RELATION:
+                    rel = decode(buf)
+                    assert isinstance(rel, RelationMessage)
+                    plans[rel.relation_id] = self._payload_plan(rel, commit_lsn, types)
+                elif tag == TAG_TYPE:
+                    typ = decode(buf)
+                    assert isinstance(typ, TypeMessage)
+                    types[typ.type_oid] = TypeName(typ.namespace, typ.name)
+                continue
+            seq += 1
+            if seq < first_seq:
+                pos += length
+                continue
+            if seq >= stop:
+                if len(self._resume) >= 256:
+                    self._resume.clear()
+                self._resume[(commit_lsn, end, stop)] = (frame_start, seq - 1, dict(plans),
+                                                          dict(types))
+                break
+            buf = payload[pos:pos + length]
+            pos += length
+            last = seq
+            op = _OPS[tag]
+            if ops is not None and op not in ops:
+                continue
+            if tag in _ROW_TAGS:
+                relation_id = _relation_id_at(buf, 1)[0]
+                plan = plans.get(relation_id)
+                if plan is None:
+                    plan = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
+                if tables is not None and plan.name not in tables:
+                    continue
+                append(self._row(tag, buf, plan, lsn, seq, commit_lsn))
+            elif tag == TAG_TRUNCATE:
+                trunc = decode(buf)
+                assert isinstance(trunc, TruncateMessage)
+                names = [(plans.get(r) or self._plan(r, commit_lsn, seq)).name
+                         for r in trunc.relation_ids]
+                if tables is not None and tables.isdisjoint(names):
+                    continue
+                append(Change(lsn, seq, Op.TRUNCATE, tables=names,
+                              options={"cascade": trunc.cascade,
+                                       "restart_identity": trunc.restart_identity}))
+            else:
+                if tables is not None:
+                    continue
+                lmsg = decode(buf)
+                assert isinstance(lmsg, LogicalMessage)
+                append(Change(lsn, seq, Op.MESSAGE, prefix=lmsg.prefix, content=lmsg.content,
+                              transactional=lmsg.transactional))
+        return Transaction(stored.xid, commit_lsn, stored.end_lsn, stored.commit_ts, stored.origin,
+                           changes, stored.change_count, last)
+
+    # -- relations -------------------------------------------------------------------------------
+    def _plan(self, relation_id: int, commit_lsn: int, seq: int) -> _Plan:
+        schema = self.catalog.find(relation_id, commit_lsn)
+        if schema is None:
+            raise SchemaError(f"change {seq} of transaction {format_lsn(commit_lsn)} names "
+                              f"relation id {relation_id}, which the feed's schema history does "
+                              "not define before it")
+        plan = self._plans.get(schema)
+        if plan is None:
+            if len(self._plans) > 10_000:
+                self._plans.clear()
+            plan = self._plans[schema] = _Plan(schema)
+        return plan
+
+    def _payload_plan(self, msg: RelationMessage, commit_lsn: int,
+                      types: dict[int, TypeName]) -> _Plan:
+        built = self.catalog.build(msg, commit_lsn, types)
+        for known in self.catalog.versions(msg.relation_id):  # reuse the numbered version
+            if known.valid_from == commit_lsn and known.same_shape(built):
+                plan = self._plans.get(known)
+                if plan is None:
+                    plan = self._plans[known] = _Plan(known)
+                return plan
+        before = self.catalog.find(msg.relation_id, commit_lsn)
+        if before is not None and before.same_shape(built):  # a re-sent, unchanged Relation
+            return self._plan(msg.relation_id, commit_lsn, -1)
+        return _Plan(built)
+
+    # -- rows ------------------------------------------------------------------------------------
+    def _row(self, tag: int, buf: bytes, plan: _Plan, lsn: int, seq: int,
+             commit_lsn: int) -> Change:
+        try:  # wire bytes straight to values: rows of only 't'/'n' columns (nearly all of them)
+            after, old, old_kind = _fast_rows(tag, buf, plan.wire_row)
+            new_toast = old_toast = False
+        except Exception:  # noqa: BLE001 - anything unusual: the reference path below decides
+            msg = decode(buf)
+            assert isinstance(msg, (InsertMessage, UpdateMessage, DeleteMessage))
+            try:
+                after, new_toast, old, old_toast, old_kind = _slow_rows(msg, plan.load)
+            except ValueError as exc:
+                raise SchemaError(f"{_OPS[tag].value} at {format_lsn(lsn)} (transaction "
+                                  f"{format_lsn(commit_lsn)}, seq {seq}) does not fit "
+                                  f"{plan.name} version {plan.schema.version}: {exc}") from None
+        if old_toast and old is not None:  # an old image without the value: unknown, dropped
+            old = {k: v for k, v in old.items() if v is not _UT}
+        if tag == TAG_INSERT:
+            assert after is not None
+            return self._insert(after, new_toast, plan, lsn, seq)
+        if tag == TAG_UPDATE:
+            assert after is not None
+            return self._update(after, new_toast, old, old_kind, plan, lsn, seq)
+        assert old is not None
+        return self._delete(old, old_kind, plan, lsn, seq)
+
+    def _insert(self, after: dict[str, Any], new_toast: bool, plan: _Plan, lsn: int,
+                seq: int) -> Change:
+        key = plan.key_of(after)
+        schema = plan.schema
+        if not new_toast and self._images is None:
+            return Change(lsn, seq, Op.INSERT, schema.schema, schema.table, key, None, after)
+        toast = [k for k, v in after.items() if v is _UT] if new_toast else []
+        if key is not None and new_toast:
+            key = {k: v for k, v in key.items() if v is not _UT}
+        change = Change(lsn, seq, Op.INSERT, schema.schema, schema.table, key, None, after, toast)
+        if toast:
+            self._unchanged_toast(change, None, None)
+        if self._images is not None and key is not None:
+            self._remember(plan, key, after)
+        return change
+
+    def _update(self, after: dict[str, Any], new_toast: bool, old: dict[str, Any] | None,
+                old_kind: int | None, plan: _Plan, lsn: int, seq: int) -> Change:
+        key_names = plan.key_names
+        before = None
+        if old is None:
+            key = plan.key_of(after)
+        else:
+            if old_kind == _OLD_ROW:
+                before = old
+            key = {k: old[k] for k in key_names if k in old} if key_names else None
+        toast: list[str] = []
+        if new_toast:
+            toast = [k for k, v in after.items() if v is _UT]
+            if key is not None and old is None:
+                key = {k: v for k, v in key.items() if v is not _UT}
+        schema = plan.schema
+        change = Change(lsn, seq, Op.UPDATE, schema.schema, schema.table, key, before, after, toast)
+        if toast:
+            recalled = self._recall(plan, key) if self._images is not None and key else None
+            self._unchanged_toast(change, before, recalled)
+        if self._images is not None and key_names:
+            if key is not None and old is not None:
+                self._forget(plan, key)
+            self._remember(plan, {k: after.get(k) for k in key_names}, after)
+        return change
+
+    def _delete(self, old: dict[str, Any], old_kind: int | None, plan: _Plan, lsn: int,
+                seq: int) -> Change:
+        key_names = plan.key_names
+        key = {k: old[k] for k in key_names if k in old} if key_names else None
+        before = old if old_kind == _OLD_ROW else None
+        if self._images is not None and key is not None:
+            self._forget(plan, key)
+        schema = plan.schema
+        return Change(lsn, seq, Op.DELETE, schema.schema, schema.table, key, before)
+
+    # -- unchanged TOAST ---------------------------------------------------------------------------
+    def _unchanged_toast(self, change: Change, old: dict[str, Any] | None,
+                         recalled: dict[str, Any] | None) -> None:
+        after = change.after
+        assert after is not None
+        if self.toast == "placeholder":
+            for name in change.unchanged_toast:
+                after[name] = self.placeholder
+            return
+        filled = []
+        for name in change.unchanged_toast:
+            value = _UT
+            if self.toast == "reselect":
+                if old is not None:
+                    value = old.get(name, _UT)
+                if value is _UT and recalled is not None:
+                    value = recalled.get(name, _UT)
+            if value is _UT:
+                del after[name]
+            else:
+                after[name] = value
+                filled.append(name)
+        if self.toast == "reselect":
+            change.toast_filled = filled
+
+    def _image_key(self, plan: _Plan, key: dict[str, Any]) -> tuple[int, tuple[Any, ...]] | None:
+        ident = (plan.schema.relation_id, tuple(key.values()))
+        try:
+            hash(ident)
+        except TypeError:  # a key column holding a list or JSON object
+            return None
+        return ident
+
+    def _remember(self, plan: _Plan, key: dict[str, Any], after: dict[str, Any]) -> None:
+        images = self._images
+        ident = self._image_key(plan, key)
+        if images is None or ident is None:
+            return
+        images[ident] = after
+        images.move_to_end(ident)
+        while len(images) > self._image_cache_size:
+            images.popitem(last=False)
+
+    def _recall(self, plan: _Plan, key: dict[str, Any]) -> dict[str, Any] | None:
+        ident = self._image_key(plan, key)
+        return None if ident is None or self._images is None else self._images.get(ident)
+
+    def _forget(self, plan: _Plan, key: dict[str, Any]) -> None:
+        ident = self._image_key(plan, key)
+        if ident is not None and self._images is not None:
+            self._images.pop(ident, None)

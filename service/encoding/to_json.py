@@ -1,0 +1,149 @@
+"""Change and Transaction -> the contract's JSON (orjson): exact numerics, base64 bytes, ISO 8601 times.
+
+Values come from ``assembler.values``; what orjson cannot write natively goes through ``_default``.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+from clients._cursor import format_lsn
+from service.assembler.model import Change, Op, Transaction
+from service.assembler.values import Interval, JsonNumber, SpecialFloat, TimeTz
+
+__all__ = ["change_to_dict", "commit_ts_iso", "dumps", "transaction_to_dict"]
+
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_b64 = base64.b64encode
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def commit_ts_iso(commit_ts: int) -> str:
+    """Microseconds since 2000-01-01 UTC (PostgreSQL's epoch) -> ``2026-11-22T10:00:00.123456+00:00``."""
+    return (_PG_EPOCH + timedelta(microseconds=commit_ts)).isoformat(timespec="microseconds")
+
+
+@lru_cache(maxsize=4096)
+def _header_of(commit_lsn: int, xid: int, commit_ts: int) -> tuple[str, int, str]:
+    return format_lsn(commit_lsn), xid, commit_ts_iso(commit_ts)
+
+
+# The last transaction's header, as one tuple so that threads read it atomically; it holds the
+# Transaction itself, so the identity test cannot match a different object at a reused address.
+_last: tuple[object, tuple[str, int, str]] = (None, ("", 0, ""))
+
+
+def _header(txn: Transaction) -> tuple[str, int, str]:
+    global _last
+    last = _last
+    if last[0] is txn:
+        return last[1]
+    header = _header_of(txn.commit_lsn, txn.xid, txn.commit_ts)
+    _last = (txn, header)
+    return header
+
+
+_INSERT, _UPDATE, _DELETE, _TRUNCATE = Op.INSERT, Op.UPDATE, Op.DELETE, Op.TRUNCATE
+
+
+def change_to_dict(change: Change, txn: Transaction) -> dict[str, Any]:
+    """One change event, keyed as the contract's "Change event (JSON)".
+
+    Every event has lsn, seq, commit_lsn, xid, commit_ts, op, schema, table and origin. Row
+    changes add ``key`` (null without a replica identity) and ``unchanged_toast`` always,
+    ``before`` only when the old row came whole and ``after`` for inserts and updates, plus
+    ``toast_filled`` in toast=reselect mode. Truncates add ``tables`` and ``options``; messages
+    ``prefix``, ``content`` (base64) and ``transactional``. Values stay Python objects here;
+    ``dumps`` writes them.
+    """
+    commit_lsn, xid, commit_ts = _header(txn)
+    op = change.op
+    if op is _INSERT or op is _UPDATE or op is _DELETE:
+        before, after = change.before, change.after
+        if before is None and after is not None:  # insert, update without FULL
+            out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn,
+                   "xid": xid, "commit_ts": commit_ts, "op": op, "schema": change.schema,
+                   "table": change.table, "key": change.key, "after": after,
+                   "unchanged_toast": change.unchanged_toast, "origin": txn.origin}
+        elif before is None:  # delete without FULL
+            out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn,
+                   "xid": xid, "commit_ts": commit_ts, "op": op, "schema": change.schema,
+                   "table": change.table, "key": change.key,
+                   "unchanged_toast": change.unchanged_toast, "origin": txn.origin}
+        else:
+            out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn,
+                   "xid": xid, "commit_ts": commit_ts, "op": op, "schema": change.schema,
+                   "table": change.table, "key": change.key, "before": before}
+            if after is not None:
+                out["after"] = after
+            out["unchanged_toast"] = change.unchanged_toast
+            out["origin"] = txn.origin
+        if change.toast_filled is not None:
+            out["toast_filled"] = change.toast_filled
+            out["origin"] = out.pop("origin")  # keep origin last, as the contract lists it
+        return out
+    out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn, "xid": xid,
+           "commit_ts": commit_ts, "op": op, "schema": change.schema, "table": change.table}
+    if op is _TRUNCATE:
+        out["tables"] = change.tables
+        out["options"] = change.options
+    else:
+        out["prefix"] = change.prefix
+        out["content"] = None if change.content is None else _b64(change.content).decode()
+        out["transactional"] = change.transactional
+    out["origin"] = txn.origin
+    return out
+
+
+def transaction_to_dict(txn: Transaction) -> dict[str, Any]:
+    """A whole (or sliced) transaction: its metadata and its change events (each complete)."""
+    commit_lsn, xid, commit_ts = _header(txn)
+    return {
+        "xid": xid, "commit_lsn": commit_lsn, "end_lsn": format_lsn(txn.end_lsn),
+        "commit_ts": commit_ts, "origin": txn.origin, "change_count": txn.change_count,
+        "changes": [change_to_dict(c, txn) for c in txn.changes],
+    }
+
+
+def _default(obj: Any) -> Any:
+    t = type(obj)
+    if t is Decimal:
+        return format(obj, "f")  # plain notation (never 1E-7); NaN, Infinity, -Infinity as is
+    if t is bytes or t is bytearray or t is memoryview:
+        return _b64(obj).decode()
+    if t is SpecialFloat:
+        return obj.text
+    if t is JsonNumber:
+        return orjson.Fragment(obj.text)
+    if t is Interval or t is TimeTz:
+        return obj.isoformat()
+    raise TypeError(f"cannot write {t.__name__} as JSON")
+
+
+_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS  # Interval is a dataclass: written by _default
+
+
+def dumps(obj: Any) -> bytes:
+    """JSON bytes for change/transaction dicts (or pages of them) with pgfeed's value rules."""
+    try:
+        return orjson.dumps(obj, default=_default, option=_OPTIONS)
+    except TypeError:
+        # orjson refuses integers past 64 bits (json/jsonb can hold them): write them verbatim.
+        return orjson.dumps(_big_ints(obj), default=_default, option=_OPTIONS)
+
+
+def _big_ints(obj: Any) -> Any:
+    t = type(obj)
+    if t is dict:
+        return {k: _big_ints(v) for k, v in obj.items()}
+    if t is list or t is tuple:
+        return [_big_ints(v) for v in obj]
+    if t is int and not _INT64_MIN <= obj <= _UINT64_MAX:
+        return orjson.Fragment(str(obj))
+    return obj
