@@ -1,5 +1,61 @@
 """pgfeed client library: read feeds over HTTP or gRPC, sync or async."""
 
-from clients._cursor import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
+from typing import Any as _Any
 
-__all__ = ["EARLIEST", "Cursor", "CursorError", "format_lsn", "parse_cursor", "parse_lsn"]
+from clients._cursor import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
+from clients._http_async import AsyncFeedClient
+from clients._http_base import RetryPolicy
+from clients._http_sync import FeedClient
+from clients._models import Change, ColumnInfo, Page, TableInfo, Transaction, TransactionPage
+from clients.errors import (
+    ClientError,
+    CursorExpired,
+    FeedNotFound,
+    InvalidCursor,
+    TransportFailed,
+    Unauthorized,
+)
+
+__all__ = [
+    "EARLIEST",
+    "AsyncFeedClient",
+    "AsyncGrpcFeedClient",
+    "Change",
+    "ClientError",
+    "ColumnInfo",
+    "Cursor",
+    "CursorError",
+    "CursorExpired",
+    "FeedClient",
+    "FeedNotFound",
+    "GrpcFeedClient",
+    "InvalidCursor",
+    "Page",
+    "RetryPolicy",
+    "TableInfo",
+    "Transaction",
+    "TransactionPage",
+    "TransportFailed",
+    "Unauthorized",
+    "format_lsn",
+    "parse_cursor",
+    "parse_lsn",
+]
+
+# The gRPC clients need grpcio and the generated pgfeed.v1 stubs; Spark executors need neither,
+# so they are imported on first use.
+_LAZY = {"GrpcFeedClient", "AsyncGrpcFeedClient"}
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _LAZY:
+        from clients import _grpc
+
+        value = getattr(_grpc, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'clients' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)

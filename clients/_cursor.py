@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Cursor", "CursorError", "EARLIEST", "format_lsn", "parse_cursor", "parse_lsn"]
+__all__ = ["EARLIEST", "Cursor", "CursorError", "format_lsn", "parse_cursor", "parse_lsn"]
 
 _LSN_RE = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 _MAX_SEQ = 1 << 62

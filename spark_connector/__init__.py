@@ -1,0 +1,17 @@
+"""pgfeed's PySpark 4 data source: ``spark.dataSource.register(PgFeedDataSource)``, then
+``spark.read.format("pgfeed")`` or ``spark.readStream.format("pgfeed")``."""
+
+from spark_connector._datasource import PgFeedDataSource
+from spark_connector._mirror import latest_rows
+from spark_connector._options import FeedOptions
+from spark_connector._schema import METADATA_COLUMNS, change_schema, spark_type, table_schema
+
+__all__ = [
+    "METADATA_COLUMNS",
+    "FeedOptions",
+    "PgFeedDataSource",
+    "change_schema",
+    "latest_rows",
+    "spark_type",
+    "table_schema",
+]

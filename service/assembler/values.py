@@ -177,7 +177,9 @@ class JsonNumber:
     text: str
 
 
-_EXPONENT = re.compile(rb"\d[eE]")
+# Where a float may overflow or underflow: an exponent, or (jsonb stores numbers as numeric and
+# prints them without one) hundreds of zeros after the point, as in 1e-400 stored by jsonb.
+_FLOAT_EDGE = re.compile(rb"\d[eE]|\.0{300}")
 _NONZERO = frozenset("123456789")
 
 
@@ -190,7 +192,7 @@ def _json_float(text: str) -> float | JsonNumber:
 
 def _json_loads(data: Any) -> Any:
     raw = bytes(data)
-    if _EXPONENT.search(raw) is None:  # no exponent: no float can overflow or underflow
+    if _FLOAT_EDGE.search(raw) is None:  # no float can overflow or underflow here
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:  # integers past 64 bits, which orjson refuses

@@ -1,16 +1,28 @@
 """The ChangeLog protocol: the durable, ordered store of committed transactions of one feed.
 
 Implementations: ``memory.MemoryChangeLog`` (tests, demo) and ``sqlite.SqliteChangeLog`` (default).
-A PostgreSQL-backed store for several service replicas can implement the same protocol.
+A PostgreSQL-backed store for several service replicas can implement the same protocol. The pure
+rules every store shares (batch checks, retention bounds, split points) live here too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction
+from service.errors import PgfeedError
+
+# LSNs are stored as SQLite's signed 64-bit integers; PostgreSQL never gets near 2**63.
+MAX_LSN = (1 << 63) - 1
+
+
+class ChangeLogError(PgfeedError):
+    """The change log cannot serve a call: closed, or its file is not a pgfeed log it understands."""
+
+    code = "changelog_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +31,9 @@ class LogStats:
     change_count: int
     payload_bytes: int
     oldest_lsn: int  # commit_lsn of the oldest retained transaction, 0 when empty
-    head_lsn: int  # commit_lsn of the newest, 0 when empty
+    head_lsn: int  # commit_lsn of the newest ever stored (kept when retention empties the log), 0 if none
+    trimmed_lsn: int = 0  # highest commit_lsn ever removed; cursors below it are expired (410)
+    forced_trims: int = 0  # trims that dropped what a named consumer had not acknowledged
 
 
 class ChangeLog(Protocol):
@@ -31,8 +45,12 @@ class ChangeLog(Protocol):
       so a slot replaying from its last confirmed position never duplicates anything.
     - Transactions are kept and read in ``commit_lsn`` order; ``head()`` never moves backward.
     - ``confirmed_lsn`` (the position safe to report to PostgreSQL as flushed) never moves backward.
-    - ``trim`` never removes a transaction a registered consumer has not acknowledged
-      unless ``force`` is given.
+    - ``trim`` and ``retain`` only ever remove a prefix (the oldest transactions) and never one a
+      named consumer has not acknowledged, unless ``force`` is given; a forced trim that does is
+      logged (``pgfeed.changelog``) and counted in ``LogStats.forced_trims``.
+    - ``trimmed_lsn`` (highest commit_lsn removed) never moves backward; ``head`` is kept when
+      retention empties the log, so replays below it are still skipped.
+    - Schema history is never trimmed.
     """
 
     def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
@@ -40,7 +58,7 @@ class ChangeLog(Protocol):
         ...
 
     def head(self) -> int:
-        """commit_lsn of the newest stored transaction; 0 when empty."""
+        """commit_lsn of the newest transaction ever stored (retained or trimmed); 0 when none."""
         ...
 
     def confirmed_lsn(self) -> int:
@@ -70,11 +88,24 @@ class ChangeLog(Protocol):
         unless ``force``. Returns the number of transactions dropped."""
         ...
 
+    def retain(self, hours: float | None, max_bytes: int | None, now_us: int) -> int:
+        """Apply a retention policy: drop transactions committed more than ``hours`` before
+        ``now_us`` (µs since 2000-01-01), then the oldest until payload bytes <= ``max_bytes``,
+        never past what the slowest named consumer acknowledged. ``None`` disables a limit.
+        Returns the number of transactions dropped."""
+        ...
+
+    def trimmed_lsn(self) -> int:
+        """Highest commit_lsn ever removed (0 if none): a cursor below ``Cursor(trimmed_lsn)``
+        may have missed changes, so readers answer 410."""
+        ...
+
     def split_points(self, from_lsn: int, to_lsn: int, parts: int) -> list[int]:
         """Commit LSNs cutting (from_lsn, to_lsn] into ``parts`` ranges of about equal change counts.
 
         Returns ``parts + 1`` ascending boundaries, first ``from_lsn`` and last ``to_lsn``
-        (fewer when the range holds fewer transactions than parts)."""
+        (fewer when the range holds fewer transactions than parts; ``[from_lsn]`` when the range
+        is empty because ``from_lsn == to_lsn``)."""
         ...
 
     def schema_history(self, after_lsn: int = 0) -> list[tuple[int, bytes]]:
@@ -91,3 +122,81 @@ class ChangeLog(Protocol):
     def consumers(self) -> dict[str, Cursor]: ...
 
     def close(self) -> None: ...
+
+
+def slowest(cursors: Iterable[Cursor]) -> Cursor | None:
+    """The consumer cursor retention must wait for; None when there are no consumers."""
+    return min(cursors, default=None, key=lambda c: c.sort_key)
+
+
+def release_bound(consumer: Cursor | None, change_count_at: int | None) -> int:
+    """Transactions with commit_lsn below the returned bound are acknowledged by ``consumer``.
+
+    ``change_count_at`` is the change count of the transaction at ``consumer.lsn`` (None if the
+    log holds none there): a mid-transaction cursor acknowledges it only once it names its last
+    change. No consumer: everything is released.
+    """
+    if consumer is None:
+        return MAX_LSN
+    if change_count_at is None or consumer.includes(consumer.lsn, change_count_at - 1):
+        return consumer.lsn + 1
+    return consumer.lsn
+
+
+def age_cutoff(hours: float | None, now_us: int) -> int | None:
+    """commit_ts below which a transaction is older than ``hours`` (None: no age limit)."""
+    if hours is None:
+        return None
+    if hours < 0:
+        raise ValueError(f"retention hours must be >= 0, got {hours}")
+    return now_us - int(hours * 3_600_000_000)
+
+
+def check_lsn(lsn: int, what: str) -> None:
+    if not 0 <= lsn <= MAX_LSN:
+        raise ValueError(f"{what} {lsn} is outside 0..2**63-1")
+
+
+def check_consumer(name: str, cursor: Cursor) -> None:
+    if not name:
+        raise ValueError("a consumer needs a non-empty name")
+    check_lsn(cursor.lsn, f"consumer {name!r} cursor lsn")
+
+
+def check_batch(transactions: Sequence[StoredTransaction], confirmed_lsn: int | None) -> None:
+    """Reject a batch no store may keep (before anything is written): LSNs out of range, a
+    negative change count, commit LSNs not strictly ascending."""
+    previous = -1
+    for t in transactions:
+        check_lsn(t.commit_lsn, "commit_lsn")
+        if t.commit_lsn <= previous:
+            raise ValueError(f"transactions must come in ascending commit_lsn order: "
+                             f"{t.commit_lsn:X} follows {previous:X}")
+        if t.change_count < 0:
+            raise ValueError(f"transaction {t.commit_lsn:X} has a negative change_count")
+        previous = t.commit_lsn
+    if confirmed_lsn is not None:
+        check_lsn(confirmed_lsn, "confirmed_lsn")
+
+
+def split_bounds(from_lsn: int, to_lsn: int, parts: int, base: int, top: int,
+                 first_reaching: Callable[[int], int]) -> list[int]:
+    """The ``split_points`` answer, shared by the stores.
+
+    ``base``/``top`` are the cumulative change counts just before and at the end of the range;
+    ``first_reaching(n)`` is the commit_lsn of the first transaction whose cumulative count is
+    >= n. Boundary i is the transaction that completes the i-th ``total/parts`` share.
+    """
+    if parts < 1:
+        raise ValueError(f"parts must be at least 1, got {parts}")
+    if to_lsn < from_lsn:
+        raise ValueError(f"split range ends ({to_lsn:X}) before it starts ({from_lsn:X})")
+    total = top - base
+    inner: list[int] = []
+    for i in range(1, parts):
+        if total <= 0:
+            break
+        lsn = first_reaching(base + -(-total * i // parts))
+        if from_lsn < lsn < to_lsn and (not inner or lsn > inner[-1]):
+            inner.append(lsn)
+    return [from_lsn, *inner, to_lsn] if to_lsn > from_lsn else [from_lsn]

@@ -15,12 +15,14 @@ from service.assembler.relations import RelationCatalog
 from service.changelog import open_changelog
 from service.changelog.base import ChangeLog
 from service.dsn import mask_dsn, scrub
-from service.errors import FeedExists, FeedNotFound, SourceError
+from service.errors import FeedExists, FeedNotFound, PgfeedError, SourceError
 from service.feeds.catalogue import Catalogue
 from service.feeds.model import NAME_RE, FeedSpec, FeedStatus, SlotRisk
 from service.feeds.notify import HeadNotifier
+from service.feeds.reader import FeedReader
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
+from service.replication.snapshot import take_snapshot
 
 log = logging.getLogger("pgfeed.supervisor")
 
@@ -36,8 +38,9 @@ class _Feed:
     paused: bool = False
     catalog: RelationCatalog = field(default_factory=RelationCatalog)
     catalog_lsn: int = 0
-    catalog_lock: threading.Lock = field(default_factory=threading.Lock)
+    catalog_lock: threading.RLock = field(default_factory=threading.RLock)
     thread: threading.Thread | None = None
+    reader: FeedReader | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
 
 
@@ -104,9 +107,28 @@ class Supervisor:
         feed.stats.state = "starting"
         capture = Capture(feed.spec, feed.changelog, feed.notifier, feed.stats,
                           spill_dir=self._feed_dir(feed.spec.name) / "spill")
-        feed.thread = threading.Thread(target=capture.run, args=(feed.stop_event,),
+
+        def run(stop: threading.Event) -> None:
+            if _needs_snapshot(feed) and not self._snapshot(feed):
+                return
+            capture.run(stop)
+
+        feed.thread = threading.Thread(target=run, args=(feed.stop_event,),
                                        name=f"capture-{feed.spec.name}", daemon=True)
         feed.thread.start()
+
+    @staticmethod
+    def _snapshot(feed: _Feed) -> bool:
+        feed.stats.state = "snapshotting"
+        try:
+            take_snapshot(feed.spec, feed.changelog)
+        except PgfeedError as exc:
+            feed.stats.state = "failed"
+            feed.stats.last_error = f"{type(exc).__name__}: {exc}"
+            log.error("feed %s: %s", feed.spec.name, feed.stats.last_error)
+            return False
+        feed.notifier.publish(feed.changelog.head())
+        return True
 
     @staticmethod
     def _join(feed: _Feed) -> None:
@@ -137,6 +159,9 @@ class Supervisor:
         if not NAME_RE.fullmatch(spec.name):
             raise ValueError(f"invalid feed name {spec.name!r}: expected lowercase letters, digits and "
                              "underscores, starting with a letter, at most 48 characters")
+        if spec.options.snapshot == "export" and spec.slot is not None:
+            raise ValueError("snapshot 'export' needs a slot pgfeed creates: an existing slot's "
+                             "snapshot is gone; leave 'slot' null or use snapshot 'never'")
         if not spec.all_tables and not spec.tables and spec.publication is None:
             raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
         with self._lock:
@@ -168,7 +193,7 @@ class Supervisor:
                                   "name it as 'slot' to adopt it")
             if not owns_slot and not exists:
                 raise SourceError(f"replication slot {spec.slot_name!r} does not exist on the source")
-            if owns_slot:
+            if owns_slot and spec.options.snapshot != "export":  # else the capture thread makes it
                 create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase)
         except psycopg.Error as exc:
             raise SourceError(f"source refused feed setup: {scrub(str(exc).strip(), spec.dsn)}") from None
@@ -218,6 +243,15 @@ class Supervisor:
     def notifier(self, name: str) -> HeadNotifier:
         return self._get(name).notifier
 
+    def reader(self, name: str) -> FeedReader:
+        """The feed's reader (one per feed: it holds the decode caches)."""
+        feed = self._get(name)
+        with feed.catalog_lock:
+            if feed.reader is None:
+                feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name),
+                                         toast=feed.spec.options.toast)
+        return feed.reader
+
     def catalog(self, name: str) -> RelationCatalog:
         """The feed's relation catalogue, up to date with the log's schema history."""
         feed = self._get(name)
@@ -260,3 +294,8 @@ class Supervisor:
             status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - stats.last_commit_unix())
         return status
 
+
+def _needs_snapshot(feed: _Feed) -> bool:
+    """An exported-snapshot feed whose snapshot never completed (completion records a position)."""
+    return (feed.spec.options.snapshot == "export" and feed.spec.owns_slot
+            and not feed.changelog.confirmed_lsn())

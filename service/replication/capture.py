@@ -31,6 +31,10 @@ log = logging.getLogger("pgfeed.capture")
 PG_EPOCH_UNIX = 946_684_800  # 2000-01-01 in Unix seconds
 FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sender_timeout is 60 s)
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# In-memory buffers of open transactions before the largest spills to disk. A committed transaction
+# is still reassembled whole for its append, so peak RSS is about (its size + this): 16 MiB keeps a
+# 1M-row (~115 MB) transaction under 200 MB (bench/RESULTS.md, Capture).
+ASSEMBLER_MEMORY = 16 << 20
 
 
 @dataclass
@@ -127,7 +131,8 @@ class Capture:
 
     def _loop(self, stream: ReplicationStream, stop: threading.Event) -> None:
         changelog, notifier, stats = self.changelog, self.notifier, self.stats
-        assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir))
+        assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir),
+                                         memory_limit=ASSEMBLER_MEMORY)
         feed = assembler.feed
         confirmed = changelog.confirmed_lsn()
         received = confirmed

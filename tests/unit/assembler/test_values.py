@@ -12,6 +12,7 @@ import pytest
 from service.assembler.relations import TypeName, resolve_value_oid
 from service.assembler.values import (
     Interval,
+    JsonNumber,
     SpecialFloat,
     TimeTz,
     load_value,
@@ -96,6 +97,18 @@ def test_numeric_special_values() -> None:
     assert load_value(1700, "NaN").is_nan()
     assert load_value(1700, "Infinity") == Decimal("Infinity")
     assert load_value(1700, "-Infinity") == Decimal("-Infinity")
+
+
+@pytest.mark.parametrize("oid", [114, 3802], ids=["json", "jsonb"])
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1e-400", "0." + "0" * 399 + "1",
+                                    "-0." + "0" * 399 + "1"])
+def test_json_numbers_no_float_holds_keep_their_text(oid: int, number: str) -> None:
+    # jsonb prints numbers as numeric, without an exponent: 1e-400 comes back as 400 digits.
+    assert load_value(oid, f'{{"n": {number}, "f": 0.5}}') == {"n": JsonNumber(number), "f": 0.5}
+
+
+def test_json_zero_with_many_digits_is_a_plain_zero() -> None:
+    assert load_value(3802, "0." + "0" * 400) == 0.0
 
 
 def test_float_special_values_are_marked_floats() -> None:

@@ -1,7 +1,8 @@
 """LSN and cursor parsing, formatting and ordering: the one definition every layer uses."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from clients import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
 

@@ -1,0 +1,168 @@
+"""AsyncFeedClient: the asyncio twin of FeedClient (same methods, awaited; iterators are async)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any, Self
+
+import httpx
+
+from clients import _http_base as base
+from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
+from clients._models import Change, Page, TableInfo, TransactionPage
+from clients.errors import FeedNotFound, TransportFailed
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["AsyncFeedClient"]
+
+Names = str | Iterable[str] | None
+
+
+class AsyncFeedClient:
+    """Read and administer pgfeed feeds over HTTP from asyncio code; see ``FeedClient``.
+
+    ``transport`` is any ``httpx.AsyncBaseTransport`` (``httpx.MockTransport`` in tests).
+    """
+
+    def __init__(self, base_url: str, *, token: str | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport,
+                                       timeout=timeout, headers=base.new_headers(token, headers))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _send(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                    json: Any = None, timeout: float | None = None,
+                    retry: bool = True) -> httpx.Response:
+        delays = self.retry.delays() if retry else iter(())
+        while True:
+            try:
+                return base.check(await self._http.request(
+                    method, path, params=params, json=json,
+                    timeout=self.timeout if timeout is None else timeout))
+            except Exception as exc:
+                if not base.is_retryable(exc):
+                    raise
+                delay = next(delays, None)
+                if delay is None:
+                    if isinstance(exc, httpx.TransportError):
+                        raise TransportFailed(f"{method} {path}: {exc!r}", code="transport") from exc
+                    raise
+                await asyncio.sleep(delay)
+
+    async def _json(self, method: str, path: str, **kw: Any) -> Any:
+        response = await self._send(method, path, **kw)
+        return response.json() if response.content else None
+
+    async def page(self, feed: str, after: CursorLike = "earliest", *,
+                   limit: int | None = DEFAULT_LIMIT, tables: Names = None, ops: Names = None,
+                   wait: float | None = None, to: CursorLike | None = None) -> Page:
+        params = base.changes_params(after, limit=limit, tables=tables, ops=ops, wait=wait, to=to)
+        return Page.from_json(await self._json("GET", base.feed_path(feed, "changes"),
+                                               params=params, timeout=self.timeout + (wait or 0)))
+
+    async def iter_changes(self, feed: str, after: CursorLike = "earliest", *,
+                           tables: Names = None, ops: Names = None, follow: bool = False,
+                           limit: int = DEFAULT_LIMIT, wait: float = 30.0) -> AsyncIterator[Change]:
+        """Every change after ``after``; see ``FeedClient.iter_changes``."""
+        cursor = str(after)
+        while True:
+            page = await self.page(feed, cursor, limit=limit, tables=tables, ops=ops,
+                                   wait=wait if follow else None)
+            for change in page.changes:
+                yield change
+            cursor = page.next
+            if not page.has_more and not follow:
+                return
+
+    async def transactions(self, feed: str, after: CursorLike = "earliest", *,
+                           limit: int | None = DEFAULT_LIMIT) -> TransactionPage:
+        params = base.changes_params(after, limit=limit)
+        return TransactionPage.from_json(
+            await self._json("GET", base.feed_path(feed, "transactions"), params=params))
+
+    async def head(self, feed: str) -> str:
+        page = await self.page(feed, "latest", limit=1)
+        return page.head or page.next
+
+    async def splits(self, feed: str, after: CursorLike = "earliest", to: CursorLike = "latest",
+                     n: int = 2) -> list[str]:
+        body = await self._json("GET", base.feed_path(feed, "splits"),
+                                params={"from": str(after), "to": str(to), "n": int(n)})
+        return base.split_boundaries(body)
+
+    async def tables(self, feed: str) -> list[TableInfo]:
+        return base.table_infos(await self._json("GET", base.feed_path(feed, "tables")))
+
+    async def read_arrow(self, feed: str, after: CursorLike = "earliest",
+                         to: CursorLike = "latest", *, table: str | None = None,
+                         tables: Names = None, ops: Names = None,
+                         limit: int | None = None) -> pa.Table:
+        import pyarrow as pa
+
+        if str(to) == "latest":
+            to = await self.head(feed)
+        stop = base.resolve_to(to)
+        cursor, schema = str(after), None
+        batches: list[pa.RecordBatch] = []
+        path = base.feed_path(feed, "changes")
+        while True:
+            params = base.changes_params(cursor, limit=limit, tables=table or tables, ops=ops,
+                                         to=to, fmt="arrow")
+            page = base.arrow_page(await self._send("GET", path, params=params), cursor)
+            schema = page.schema
+            batches.extend(page.batches)
+            if base.arrow_done(page, cursor, stop):
+                return pa.Table.from_batches(batches, schema=schema)
+            cursor = page.next
+
+    async def ack(self, feed: str, consumer: str, cursor: CursorLike) -> None:
+        await self._send("PUT", base.feed_path(feed, "consumers", consumer),
+                         json={"cursor": str(cursor)})
+
+    async def consumer(self, feed: str, name: str) -> str | None:
+        try:
+            body = await self._json("GET", base.feed_path(feed, "consumers", name))
+        except FeedNotFound as exc:
+            if base.is_missing_consumer(exc):
+                return None
+            raise
+        return base.consumer_cursor(body)
+
+    async def create_feed(self, name: str, dsn: str, *, tables: Iterable[str] | None = None,
+                          all_tables: bool = False, publication: str | None = None,
+                          slot: str | None = None,
+                          options: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = base.feed_create_body(name, dsn, tables, all_tables, publication, slot, options)
+        result: dict[str, Any] = await self._json("POST", "/v1/feeds", json=body, retry=False)
+        return result
+
+    async def list_feeds(self) -> list[dict[str, Any]]:
+        return base.feed_list(await self._json("GET", "/v1/feeds"))
+
+    async def get_feed(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("GET", base.feed_path(name))
+        return result
+
+    async def pause(self, name: str) -> dict[str, Any]:
+        return await self._json("POST", base.feed_path(name, "pause"), retry=False) or {}
+
+    async def resume(self, name: str) -> dict[str, Any]:
+        return await self._json("POST", base.feed_path(name, "resume"), retry=False) or {}
+
+    async def delete_feed(self, name: str) -> None:
+        await self._send("DELETE", base.feed_path(name), retry=False)

@@ -1,0 +1,235 @@
+"""What the sync and async HTTP clients share: query building, error mapping, retry policy, Arrow
+decoding. No I/O here; ``_http_sync`` and ``_http_async`` do the requests.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from clients._cursor import Cursor, parse_cursor
+from clients._models import TableInfo
+from clients.errors import ClientError, error_from_response
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "NEXT_HEADER",
+    "ArrowPage",
+    "CursorLike",
+    "RetryPolicy",
+    "arrow_page",
+    "changes_params",
+    "check",
+    "csv",
+    "done_after",
+    "feed_path",
+    "is_retryable",
+    "new_headers",
+]
+
+CursorLike = str | Cursor
+DEFAULT_LIMIT = 1000
+NEXT_HEADER = "PgFeed-Next"
+HEAD_HEADER = "PgFeed-Head"
+HAS_MORE_HEADER = "PgFeed-Has-More"
+_RETRY_STATUSES = frozenset({502, 503, 504})
+
+
+def csv(value: str | Iterable[str] | None) -> str | None:
+    """``["public.a", "public.b"]`` -> ``"public.a,public.b"`` (a string passes through)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value or None
+    joined = ",".join(value)
+    return joined or None
+
+
+def feed_path(feed: str, *rest: str) -> str:
+    from urllib.parse import quote
+
+    return "/".join(["/v1/feeds", quote(feed, safe=""), *(quote(r, safe="") for r in rest)])
+
+
+def changes_params(after: CursorLike, *, limit: int | None = None,
+                   tables: str | Iterable[str] | None = None,
+                   ops: str | Iterable[str] | None = None, wait: float | None = None,
+                   to: CursorLike | None = None, fmt: str | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"after": str(after)}
+    if limit is not None:
+        params["limit"] = int(limit)
+    if (t := csv(tables)) is not None:
+        params["tables"] = t
+    if (o := csv(ops)) is not None:
+        params["ops"] = o
+    if wait:
+        params["wait"] = f"{wait:g}"
+    if to is not None:
+        params["to"] = str(to)
+    if fmt is not None:
+        params["format"] = fmt
+    return params
+
+
+def new_headers(token: str | None, extra: dict[str, str] | None) -> dict[str, str]:
+    headers = {"Accept": "application/json", "User-Agent": "pgfeed-client/0.1"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    headers.update(extra or {})
+    return headers
+
+
+def check(response: httpx.Response) -> httpx.Response:
+    """Return the response if it succeeded, else raise the typed error its body describes."""
+    if response.is_success:
+        return response
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    raise error_from_response(response.status_code, body, response.text[:500] if body is None else "")
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Transport failures and gateway/unavailable answers are worth a retry; the rest is final."""
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, ClientError) and exc.status in _RETRY_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded exponential backoff with jitter: ``retries`` attempts after the first, each delay
+    ``initial * 2**n`` capped at ``maximum`` seconds."""
+
+    retries: int = 8
+    initial: float = 0.1
+    maximum: float = 5.0
+
+    def delays(self) -> Iterator[float]:
+        for n in range(self.retries):
+            base = min(self.maximum, self.initial * (2 ** n))
+            yield base * (0.5 + random.random() / 2)
+
+
+def done_after(next_cursor: str, to: Cursor | None) -> bool:
+    """Has a reader at ``next_cursor`` consumed everything up to ``to``?"""
+    if to is None:
+        return False
+    parsed = parse_cursor(next_cursor)
+    return parsed != "latest" and parsed >= to
+
+
+@dataclass(slots=True)
+class ArrowPage:
+    """One ``format=arrow`` answer: its batches, the cursor after it and the paging hints."""
+
+    schema: pa.Schema
+    batches: list[pa.RecordBatch]
+    next: str
+    head: str | None
+    has_more: bool | None
+
+    @property
+    def num_rows(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+
+def arrow_page(response: httpx.Response, after: str) -> ArrowPage:
+    """Decode an Arrow IPC stream answer and its ``PgFeed-*`` headers."""
+    import pyarrow as pa
+
+    reader = pa.ipc.open_stream(response.content)
+    batches = [b for b in reader if b.num_rows]
+    more = response.headers.get(HAS_MORE_HEADER)
+    return ArrowPage(
+        schema=reader.schema, batches=batches,
+        next=response.headers.get(NEXT_HEADER, after), head=response.headers.get(HEAD_HEADER),
+        has_more=None if more is None else more.strip().lower() in ("1", "true", "yes"),
+    )
+
+
+def arrow_done(page: ArrowPage, after: str, to: Cursor | None) -> bool:
+    """Stop paging an Arrow read: reached ``to``, told there is no more, or no progress."""
+    if done_after(page.next, to):
+        return True
+    if page.has_more is False and to is None:
+        return True
+    return page.num_rows == 0 and page.next == after
+
+
+def resolve_to(to: CursorLike | None) -> Cursor | None:
+    if to is None:
+        return None
+    if isinstance(to, Cursor):
+        return to
+    parsed = parse_cursor(to)
+    return None if parsed == "latest" else parsed
+
+
+# -- answer shapes ---------------------------------------------------------------------------------
+
+def split_boundaries(body: Any) -> list[str]:
+    """``/splits`` answer -> its ascending boundary cursors."""
+    if isinstance(body, dict):
+        for key in ("boundaries", "splits", "points"):
+            if key in body:
+                body = body[key]
+                break
+    out: list[str] = []
+    for item in body or ():
+        if isinstance(item, dict):  # [{"from": a, "to": b}, ...] ranges
+            if not out:
+                out.append(str(item["from"]))
+            out.append(str(item["to"]))
+        else:
+            out.append(str(item))
+    return out
+
+
+def table_infos(body: Any) -> list[TableInfo]:
+    if isinstance(body, dict):
+        items = body.get("tables", body)
+        if isinstance(items, dict):  # {"public.t": {...}}
+            items = [dict(v, name=k) if "schema" not in v else v for k, v in items.items()]
+    else:
+        items = body
+    return [TableInfo.from_json(t) for t in items or ()]
+
+
+def consumer_cursor(body: Any) -> str | None:
+    if isinstance(body, dict):
+        value = body.get("cursor")
+        return None if value is None else str(value)
+    return None if body is None else str(body)
+
+
+def is_missing_consumer(exc: ClientError) -> bool:
+    """A 404 about the consumer (the feed exists) rather than about the feed."""
+    return "consumer" in exc.code.lower() or "consumer" in exc.message.lower()
+
+
+def feed_create_body(name: str, dsn: str, tables: Iterable[str] | None, all_tables: bool,
+                     publication: str | None, slot: str | None,
+                     options: dict[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name, "dsn": dsn, "publication": publication, "slot": slot}
+    if all_tables:
+        body["all_tables"] = True
+    else:
+        body["tables"] = list(tables or ())
+    if options:
+        body["options"] = options
+    return body
+
+
+def feed_list(body: Any) -> list[dict[str, Any]]:
+    if isinstance(body, dict):
+        body = body.get("feeds", [])
+    return list(body or ())

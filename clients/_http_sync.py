@@ -1,0 +1,202 @@
+"""FeedClient: the synchronous HTTP client (httpx), with paging, long-poll tailing and resume."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Self
+
+import httpx
+
+from clients import _http_base as base
+from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
+from clients._models import Change, Page, TableInfo, TransactionPage
+from clients.errors import TransportFailed
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["FeedClient"]
+
+Names = str | Iterable[str] | None
+
+
+class FeedClient:
+    """Read and administer pgfeed feeds over HTTP.
+
+    ``transport`` is any ``httpx.BaseTransport`` (``httpx.MockTransport`` in tests). Reads retry
+    transport errors and 502/503/504 with bounded backoff (``retry``) and resume from the last
+    cursor they reached, so a restarted server costs neither a gap nor a duplicate.
+    """
+
+    def __init__(self, base_url: str, *, token: str | None = None,
+                 transport: httpx.BaseTransport | None = None, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._http = httpx.Client(base_url=self.base_url, transport=transport, timeout=timeout,
+                                  headers=base.new_headers(token, headers))
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+              json: Any = None, timeout: float | None = None, retry: bool = True) -> httpx.Response:
+        delays = self.retry.delays() if retry else iter(())
+        while True:
+            try:
+                return base.check(self._http.request(
+                    method, path, params=params, json=json,
+                    timeout=self.timeout if timeout is None else timeout))
+            except Exception as exc:
+                if not base.is_retryable(exc):
+                    raise
+                delay = next(delays, None)
+                if delay is None:
+                    if isinstance(exc, httpx.TransportError):
+                        raise TransportFailed(f"{method} {path}: {exc!r}", code="transport") from exc
+                    raise
+                time.sleep(delay)
+
+    def _json(self, method: str, path: str, **kw: Any) -> Any:
+        response = self._send(method, path, **kw)
+        return response.json() if response.content else None
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def page(self, feed: str, after: CursorLike = "earliest", *, limit: int | None = DEFAULT_LIMIT,
+             tables: Names = None, ops: Names = None, wait: float | None = None,
+             to: CursorLike | None = None) -> Page:
+        """One page of ``/changes`` after ``after`` (long-polling up to ``wait`` seconds)."""
+        params = base.changes_params(after, limit=limit, tables=tables, ops=ops, wait=wait, to=to)
+        timeout = self.timeout + (wait or 0)
+        return Page.from_json(self._json("GET", base.feed_path(feed, "changes"), params=params,
+                                         timeout=timeout))
+
+    def iter_changes(self, feed: str, after: CursorLike = "earliest", *, tables: Names = None,
+                     ops: Names = None, follow: bool = False, limit: int = DEFAULT_LIMIT,
+                     wait: float = 30.0) -> Iterator[Change]:
+        """Every change after ``after``, page by page. Stops when caught up unless ``follow``,
+        which then long-polls (``wait`` seconds a request) forever. Transport errors are
+        retried with backoff, resuming from the last cursor reached."""
+        cursor = str(after)
+        while True:
+            page = self.page(feed, cursor, limit=limit, tables=tables, ops=ops,
+                             wait=wait if follow else None)
+            yield from page.changes
+            cursor = page.next
+            if not page.has_more and not follow:
+                return
+
+    def transactions(self, feed: str, after: CursorLike = "earliest", *,
+                     limit: int | None = DEFAULT_LIMIT) -> TransactionPage:
+        """One page of whole transactions after ``after``."""
+        params = base.changes_params(after, limit=limit)
+        return TransactionPage.from_json(
+            self._json("GET", base.feed_path(feed, "transactions"), params=params))
+
+    def head(self, feed: str) -> str:
+        """The commit LSN of the newest durable transaction (``0/0`` when the log is empty)."""
+        page = self.page(feed, "latest", limit=1)
+        return page.head or page.next
+
+    def splits(self, feed: str, after: CursorLike = "earliest", to: CursorLike = "latest",
+               n: int = 2) -> list[str]:
+        """LSN boundaries cutting ``(after, to]`` into about ``n`` parts of equal change counts:
+        ``n + 1`` ascending cursors (fewer when the range holds fewer transactions)."""
+        body = self._json("GET", base.feed_path(feed, "splits"),
+                          params={"from": str(after), "to": str(to), "n": int(n)})
+        return base.split_boundaries(body)
+
+    def tables(self, feed: str) -> list[TableInfo]:
+        """The relations the feed has seen, newest schema version of each."""
+        return base.table_infos(self._json("GET", base.feed_path(feed, "tables")))
+
+    def read_arrow(self, feed: str, after: CursorLike = "earliest", to: CursorLike = "latest", *,
+                   table: str | None = None, tables: Names = None, ops: Names = None,
+                   limit: int | None = None) -> pa.Table:
+        """All changes in ``(after, to]`` as one Arrow table (typed columns when ``table`` names
+        a single table), following ``PgFeed-Next`` from page to page."""
+        import pyarrow as pa
+
+        schema = None
+        batches: list[pa.RecordBatch] = []
+        for page in self.iter_arrow_pages(feed, after, to, table=table, tables=tables, ops=ops,
+                                          limit=limit):
+            schema = page.schema
+            batches.extend(page.batches)
+        if schema is None:
+            raise TransportFailed("no Arrow answer", code="empty")
+        return pa.Table.from_batches(batches, schema=schema)
+
+    def iter_arrow_pages(self, feed: str, after: CursorLike = "earliest",
+                         to: CursorLike | None = "latest", *, table: str | None = None,
+                         tables: Names = None, ops: Names = None,
+                         limit: int | None = None) -> Iterator[base.ArrowPage]:
+        """The ``format=arrow`` pages covering ``(after, to]``; ``to="latest"`` is resolved to the
+        head first, so the read ends even while the feed keeps growing."""
+        if to is not None and str(to) == "latest":
+            to = self.head(feed)
+        stop = base.resolve_to(to)
+        cursor = str(after)
+        path = base.feed_path(feed, "changes")
+        while True:
+            params = base.changes_params(cursor, limit=limit, tables=table or tables, ops=ops,
+                                         to=to, fmt="arrow")
+            page = base.arrow_page(self._send("GET", path, params=params), cursor)
+            yield page
+            if base.arrow_done(page, cursor, stop):
+                return
+            cursor = page.next
+
+    # -- consumers --------------------------------------------------------------------------
+
+    def ack(self, feed: str, consumer: str, cursor: CursorLike) -> None:
+        """Acknowledge everything up to ``cursor`` for the named consumer (retention moves on)."""
+        self._send("PUT", base.feed_path(feed, "consumers", consumer), json={"cursor": str(cursor)})
+
+    def consumer(self, feed: str, name: str) -> str | None:
+        """The named consumer's acknowledged cursor, or None if it has never acknowledged."""
+        from clients.errors import FeedNotFound
+
+        try:
+            body = self._json("GET", base.feed_path(feed, "consumers", name))
+        except FeedNotFound as exc:
+            if base.is_missing_consumer(exc):
+                return None
+            raise
+        return base.consumer_cursor(body)
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def create_feed(self, name: str, dsn: str, *, tables: Iterable[str] | None = None,
+                    all_tables: bool = False, publication: str | None = None,
+                    slot: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = base.feed_create_body(name, dsn, tables, all_tables, publication, slot, options)
+        result: dict[str, Any] = self._json("POST", "/v1/feeds", json=body, retry=False)
+        return result
+
+    def list_feeds(self) -> list[dict[str, Any]]:
+        return base.feed_list(self._json("GET", "/v1/feeds"))
+
+    def get_feed(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", base.feed_path(name))
+        return result
+
+    def pause(self, name: str) -> dict[str, Any]:
+        return self._json("POST", base.feed_path(name, "pause"), retry=False) or {}
+
+    def resume(self, name: str) -> dict[str, Any]:
+        return self._json("POST", base.feed_path(name, "resume"), retry=False) or {}
+
+    def delete_feed(self, name: str) -> None:
+        self._send("DELETE", base.feed_path(name), retry=False)

@@ -1,0 +1,177 @@
+"""Client-side models of the contract's JSON: Change, Transaction, pages and table descriptions.
+
+Independent of ``service`` (Spark executors install only ``clients`` and ``spark_connector``).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from clients._cursor import Cursor, parse_lsn
+
+__all__ = ["Change", "ColumnInfo", "Page", "TableInfo", "Transaction", "TransactionPage"]
+
+
+def _ts(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
+
+
+@dataclass(slots=True)
+class Change:
+    """One change event. LSNs stay in PostgreSQL's text form; row values as the JSON gives them
+    (numeric as exact strings, bytea as base64, times as ISO 8601 strings)."""
+
+    lsn: str
+    seq: int
+    commit_lsn: str
+    xid: int
+    commit_ts: datetime | None
+    op: str
+    schema: str | None = None
+    table: str | None = None
+    key: dict[str, Any] | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    unchanged_toast: list[str] = field(default_factory=list)
+    origin: str | None = None
+    prefix: str | None = None
+    content: bytes | None = None
+    transactional: bool | None = None
+    tables: list[str] | None = None
+    options: dict[str, bool] | None = None
+    toast_filled: list[str] | None = None
+
+    @property
+    def cursor(self) -> Cursor:
+        """The cursor naming this change: resuming from it continues with the next one."""
+        return Cursor(parse_lsn(self.commit_lsn), self.seq)
+
+    @property
+    def qualified_table(self) -> str | None:
+        return None if self.table is None else f"{self.schema}.{self.table}"
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Change:
+        content = d.get("content")
+        return cls(
+            lsn=d["lsn"], seq=d["seq"], commit_lsn=d["commit_lsn"], xid=d.get("xid", 0),
+            commit_ts=_ts(d.get("commit_ts")), op=d["op"], schema=d.get("schema"),
+            table=d.get("table"), key=d.get("key"), before=d.get("before"), after=d.get("after"),
+            unchanged_toast=list(d.get("unchanged_toast") or ()), origin=d.get("origin"),
+            prefix=d.get("prefix"),
+            content=None if content is None else base64.b64decode(content),
+            transactional=d.get("transactional"), tables=d.get("tables"),
+            options=d.get("options"), toast_filled=d.get("toast_filled"),
+        )
+
+
+@dataclass(slots=True)
+class Transaction:
+    """A committed transaction (or, on a page, a slice of one) with its changes in ``seq`` order."""
+
+    xid: int
+    commit_lsn: str
+    end_lsn: str | None
+    commit_ts: datetime | None
+    origin: str | None
+    changes: list[Change]
+    change_count: int = 0
+    cursor: str | None = None  # where to resume after this transaction (gRPC and pages)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Transaction:
+        changes = [Change.from_json(c) for c in d.get("changes") or ()]
+        return cls(
+            xid=d.get("xid", 0), commit_lsn=d["commit_lsn"], end_lsn=d.get("end_lsn"),
+            commit_ts=_ts(d.get("commit_ts")), origin=d.get("origin"), changes=changes,
+            change_count=d.get("change_count", len(changes)), cursor=d.get("cursor"),
+        )
+
+
+@dataclass(slots=True)
+class Page:
+    """One page of ``/changes``: ``next`` is the cursor to continue from (past filtered-out changes
+    too); ``head`` the newest durable commit LSN; ``has_more`` whether more is already there."""
+
+    changes: list[Change]
+    next: str
+    head: str | None
+    has_more: bool
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Page:
+        return cls([Change.from_json(c) for c in d.get("changes") or ()], d["next"],
+                   d.get("head"), bool(d.get("has_more", False)))
+
+
+@dataclass(slots=True)
+class TransactionPage:
+    """One page of ``/transactions``."""
+
+    transactions: list[Transaction]
+    next: str
+    head: str | None
+    has_more: bool
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TransactionPage:
+        return cls([Transaction.from_json(t) for t in d.get("transactions") or ()], d["next"],
+                   d.get("head"), bool(d.get("has_more", False)))
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnInfo:
+    """A column as ``/tables`` describes it; ``typmod`` is PostgreSQL's atttypmod (-1: none)."""
+
+    name: str
+    type_oid: int
+    type_name: str | None
+    typmod: int = -1
+    key: bool = False
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ColumnInfo:
+        return cls(d["name"], int(d.get("type_oid") or 0), d.get("type_name"),
+                   int(d.get("typmod", -1) if d.get("typmod") is not None else -1),
+                   bool(d.get("key", d.get("is_key", False))))
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """The newest schema version of one relation seen by a feed."""
+
+    schema: str
+    table: str
+    columns: tuple[ColumnInfo, ...]
+    version: int = 1
+    replica_identity: str | None = None
+    versions: tuple[dict[str, Any], ...] = ()  # every version as served, oldest first
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.key)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TableInfo:
+        """Accepts a table with ``columns`` directly or with a ``versions`` list (newest last)."""
+        versions = tuple(d.get("versions") or ())
+        latest = versions[-1] if versions else d
+        schema, table = d.get("schema"), d.get("table")
+        if schema is None and "name" in d:
+            schema, _, table = str(d["name"]).rpartition(".")
+        return cls(
+            schema=str(schema or "public"), table=str(table),
+            columns=tuple(ColumnInfo.from_json(c) for c in latest.get("columns") or ()),
+            version=int(latest.get("version", len(versions) or 1)),
+            replica_identity=latest.get("replica_identity", d.get("replica_identity")),
+            versions=versions,
+        )

@@ -1,0 +1,225 @@
+import datetime
+
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Op(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OP_UNSPECIFIED: _ClassVar[Op]
+    OP_INSERT: _ClassVar[Op]
+    OP_UPDATE: _ClassVar[Op]
+    OP_DELETE: _ClassVar[Op]
+    OP_TRUNCATE: _ClassVar[Op]
+    OP_MESSAGE: _ClassVar[Op]
+OP_UNSPECIFIED: Op
+OP_INSERT: Op
+OP_UPDATE: Op
+OP_DELETE: Op
+OP_TRUNCATE: Op
+OP_MESSAGE: Op
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("feed", "cursor", "tables", "ops")
+    FEED_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    feed: str
+    cursor: str
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    ops: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, feed: _Optional[str] = ..., cursor: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., ops: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Transaction(_message.Message):
+    __slots__ = ("xid", "commit_lsn", "end_lsn", "commit_ts", "origin", "changes", "cursor", "final")
+    XID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LSN_FIELD_NUMBER: _ClassVar[int]
+    END_LSN_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    xid: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts: _timestamp_pb2.Timestamp
+    origin: str
+    changes: _containers.RepeatedCompositeFieldContainer[Change]
+    cursor: str
+    final: bool
+    def __init__(self, xid: _Optional[int] = ..., commit_lsn: _Optional[int] = ..., end_lsn: _Optional[int] = ..., commit_ts: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., origin: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., cursor: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
+
+class Change(_message.Message):
+    __slots__ = ("lsn", "seq", "op", "schema", "table", "key", "before", "after", "unchanged_toast", "prefix", "content", "transactional", "tables", "options", "toast_filled")
+    class KeyEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    class BeforeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    class AfterEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    class OptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bool
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bool] = ...) -> None: ...
+    LSN_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_TOAST_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    TOAST_FILLED_FIELD_NUMBER: _ClassVar[int]
+    lsn: int
+    seq: int
+    op: Op
+    schema: str
+    table: str
+    key: _containers.MessageMap[str, Value]
+    before: _containers.MessageMap[str, Value]
+    after: _containers.MessageMap[str, Value]
+    unchanged_toast: _containers.RepeatedScalarFieldContainer[str]
+    prefix: str
+    content: bytes
+    transactional: bool
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    options: _containers.ScalarMap[str, bool]
+    toast_filled: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lsn: _Optional[int] = ..., seq: _Optional[int] = ..., op: _Optional[_Union[Op, str]] = ..., schema: _Optional[str] = ..., table: _Optional[str] = ..., key: _Optional[_Mapping[str, Value]] = ..., before: _Optional[_Mapping[str, Value]] = ..., after: _Optional[_Mapping[str, Value]] = ..., unchanged_toast: _Optional[_Iterable[str]] = ..., prefix: _Optional[str] = ..., content: _Optional[bytes] = ..., transactional: _Optional[bool] = ..., tables: _Optional[_Iterable[str]] = ..., options: _Optional[_Mapping[str, bool]] = ..., toast_filled: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Value(_message.Message):
+    __slots__ = ("null_value", "bool_value", "int_value", "double_value", "string_value", "bytes_value", "numeric_value", "timestamp_value", "json_value", "list_value", "local_timestamp_value", "date_value", "time_value", "interval_value")
+    NULL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    INT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DOUBLE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_VALUE_FIELD_NUMBER: _ClassVar[int]
+    NUMERIC_VALUE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_VALUE_FIELD_NUMBER: _ClassVar[int]
+    JSON_VALUE_FIELD_NUMBER: _ClassVar[int]
+    LIST_VALUE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_TIMESTAMP_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DATE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    TIME_VALUE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    null_value: _struct_pb2.NullValue
+    bool_value: bool
+    int_value: int
+    double_value: float
+    string_value: str
+    bytes_value: bytes
+    numeric_value: str
+    timestamp_value: _timestamp_pb2.Timestamp
+    json_value: str
+    list_value: ValueList
+    local_timestamp_value: _timestamp_pb2.Timestamp
+    date_value: str
+    time_value: str
+    interval_value: str
+    def __init__(self, null_value: _Optional[_Union[_struct_pb2.NullValue, str]] = ..., bool_value: _Optional[bool] = ..., int_value: _Optional[int] = ..., double_value: _Optional[float] = ..., string_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., numeric_value: _Optional[str] = ..., timestamp_value: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., json_value: _Optional[str] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ..., local_timestamp_value: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., date_value: _Optional[str] = ..., time_value: _Optional[str] = ..., interval_value: _Optional[str] = ...) -> None: ...
+
+class ValueList(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+
+class ListFeedsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListFeedsResponse(_message.Message):
+    __slots__ = ("feeds",)
+    FEEDS_FIELD_NUMBER: _ClassVar[int]
+    feeds: _containers.RepeatedCompositeFieldContainer[Feed]
+    def __init__(self, feeds: _Optional[_Iterable[_Union[Feed, _Mapping]]] = ...) -> None: ...
+
+class GetFeedRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class Feed(_message.Message):
+    __slots__ = ("name", "state", "slot", "publication", "tables", "all_tables", "source", "confirmed_lsn", "head_lsn", "server_lsn", "lag_bytes", "lag_seconds", "changes_per_second", "changes_captured", "bytes_captured", "last_error", "proto_version", "slot_risk")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    PUBLICATION_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    ALL_TABLES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_LSN_FIELD_NUMBER: _ClassVar[int]
+    HEAD_LSN_FIELD_NUMBER: _ClassVar[int]
+    SERVER_LSN_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_CAPTURED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_CAPTURED_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROTO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SLOT_RISK_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state: str
+    slot: str
+    publication: str
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    all_tables: bool
+    source: str
+    confirmed_lsn: int
+    head_lsn: int
+    server_lsn: int
+    lag_bytes: int
+    lag_seconds: float
+    changes_per_second: float
+    changes_captured: int
+    bytes_captured: int
+    last_error: str
+    proto_version: int
+    slot_risk: SlotRisk
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., slot: _Optional[str] = ..., publication: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., all_tables: _Optional[bool] = ..., source: _Optional[str] = ..., confirmed_lsn: _Optional[int] = ..., head_lsn: _Optional[int] = ..., server_lsn: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., changes_per_second: _Optional[float] = ..., changes_captured: _Optional[int] = ..., bytes_captured: _Optional[int] = ..., last_error: _Optional[str] = ..., proto_version: _Optional[int] = ..., slot_risk: _Optional[_Union[SlotRisk, _Mapping]] = ...) -> None: ...
+
+class SlotRisk(_message.Message):
+    __slots__ = ("wal_status", "safe_wal_size", "retained_bytes")
+    WAL_STATUS_FIELD_NUMBER: _ClassVar[int]
+    SAFE_WAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RETAINED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    wal_status: str
+    safe_wal_size: int
+    retained_bytes: int
+    def __init__(self, wal_status: _Optional[str] = ..., safe_wal_size: _Optional[int] = ..., retained_bytes: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,140 @@
+"""Reading a feed by cursor: the one paging algorithm behind HTTP pages, Arrow pages and gRPC streams.
+
+Decode happens here, on read (capture stores wire bytes, see docs/design.md). A page scans at most
+``limit`` changes past the cursor; table/op filters drop changes from the answer but never from
+the scan, so ``next`` always advances past what was skipped and a reader resuming from it sees no
+gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Literal
+
+from clients._cursor import EARLIEST, Cursor, format_lsn
+from service.assembler.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
+from service.assembler.model import Op, StoredTransaction, Transaction
+from service.assembler.relations import RelationCatalog
+from service.changelog.base import ChangeLog
+from service.errors import RetentionError
+
+__all__ = ["FeedReader", "Page", "parse_ops"]
+
+_OPS = {op.value: op for op in Op}
+
+
+def parse_ops(names: Collection[str] | None) -> frozenset[Op] | None:
+    """``["insert", "delete"]`` -> ops; None or empty means every op. Unknown names raise ValueError."""
+    if not names:
+        return None
+    unknown = [n for n in names if n not in _OPS]
+    if unknown:
+        raise ValueError(f"unknown op {unknown[0]!r}: expected some of {', '.join(_OPS)}")
+    return frozenset(_OPS[n] for n in names)
+
+
+@dataclass(slots=True)
+class Page:
+    """Decoded transactions (sliced when a page ends inside one, empty ones left out), the cursor
+    after everything scanned, the log's head and whether the log holds more past ``next``."""
+
+    transactions: list[Transaction]
+    next: Cursor
+    head: int
+    has_more: bool
+
+    @property
+    def change_count(self) -> int:
+        return sum(len(t.changes) for t in self.transactions)
+
+
+class FeedReader:
+    """Pages one feed's change log. Thread-safe: decoding is serialised (the decoder's caches and
+    the ``reselect`` image LRU are per feed), log reads are not."""
+
+    def __init__(self, changelog: ChangeLog, catalog: Callable[[], RelationCatalog], *,
+                 toast: ToastMode = "placeholder", placeholder: str = DEFAULT_PLACEHOLDER) -> None:
+        self.changelog = changelog
+        self._catalog = catalog
+        self._decoder = TransactionDecoder(catalog(), toast=toast, placeholder=placeholder)
+        self._lock = threading.Lock()
+        # The transaction a reader is paging through by seq: large ones are read from the log
+        # once, not once per page.
+        self._current: StoredTransaction | None = None
+
+    def resolve(self, cursor: Cursor | Literal["latest"]) -> Cursor:
+        """``latest`` -> the head; a cursor before what retention dropped -> RetentionError (410)."""
+        if cursor == "latest":
+            return Cursor(self.changelog.head())
+        trimmed = self.changelog.trimmed_lsn()
+        if cursor != EARLIEST and trimmed and cursor < Cursor(trimmed):
+            oldest = self.changelog.oldest()
+            oldest_text = format_lsn(oldest) if oldest else format_lsn(trimmed)
+            raise RetentionError(
+                f"cursor {cursor} is older than the feed's retention: changes up to "
+                f"{format_lsn(trimmed)} were dropped; resume from 'earliest' (oldest retained "
+                f"transaction {oldest_text})", oldest=oldest_text)
+        return cursor
+
+    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
+             ops: Collection[Op] | None = None, to: Cursor | None = None,
+             max_transactions: int | None = None, whole_transactions: bool = False) -> Page:
+        """Up to ``limit`` changes scanned after ``after`` (and up to ``to`` inclusive).
+
+        ``max_transactions`` additionally stops after that many transactions (the
+        ``/transactions`` endpoint); a transaction is still sliced at ``limit`` changes.
+        ``whole_transactions`` ends the page before a transaction that would not fit in what is
+        left of ``limit``, so only a page's first transaction is ever sliced.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        table_set = set(tables) if tables else None
+        op_set = set(ops) if ops else None
+        head = self.changelog.head()
+        upto = None if to is None else to.lsn
+        next_cursor = after
+        out: list[Transaction] = []
+        remaining = limit
+        count = 0
+        for stored in self._stored(after, limit, upto):
+            if remaining <= 0 or (max_transactions is not None and count >= max_transactions):
+                break
+            if stored.change_count == 0:
+                next_cursor = Cursor(stored.commit_lsn)
+                continue
+            first = after.seq + 1 if stored.commit_lsn == after.lsn and after.seq is not None else 0
+            if first >= stored.change_count:  # a cursor naming its last change (or past it)
+                next_cursor = Cursor(stored.commit_lsn)
+                continue
+            if whole_transactions and count and stored.change_count - first > remaining:
+                break
+            last_wanted = stored.change_count - 1
+            if to is not None and to.lsn == stored.commit_lsn and to.seq is not None:
+                last_wanted = min(last_wanted, to.seq)
+            budget = min(remaining, last_wanted - first + 1)
+            if budget <= 0:  # the reader already holds everything up to ``to``
+                break
+            with self._lock:
+                self._decoder.catalog = self._catalog()
+                txn = self._decoder.decode(stored, first_seq=first, max_changes=budget,
+                                           tables=table_set, ops=op_set)
+            scanned = txn.last_seq - first + 1
+            remaining -= scanned
+            count += 1
+            whole = txn.last_seq >= stored.change_count - 1
+            next_cursor = Cursor(stored.commit_lsn) if whole else Cursor(stored.commit_lsn, txn.last_seq)
+            self._current = None if whole else stored
+            if txn.changes:
+                out.append(txn)
+        bound = Cursor(head) if to is None else min(Cursor(head), to)
+        return Page(out, next_cursor, head, next_cursor < bound)
+
+    def _stored(self, after: Cursor, limit: int, upto: int | None) -> list[StoredTransaction]:
+        current = self._current
+        if current is not None and after.seq is not None and current.commit_lsn == after.lsn:
+            rest = self.changelog.read(Cursor(after.lsn), limit, upto) \
+                if after.seq + limit >= current.change_count - 1 else []
+            return [current, *rest]
+        return self.changelog.read(after, limit, upto)

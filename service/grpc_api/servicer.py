@@ -1,0 +1,234 @@
+"""ChangeFeedServicer: the pgfeed.v1.ChangeFeed RPCs (Subscribe, ListFeeds, GetFeed).
+
+Subscribe pages the feed with ``FeedReader`` (the one paging algorithm) in a worker thread,
+encodes each page into frames there too (``encoding.to_proto``), writes them one by one at the
+client's pace, and when caught up awaits the feed's head notifier. The cursor always comes from
+the reader's ``next``, so the hand-over from replay to live tail has no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+from pgfeed.v1 import feed_pb2, feed_pb2_grpc
+
+from clients._cursor import Cursor, CursorError, parse_cursor
+from service.assembler.model import Op
+from service.encoding.to_proto import ColumnKinds, Framer, json_columns
+from service.errors import FeedNotFound, PgfeedError, RetentionError
+from service.feeds.model import FeedStatus
+from service.feeds.reader import FeedReader, Page, parse_ops
+from service.feeds.supervisor import Supervisor
+from service.metrics import Metrics
+
+__all__ = ["OLDEST_METADATA", "ChangeFeedServicer", "feed_message"]
+
+log = logging.getLogger("pgfeed.grpc")
+
+OLDEST_METADATA = "pgfeed-oldest"  # trailing metadata of OUT_OF_RANGE: the oldest position served
+PAGE_CHANGES = 10_000  # changes scanned per log read while replaying
+TAIL_WAIT = 30.0  # seconds a caught-up stream waits on the notifier before looking again
+_SHUTDOWN = "the server is shutting down: resume from the last cursor received"
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    feed: str
+    cursor: Cursor | str
+    tables: frozenset[str] | None
+    ops: frozenset[Op] | None
+
+
+class _Stream:
+    """The blocking half of one subscription (runs in worker threads): read a page, encode it."""
+
+    def __init__(self, supervisor: Supervisor, request: _Request) -> None:
+        self.supervisor = supervisor
+        self.request = request
+        self.reader: FeedReader | None = None
+        self.framer = Framer()
+        self._kinds: ColumnKinds = {}
+        self._kinds_at = -1.0
+
+    def start(self) -> Cursor:
+        """The feed's reader and the resolved start cursor (FeedNotFound, RetentionError)."""
+        self.reader = self.supervisor.reader(self.request.feed)
+        return self.reader.resolve(self.request.cursor)  # type: ignore[arg-type]
+
+    def read(self, after: Cursor) -> tuple[Page, list[bytes]]:
+        assert self.reader is not None
+        request = self.request
+        page = self.reader.page(after, PAGE_CHANGES, tables=request.tables, ops=request.ops)
+        # Retention may have trimmed past ``after`` while the stream ran: checked after the read,
+        # so a read that returned is known to have missed nothing.
+        self.reader.resolve(after)
+        frames = self.framer.frames(page.transactions, page.next, self._column_kinds(page))
+        return page, frames
+
+    def _column_kinds(self, page: Page) -> ColumnKinds:
+        """json/jsonb columns per table (newest schema version), refreshed when a page brings a
+        table not known yet, and every few seconds (an ALTER TABLE)."""
+        now = time.monotonic()
+        kinds = self._kinds
+        if now - self._kinds_at > 5.0 or any(
+                c.table is not None and (c.schema, c.table) not in kinds
+                for t in page.transactions for c in t.changes):
+            self._kinds = json_columns(self.supervisor.catalog(self.request.feed))
+            self._kinds_at = now
+        return self._kinds
+
+
+class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc]
+    """Answers the ChangeFeed RPCs. ``Subscribe`` yields serialized ``Transaction`` frames (the
+    server registers it with a pass-through serializer; see ``server.py``)."""
+
+    def __init__(self, supervisor: Supervisor, metrics: Metrics | None = None) -> None:
+        self.supervisor = supervisor
+        self.metrics = metrics
+        self._stopping = asyncio.Event()
+
+    def shut_down(self) -> None:
+        """End every stream (UNAVAILABLE, so clients resume elsewhere); called on graceful stop."""
+        self._stopping.set()
+
+    # -- Subscribe -------------------------------------------------------------------------------
+    async def Subscribe(self, request: feed_pb2.SubscribeRequest,
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        parsed = await _parse(request, context)
+        stream = _Stream(self.supervisor, parsed)
+        try:
+            position = await asyncio.to_thread(stream.start)
+        except FeedNotFound as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except RetentionError as exc:
+            await _expired(context, exc)
+        subscribers = served = None
+        if self.metrics is not None:
+            subscribers = self.metrics.subscribers.labels(feed=parsed.feed)
+            served = self.metrics.served_changes.labels(feed=parsed.feed, surface="grpc")
+            subscribers.inc()
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            notifier = self.supervisor.notifier(parsed.feed)
+            while True:
+                try:
+                    page, frames = await asyncio.to_thread(stream.read, position)
+                except RetentionError as exc:
+                    await _expired(context, exc)
+                except FeedNotFound as exc:
+                    await context.abort(grpc.StatusCode.NOT_FOUND, f"{exc} (deleted while streaming)")
+                except PgfeedError as exc:
+                    log.error("feed %s: subscription failed at %s: %s", parsed.feed, position, exc)
+                    await context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+                for frame in frames:
+                    yield frame  # grpc awaits each write: the client's pace is respected
+                if served is not None and page.transactions:
+                    served.inc(page.change_count)
+                position = page.next
+                if stop.done():
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
+                if not page.has_more:
+                    await _wait_beyond(notifier.wait_beyond(page.head, TAIL_WAIT), stop)
+                    if stop.done():
+                        await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
+        finally:
+            stop.cancel()
+            if subscribers is not None:
+                subscribers.dec()
+
+    # -- discovery -------------------------------------------------------------------------------
+    async def ListFeeds(self, request: feed_pb2.ListFeedsRequest,
+                        context: grpc.aio.ServicerContext) -> feed_pb2.ListFeedsResponse:
+        with self._timed("ListFeeds"):
+            statuses = await asyncio.to_thread(self.supervisor.statuses)
+            return feed_pb2.ListFeedsResponse(feeds=[feed_message(s) for s in statuses])
+
+    async def GetFeed(self, request: feed_pb2.GetFeedRequest,
+                      context: grpc.aio.ServicerContext) -> feed_pb2.Feed:
+        with self._timed("GetFeed"):
+            if not request.name:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "'name' is required")
+            try:
+                status = await asyncio.to_thread(self.supervisor.status, request.name)
+            except FeedNotFound as exc:
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+            return feed_message(status)
+
+    def _timed(self, endpoint: str) -> Any:
+        if self.metrics is None:
+            return _NullTimer()
+        return self.metrics.request_latency.labels(surface="grpc", endpoint=endpoint).time()
+
+
+class _NullTimer:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+async def _parse(request: feed_pb2.SubscribeRequest, context: grpc.aio.ServicerContext) -> _Request:
+    """Validate a SubscribeRequest (INVALID_ARGUMENT naming the expected form)."""
+    if not request.feed:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "'feed' is required")
+    try:
+        cursor = parse_cursor(request.cursor or "earliest")
+    except CursorError as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cursor: {exc}")
+    try:
+        ops = parse_ops(list(request.ops))
+    except ValueError as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ops: {exc}")
+    tables = None
+    if request.tables:
+        names = [t.strip() for t in request.tables]
+        if not all(names):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "tables: empty table name; expected names like public.orders")
+        # As on HTTP: ``orders`` means ``public.orders``.
+        tables = frozenset(n if "." in n else f"public.{n}" for n in names)
+    return _Request(request.feed, cursor, tables, ops)
+
+
+async def _expired(context: grpc.aio.ServicerContext, exc: RetentionError) -> NoReturn:
+    context.set_trailing_metadata(((OLDEST_METADATA, exc.oldest),))
+    await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+    raise AssertionError("unreachable")  # abort raises
+
+
+async def _wait_beyond(waiting: Any, stop: asyncio.Future[Any]) -> None:
+    """Await the notifier (``waiting``) or the server's stop, whichever comes first."""
+    tail = asyncio.ensure_future(waiting)
+    try:
+        await asyncio.wait((tail, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        tail.cancel()
+
+
+def feed_message(status: FeedStatus) -> feed_pb2.Feed:
+    """A FeedStatus (DSN already masked in ``source``) -> ``pgfeed.v1.Feed``."""
+    msg = feed_pb2.Feed(
+        name=status.name, state=status.state, slot=status.slot, publication=status.publication,
+        tables=status.tables, all_tables=status.all_tables, source=status.source,
+        confirmed_lsn=status.confirmed_lsn, head_lsn=status.head_lsn,
+        changes_per_second=status.changes_per_second, changes_captured=status.changes_captured,
+        bytes_captured=status.bytes_captured)
+    for name in ("server_lsn", "lag_bytes", "lag_seconds", "last_error", "proto_version"):
+        value = getattr(status, name)
+        if value is not None:
+            setattr(msg, name, value)
+    risk = status.slot_risk
+    msg.slot_risk.SetInParent()
+    for name in ("wal_status", "safe_wal_size", "retained_bytes"):
+        value = getattr(risk, name)
+        if value is not None:
+            setattr(msg.slot_risk, name, value)
+    return msg
+

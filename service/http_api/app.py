@@ -1,0 +1,97 @@
+"""The FastAPI application: ``create_app(supervisor, settings, metrics)`` wires routers, token
+checks, error handlers, metrics and the OpenAPI document; nothing is created at import time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+import service
+from service.config import Settings
+from service.feeds.supervisor import Supervisor
+from service.http_api.auth import TokenAuth
+from service.http_api.errors import install_handlers
+from service.http_api.middleware import ObserveMiddleware
+from service.http_api.readahead import ReadAhead
+from service.http_api.routes import changes, consumers, feeds, ops
+from service.http_api.schemas import ErrorBody
+from service.metrics import Metrics
+
+__all__ = ["create_app"]
+
+_DESCRIPTION = """Change data capture for PostgreSQL: read feeds by LSN cursor (JSON or Arrow),
+acknowledge named consumers, and administer feeds.
+
+Cursors: `16/B374D848` (everything up to that commit), `16/B374D848:41` (changes 0..41 of it),
+`earliest`, `latest`. Errors are `{"error": {"code", "message"}}`. When tokens are configured,
+reading needs a read or admin bearer token and administration an admin token."""
+
+_ERROR = {"model": ErrorBody}
+_READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {**_ERROR, "description": "Malformed cursor or bad parameter"},
+    401: {**_ERROR, "description": "Missing or invalid bearer token"},
+    404: {**_ERROR, "description": "Unknown feed (or consumer)"},
+    410: {**_ERROR, "description": "Cursor older than retention; `oldest` names the oldest position"},
+}
+_ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {**_ERROR, "description": "Bad parameter"},
+    401: {**_ERROR, "description": "Missing or invalid bearer token"},
+    403: {**_ERROR, "description": "A read token on an admin endpoint"},
+    404: {**_ERROR, "description": "Unknown feed"},
+}
+
+
+def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
+    app = FastAPI(title="pgfeed", version=service.__version__, description=_DESCRIPTION,
+                  openapi_tags=[
+                      {"name": "reading", "description": "Pages of changes and transactions"},
+                      {"name": "consumers", "description": "Acknowledged cursors"},
+                      {"name": "admin", "description": "Feeds (admin token)"},
+                      {"name": "operations", "description": "Health and metrics (open)"},
+                  ])
+    app.state.supervisor = supervisor
+    app.state.settings = settings
+    app.state.metrics = metrics if metrics is not None else Metrics(supervisor)
+    app.state.auth = TokenAuth(settings)
+    app.state.read_ahead = ReadAhead()
+    app.include_router(changes.router, responses=_READ_ERRORS)
+    app.include_router(consumers.router, responses={
+        **_READ_ERRORS, 422: {**_ERROR, "description": "Invalid request body"}})
+    app.include_router(feeds.router, responses=_ADMIN_ERRORS)
+    app.include_router(ops.router)
+    install_handlers(app)
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with its validation-error answers replaced by the contract's error
+    body: query and path problems are 400, body problems 422."""
+    doc = get_openapi(title=app.title, version=app.version, description=app.description,
+                      routes=app.routes, tags=app.openapi_tags)
+    error_ref = {"$ref": "#/components/schemas/ErrorBody"}
+    for path_item in doc.get("paths", {}).values():
+        for operation in path_item.values():
+            responses = operation.get("responses", {})
+            default_422 = responses.pop("422", None)
+            if "requestBody" in operation:
+                responses["422"] = {"description": "Invalid request body",
+                                    "content": {"application/json": {"schema": error_ref}}}
+                responses.setdefault("400", {"description": "Malformed JSON body",
+                                             "content": {"application/json": {"schema": error_ref}}})
+            if default_422 is not None and operation.get("parameters"):
+                responses.setdefault("400", {"description": "Bad parameter",
+                                             "content": {"application/json": {"schema": error_ref}}})
+    schemas = doc.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    return doc

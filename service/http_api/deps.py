@@ -1,0 +1,59 @@
+"""Typed dependencies of the routes: the supervisor, settings and metrics the app was built with,
+and the two token scopes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials
+
+from service.config import Settings
+from service.feeds.supervisor import Supervisor
+from service.http_api.auth import TokenAuth, bearer_scheme
+from service.http_api.readahead import ReadAhead
+from service.metrics import Metrics
+
+__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "SettingsDep", "SupervisorDep"]
+
+
+def _supervisor(request: Request) -> Supervisor:
+    supervisor: Supervisor = request.app.state.supervisor
+    return supervisor
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def _read_ahead(request: Request) -> ReadAhead:
+    read_ahead: ReadAhead = request.app.state.read_ahead
+    return read_ahead
+
+
+def _metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+SupervisorDep = Annotated[Supervisor, Depends(_supervisor)]
+SettingsDep = Annotated[Settings, Depends(_settings)]
+MetricsDep = Annotated[Metrics, Depends(_metrics)]
+ReadAheadDep = Annotated[ReadAhead, Depends(_read_ahead)]
+
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
+
+
+def require_read(request: Request, credentials: Credentials) -> None:
+    auth: TokenAuth = request.app.state.auth
+    auth.check(credentials, "read")
+
+
+def require_admin(request: Request, credentials: Credentials) -> None:
+    auth: TokenAuth = request.app.state.auth
+    auth.check(credentials, "admin")
+
+
+ReadScope = Depends(require_read)
+AdminScope = Depends(require_admin)

@@ -1,0 +1,104 @@
+"""A page -> the bytes of its answer: JSON (``/changes``, ``/transactions``) or an Arrow IPC stream
+(generic, or typed for a single-table read). Blocking CPU work: call it from a worker thread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from clients._cursor import Cursor, format_lsn, parse_lsn
+from service.assembler.model import Transaction
+from service.assembler.relations import RelationCatalog
+from service.encoding import to_arrow
+from service.encoding.to_json import change_to_dict, dumps, transaction_to_dict
+from service.feeds.reader import Page
+from service.http_api.errors import ApiError
+
+__all__ = ["Encoded", "arrow_page", "json_changes", "json_transactions"]
+
+NEXT_HEADER = "PgFeed-Next"
+HEAD_HEADER = "PgFeed-Head"
+HAS_MORE_HEADER = "PgFeed-Has-More"
+
+
+@dataclass(slots=True)
+class Encoded:
+    """An encoded page. For JSON, ``body`` stops before the tail (``"next"``, ``"head"``,
+    ``"has_more"``), which ``finish`` writes with the head current when the answer leaves, so a
+    page read ahead never reports a stale head."""
+
+    body: bytes
+    media_type: str
+    page: Page
+    change_count: int
+
+    def finish(self, head: int, to: Cursor | None) -> tuple[bytes, dict[str, str]]:
+        page = self.page
+        head = max(head, page.head)
+        bound = Cursor(head) if to is None else min(Cursor(head), to)
+        has_more = page.next < bound
+        next_text, head_text = str(page.next), format_lsn(head)
+        headers = {NEXT_HEADER: next_text, HEAD_HEADER: head_text,
+                   HAS_MORE_HEADER: "true" if has_more else "false"}
+        if self.media_type != "application/json":
+            return self.body, headers
+        tail = (b'"next":' + orjson.dumps(next_text) + b',"head":' + orjson.dumps(head_text)
+                + (b',"has_more":true}' if has_more else b',"has_more":false}'))
+        return self.body + tail, headers
+
+
+def json_changes(page: Page) -> Encoded:
+    changes = [change_to_dict(c, t) for t in page.transactions for c in t.changes]
+    return Encoded(b'{"changes":' + dumps(changes) + b",", "application/json", page, len(changes))
+
+
+def cursor_after(txn: Transaction) -> str:
+    """Where a reader resumes after this transaction (or after this slice of it)."""
+    last = txn.last_seq
+    if last is None or last >= txn.change_count - 1:
+        return format_lsn(txn.commit_lsn)
+    return f"{format_lsn(txn.commit_lsn)}:{last}"
+
+
+def json_transactions(page: Page) -> Encoded:
+    items = []
+    count = 0
+    for txn in page.transactions:
+        item = transaction_to_dict(txn)
+        item["cursor"] = cursor_after(txn)
+        count += len(txn.changes)
+        items.append(item)
+    return Encoded(b'{"transactions":' + dumps(items) + b",", "application/json", page, count)
+
+
+def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | None) -> Encoded:
+    """Generic change rows, or the typed rows of ``typed_table`` (its newest shape in ``catalog``)."""
+    if typed_table is not None:
+        assert catalog is not None
+        columns = table_columns(catalog, typed_table)
+        try:
+            schema = to_arrow.typed_schema(columns)
+        except ValueError as exc:
+            raise ApiError(400, "unsupported_table", str(exc)) from None
+        batch = to_arrow.typed_batch(page.transactions, columns, schema)
+    else:
+        schema = to_arrow.change_schema()
+        batch = to_arrow.generic_batch(page.transactions)
+    return Encoded(to_arrow.ipc_stream(schema, [batch]), to_arrow.ARROW_MEDIA_TYPE, page,
+                   batch.num_rows)
+
+
+def table_columns(catalog: RelationCatalog, table: str) -> Sequence[to_arrow.ArrowColumn]:
+    """The newest shape of ``table`` (``schema.table``) the feed has seen; none yet: no columns."""
+    found: dict[str, Any] | None = None
+    for info in catalog.tables():
+        if info["name"] == table and (found is None or parse_lsn(info["valid_from"])
+                                      > parse_lsn(found["valid_from"])):
+            found = info
+    if found is None:
+        return []
+    return [to_arrow.ArrowColumn(c["name"], c["type_name"], c["typmod"], c["type_oid"])
+            for c in found["columns"]]

@@ -1,0 +1,47 @@
+"""Pure ASGI middleware: request latency by route template, and the last-resort error answer
+(an unexpected exception becomes a 500 with the contract's JSON, never a stack trace)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.http_api.errors import error_response
+from service.metrics import Metrics
+
+log = logging.getLogger("pgfeed.http")
+
+
+class ObserveMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        started = False
+
+        async def send_tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracking)
+        except Exception:
+            log.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                response = error_response(500, "internal_error",
+                                          "internal error; the service log has the details")
+                await response(scope, receive, send)
+        finally:
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            self.metrics.request_latency.labels(surface="http", endpoint=endpoint).observe(
+                time.perf_counter() - start)

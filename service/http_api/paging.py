@@ -1,0 +1,179 @@
+"""One read request from query to encoded body: parse cursors and filters, page the feed in a
+worker thread (``FeedReader``, the one paging algorithm), long-poll on the feed's head notifier
+when a page comes back empty, and encode the page as JSON or Arrow.
+
+Log reads and decoding never run on the event loop; waiting does not hold a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from starlette.concurrency import run_in_threadpool
+
+from clients._cursor import Cursor, CursorError, parse_cursor
+from service.assembler.model import Op
+from service.feeds.reader import FeedReader, parse_ops
+from service.feeds.supervisor import Supervisor
+from service.http_api import encode
+from service.http_api.encode import Encoded
+from service.http_api.errors import ApiError, bad_parameter
+from service.http_api.readahead import ReadAhead
+
+__all__ = ["Answer", "PageRequest", "parse_cursor_param", "parse_names", "parse_ops_param",
+           "parse_tables", "serve_page"]
+
+Format = Literal["json", "arrow"]
+CursorParam = Cursor | Literal["latest"]
+
+
+# -- query parameters ------------------------------------------------------------------------------
+
+def parse_cursor_param(name: str, text: str, *, where: str = "query parameter") -> CursorParam:
+    try:
+        return parse_cursor(text)
+    except CursorError as exc:
+        raise ApiError(400, "invalid_cursor", f"{where} {name!r}: {exc}") from None
+
+
+def parse_names(name: str, values: Sequence[str] | None) -> list[str] | None:
+    """Comma-separated and/or repeated values -> a list (None when absent)."""
+    if not values:
+        return None
+    out: list[str] = []
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if not item:
+                raise bad_parameter(name, "empty name in the list; expected comma-separated names")
+            if len(item) > 200:
+                raise bad_parameter(name, "name longer than 200 characters")
+            out.append(item)
+    return out
+
+
+def parse_tables(values: Sequence[str] | None) -> frozenset[str] | None:
+    """``orders`` means ``public.orders``; names are matched as ``schema.table``, unquoted."""
+    names = parse_names("tables", values)
+    if names is None:
+        return None
+    return frozenset(n if "." in n else f"public.{n}" for n in names)
+
+
+def parse_ops_param(values: Sequence[str] | None) -> frozenset[Op] | None:
+    names = parse_names("ops", values)
+    try:
+        return parse_ops(names)
+    except ValueError as exc:
+        raise bad_parameter("ops", str(exc)) from None
+
+
+# -- one request -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    after: CursorParam
+    limit: int
+    tables: frozenset[str] | None = None
+    ops: frozenset[Op] | None = None
+    to: CursorParam | None = None
+    wait: float = 0.0
+    fmt: Format = "json"
+    # /transactions: at most this many transactions a page, only the first one ever sliced
+    # (``limit`` is then the change budget of the page)
+    transactions: int | None = None
+
+
+@dataclass(slots=True)
+class Answer:
+    body: bytes
+    media_type: str
+    headers: dict[str, str]
+    change_count: int
+    # Starts reading the next page; run once this answer is sent, so that the worker thread
+    # decoding it does not compete with the event loop for the GIL while the body goes out.
+    read_next: Callable[[], Awaitable[None]] | None = None
+
+
+async def serve_page(supervisor: Supervisor, feed: str, request: PageRequest,
+                     read_ahead: ReadAhead | None = None) -> Answer:
+    """Page the feed; when the page is empty and nothing more is there, wait up to
+    ``request.wait`` seconds for a commit and page again (from the advanced cursor). With
+    ``read_ahead``, the next page is read while the client handles this one."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.wait
+    reading = _Reading(supervisor, feed, request)
+    after, head = await run_in_threadpool(reading.resolve)
+    out = await read_ahead.take(reading.key(after)) if read_ahead is not None else None
+    if out is None:
+        out = await run_in_threadpool(reading.read, after)
+    while True:
+        page = out.page
+        head = max(head, page.head)
+        remaining = deadline - loop.time()
+        if out.change_count or page.next < reading.bound(head) or remaining <= 0:
+            break
+        head = max(head, await supervisor.notifier(feed).wait_beyond(head, remaining))
+        out = await run_in_threadpool(reading.read, page.next)
+    body, headers = out.finish(head, reading.to)
+    answer = Answer(body, out.media_type, headers, out.change_count)
+    if read_ahead is not None and reading.worth_reading_ahead(out, head):
+        nxt = out.page.next
+
+        async def read_next() -> None:  # async: runs on the event loop, not in a worker
+            read_ahead.start(reading.key(nxt), lambda: reading.read(nxt))
+
+        answer.read_next = read_next
+    return answer
+
+
+class _Reading:
+    """The blocking half of a request, run in worker threads."""
+
+    def __init__(self, supervisor: Supervisor, feed: str, request: PageRequest) -> None:
+        self.supervisor = supervisor
+        self.feed = feed
+        self.request = request
+        self.to: Cursor | None = None
+        self.reader: FeedReader | None = None
+        tables = request.tables
+        self.typed_table = (next(iter(tables)) if request.fmt == "arrow" and tables is not None
+                            and len(tables) == 1 and request.transactions is None else None)
+
+    def resolve(self) -> tuple[Cursor, int]:
+        """The start cursor (``latest`` resolved, retention checked), and the head."""
+        reader = self.reader = self.supervisor.reader(self.feed)
+        request = self.request
+        head = reader.changelog.head()
+        after = reader.resolve(request.after)
+        if request.to is not None:
+            self.to = Cursor(head) if request.to == "latest" else request.to
+        return after, head
+
+    def bound(self, head: int) -> Cursor:
+        return Cursor(head) if self.to is None else min(Cursor(head), self.to)
+
+    def key(self, after: Cursor) -> Hashable:
+        r = self.request
+        return (self.reader, after, r.limit, r.tables, r.ops, self.to, r.fmt, r.transactions)
+
+    def worth_reading_ahead(self, out: Encoded, head: int) -> bool:
+        """A reader with more to read right now, and a bound that does not move (``to=latest``
+        is the head of each request)."""
+        return out.page.next < self.bound(head) and self.request.to != "latest"
+
+    def read(self, after: Cursor) -> Encoded:
+        assert self.reader is not None
+        request = self.request
+        page = self.reader.page(after, request.limit, tables=request.tables, ops=request.ops,
+                                to=self.to, max_transactions=request.transactions,
+                                whole_transactions=request.transactions is not None)
+        if request.fmt == "arrow":
+            catalog = self.supervisor.catalog(self.feed) if self.typed_table else None
+            return encode.arrow_page(page, self.typed_table, catalog)
+        if request.transactions is not None:
+            return encode.json_transactions(page)
+        return encode.json_changes(page)

@@ -1,0 +1,90 @@
+"""Read-ahead: while a client handles a page, the next one (same parameters, from its ``next``
+cursor) is read and encoded in a worker thread, so paging overlaps the server's decoding with the
+client's parsing instead of adding them up.
+
+Pages are immutable once written (the log only grows and loses its oldest part); an entry is keyed
+by the feed's reader object (a re-created feed has a new one) and the full page parameters.
+Retention is still checked per request before an entry is used, and the head and ``has_more`` are
+recomputed when the answer leaves. Entries expire after ``ttl`` seconds; at most ``max_entries``
+pages and ``max_bytes`` of encoded bodies are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
+
+from service.http_api.encode import Encoded
+
+__all__ = ["ReadAhead"]
+
+log = logging.getLogger("pgfeed.http")
+
+
+@dataclass(slots=True)
+class _Entry:
+    task: asyncio.Task[Encoded]
+    created: float
+
+
+class ReadAhead:
+    def __init__(self, *, max_entries: int = 32, max_bytes: int = 256 << 20, ttl: float = 30.0) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.ttl = ttl
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._running: set[asyncio.Task[Encoded]] = set()
+        self.hits = 0
+        self.misses = 0
+
+    def _expire(self, now: float) -> None:
+        while self._entries:
+            key, entry = next(iter(self._entries.items()))
+            if now - entry.created < self.ttl and len(self._entries) <= self.max_entries:
+                break
+            del self._entries[key]
+        held = 0
+        for key, entry in reversed(self._entries.items()):  # newest first
+            if entry.task.done() and not entry.task.cancelled() and entry.task.exception() is None:
+                held += len(entry.task.result().body)
+        while held > self.max_bytes and self._entries:
+            key, entry = self._entries.popitem(last=False)
+            if entry.task.done() and not entry.task.cancelled() and entry.task.exception() is None:
+                held -= len(entry.task.result().body)
+
+    async def take(self, key: Hashable) -> Encoded | None:
+        """The page read ahead for ``key`` (waiting for it if still being read), or None."""
+        self._expire(time.monotonic())
+        entry = self._entries.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        try:
+            out = await asyncio.shield(entry.task)
+        except Exception:  # the request reads it itself and answers its own error
+            self._entries.pop(key, None)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return out
+
+    def start(self, key: Hashable, read: Callable[[], Encoded]) -> None:
+        """Read ``key``'s page in a worker thread, unless it is already there or being read."""
+        if key in self._entries:
+            return
+        task = asyncio.get_running_loop().create_task(run_in_threadpool(read))
+        self._running.add(task)
+        task.add_done_callback(self._finished)
+        self._entries[key] = _Entry(task, time.monotonic())
+        self._expire(time.monotonic())
+
+    def _finished(self, task: asyncio.Task[Encoded]) -> None:
+        self._running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("read-ahead failed: %r", task.exception())

@@ -1,0 +1,137 @@
+"""Reading a feed: ``/changes`` and ``/transactions`` pages, ``/splits`` and ``/tables``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+from starlette.background import BackgroundTask
+from starlette.responses import Response
+
+from clients._cursor import Cursor, format_lsn
+from service.encoding.to_arrow import ARROW_MEDIA_TYPE
+from service.encoding.to_json import dumps
+from service.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, SupervisorDep
+from service.http_api.encode import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
+from service.http_api.errors import ApiError
+from service.http_api.paging import (
+    Answer,
+    PageRequest,
+    parse_cursor_param,
+    parse_ops_param,
+    parse_tables,
+    serve_page,
+)
+from service.http_api.schemas import ChangesPage, SplitsOut, TablesOut, TransactionsPage
+from service.metrics import Metrics
+
+router = APIRouter(prefix="/v1/feeds", tags=["reading"], dependencies=[ReadScope])
+
+MAX_LIMIT = 100_000
+MAX_WAIT = 60.0
+MAX_TRANSACTIONS = 10_000
+MAX_SPLITS = 1000
+
+FeedName = Annotated[str, Path(min_length=1, max_length=200, description="The feed's name")]
+After = Annotated[str, Query(max_length=64, description="Cursor: `16/B374D848`, "
+                             "`16/B374D848:41`, `earliest` or `latest`; the page starts after it")]
+Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
+                              description="Long-poll: when nothing is there yet, wait up to this "
+                                          "many seconds for a commit")]
+FormatParam = Annotated[Literal["json", "arrow"], Query(
+    alias="format", description="`arrow`: an Arrow IPC stream; the cursor comes in `PgFeed-Next`")]
+
+_PAGE_HEADERS = {
+    NEXT_HEADER: {"description": "Cursor to continue from", "schema": {"type": "string"}},
+    HEAD_HEADER: {"description": "Commit LSN of the newest durable transaction",
+                  "schema": {"type": "string"}},
+    HAS_MORE_HEADER: {"description": "`true` when the log already holds more past the cursor",
+                      "schema": {"type": "string", "enum": ["true", "false"]}},
+}
+_ARROW_CONTENT = {ARROW_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}
+
+
+def _answer(out: Answer, metrics: Metrics, feed: str) -> Response:
+    if out.change_count:
+        metrics.served_changes.labels(feed=feed, surface="http").inc(out.change_count)
+    background = None if out.read_next is None else BackgroundTask(out.read_next)
+    return Response(out.body, media_type=out.media_type, headers=out.headers, background=background)
+
+
+@router.get("/{feed}/changes", response_model=ChangesPage, summary="A page of changes",
+            responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
+async def changes(
+    feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
+    after: After = "earliest",
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes scanned at most "
+                                "(filtered-out ones count too)")] = 1000,
+    tables: Annotated[list[str] | None, Query(description="Only these tables (`schema.table`, "
+                                              "comma-separated or repeated)")] = None,
+    ops: Annotated[list[str] | None, Query(description="Only these ops: insert, update, delete, "
+                                           "truncate, message (comma-separated or repeated)")] = None,
+    wait: Wait = 0.0,
+    to: Annotated[str | None, Query(max_length=64, description="Stop at this cursor "
+                                    "(inclusive); `latest` is the head when the request arrives")] = None,
+    fmt: FormatParam = "json",
+) -> Response:
+    """Changes after the cursor `after`, in commit order. Filters never break cursor continuity:
+    `next` advances past filtered-out changes too. With `format=arrow` and a single table in
+    `tables`, rows have the table's columns with Arrow types plus `_op`, `_lsn`, `_seq`,
+    `_commit_lsn`, `_commit_ts`, `_xid`, `_unchanged_toast`."""
+    request = PageRequest(
+        after=parse_cursor_param("after", after), limit=limit, tables=parse_tables(tables),
+        ops=parse_ops_param(ops), to=None if to is None else parse_cursor_param("to", to),
+        wait=wait, fmt=fmt)
+    return _answer(await serve_page(supervisor, feed, request, read_ahead), metrics, feed)
+
+
+@router.get("/{feed}/transactions", response_model=TransactionsPage, summary="A page of transactions",
+            responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
+async def transactions(
+    feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
+    after: After = "earliest",
+    limit: Annotated[int, Query(ge=1, le=MAX_TRANSACTIONS, description="Transactions a page at "
+                                "most")] = 100,
+    max_changes: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes a page at most: a "
+                                      "larger transaction comes in slices, each with an "
+                                      "`LSN:seq` cursor")] = 10_000,
+    wait: Wait = 0.0,
+    fmt: FormatParam = "json",
+) -> Response:
+    """Whole transactions after `after`, in commit order. A page ends before a transaction that
+    would not fit in `max_changes`; only a transaction larger than that on its own is sliced."""
+    request = PageRequest(after=parse_cursor_param("after", after), limit=max_changes, wait=wait,
+                          fmt=fmt, transactions=limit)
+    return _answer(await serve_page(supervisor, feed, request, read_ahead), metrics, feed)
+
+
+@router.get("/{feed}/splits", response_model=SplitsOut, summary="Cut a range into parts")
+def splits(
+    feed: FeedName, supervisor: SupervisorDep,
+    start: Annotated[str, Query(alias="from", max_length=64, description="Cursor the range starts "
+                                "after")] = "earliest",
+    to: Annotated[str, Query(max_length=64, description="Cursor the range ends at (inclusive)")] = "latest",
+    n: Annotated[int, Query(ge=1, le=MAX_SPLITS, description="Number of parts")] = 2,
+) -> Response:
+    """Boundaries cutting `(from, to]` into about `n` parts of equal change counts (at
+    transaction boundaries; fewer parts when the range holds fewer transactions)."""
+    first, last = parse_cursor_param("from", start), parse_cursor_param("to", to)
+    reader = supervisor.reader(feed)
+    low = reader.resolve(first)
+    high = reader.resolve(last) if last == "latest" else last
+    if high < low:
+        raise ApiError(400, "invalid_range", f"the range ends ({high}) before it starts ({low})")
+    boundaries = [str(low)]
+    if high > low:
+        points = reader.changelog.split_points(low.lsn, high.lsn, n) if high.lsn > low.lsn else []
+        boundaries += [format_lsn(p) for p in points if low < Cursor(p) < high]
+        boundaries.append(str(high))
+    return Response(dumps({"boundaries": boundaries}), media_type="application/json")
+
+
+@router.get("/{feed}/tables", response_model=TablesOut, summary="Relations and their schemas")
+def tables_of(feed: FeedName, supervisor: SupervisorDep) -> Response:
+    """Every relation the feed has seen: columns (name, type OID, type name, typmod, key flag) of
+    its newest version first, then every version with the LSN it took effect at."""
+    tables: list[dict[str, Any]] = supervisor.catalog(feed).tables()
+    return Response(dumps({"tables": tables}), media_type="application/json")

@@ -1,0 +1,132 @@
+"""Feed administration: create, list, show, pause, resume, delete (admin tokens only)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+from fastapi import APIRouter, status
+from starlette.responses import Response
+
+from clients._cursor import format_lsn
+from service.dsn import mask_dsn, scrub
+from service.errors import PgfeedError, SourceError
+from service.feeds.model import FeedOptions, FeedSpec, FeedStatus, Retention
+from service.feeds.supervisor import Supervisor
+from service.http_api.deps import AdminScope, SupervisorDep
+from service.http_api.errors import ApiError
+from service.http_api.routes.changes import FeedName
+from service.http_api.schemas import (
+    ConsumerOut,
+    FeedCreate,
+    FeedList,
+    FeedOptionsOut,
+    FeedPublic,
+    LogOut,
+    SlotRiskOut,
+)
+
+log = logging.getLogger("pgfeed.http")
+
+router = APIRouter(prefix="/v1/feeds", tags=["admin"], dependencies=[AdminScope])
+
+
+def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
+    """A feed's status for the API: the DSN masked, every error message scrubbed of it."""
+    spec = supervisor.spec(status_.name)
+    changelog = supervisor.changelog(status_.name)
+    try:
+        stats = changelog.stats()
+        log_out: LogOut | None = LogOut(
+            transaction_count=stats.transaction_count, change_count=stats.change_count,
+            payload_bytes=stats.payload_bytes, oldest_lsn=format_lsn(stats.oldest_lsn),
+            trimmed_lsn=format_lsn(stats.trimmed_lsn), forced_trims=stats.forced_trims)
+        consumers = [ConsumerOut(name=n, cursor=str(c))
+                     for n, c in sorted(changelog.consumers().items())]
+    except PgfeedError:  # the log is closing (feed being deleted): status without it
+        log_out, consumers = None, []
+    risk = status_.slot_risk
+    return FeedPublic(
+        name=status_.name, state=status_.state, source=mask_dsn(spec.dsn), slot=status_.slot,
+        publication=status_.publication, owns_slot=spec.owns_slot,
+        owns_publication=spec.owns_publication, tables=status_.tables,
+        all_tables=status_.all_tables, options=FeedOptionsOut.model_validate(asdict(spec.options)),
+        confirmed_lsn=format_lsn(status_.confirmed_lsn), head_lsn=format_lsn(status_.head_lsn),
+        server_lsn=None if status_.server_lsn is None else format_lsn(status_.server_lsn),
+        lag_bytes=status_.lag_bytes, lag_seconds=status_.lag_seconds,
+        changes_per_second=status_.changes_per_second, changes_captured=status_.changes_captured,
+        bytes_captured=status_.bytes_captured,
+        last_error=None if status_.last_error is None else scrub(status_.last_error, spec.dsn),
+        proto_version=status_.proto_version,
+        slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,
+                              retained_bytes=risk.retained_bytes),
+        log=log_out, consumers=consumers)
+
+
+def _spec(body: FeedCreate) -> FeedSpec:
+    o = body.options
+    options = FeedOptions(toast=o.toast, snapshot=o.snapshot, messages=o.messages,
+                          two_phase=o.two_phase, streaming=o.streaming,
+                          partition_root=o.partition_root, heartbeat_seconds=o.heartbeat_seconds,
+                          retention=Retention(hours=o.retention.hours, bytes=o.retention.bytes))
+    return FeedSpec(name=body.name, dsn=body.dsn, tables=tuple(t.strip() for t in body.tables),
+                    all_tables=body.all_tables, publication=body.publication, slot=body.slot,
+                    options=options)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedPublic,
+             summary="Create a feed")
+def create_feed(body: FeedCreate, supervisor: SupervisorDep, response: Response) -> FeedPublic:
+    """Set up the source (a publication and a slot pgfeed creates and owns, unless existing
+    ones are named) and start capturing. 409 if the name is taken; 422 if the request is
+    inconsistent or the source refuses it (unreachable, bad credentials, missing tables)."""
+    spec = _spec(body)
+    try:
+        created = supervisor.create(spec)
+    except SourceError as exc:
+        raise ApiError(422, exc.code, scrub(str(exc), spec.dsn)) from None
+    except ValueError as exc:
+        raise ApiError(422, "invalid_feed", scrub(str(exc), spec.dsn)) from None
+    log.info("feed %s created (source %s)", spec.name, mask_dsn(spec.dsn))
+    response.headers["Location"] = f"/v1/feeds/{spec.name}"
+    return feed_public(supervisor, created)
+
+
+@router.get("", response_model=FeedList, summary="Every feed")
+def list_feeds(supervisor: SupervisorDep) -> FeedList:
+    """Every feed with its state and positions (the source is not probed: see a single feed for
+    lag and slot risk)."""
+    feeds = []
+    for name in supervisor.names():
+        try:
+            feeds.append(feed_public(supervisor, supervisor.status(name, probe_source=False)))
+        except PgfeedError:  # deleted meanwhile
+            continue
+    return FeedList(feeds=feeds)
+
+
+@router.get("/{feed}", response_model=FeedPublic, summary="A feed's status")
+def get_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
+    """State, confirmed flush LSN, lag in bytes and seconds, throughput, last error and the
+    slot's risk (`wal_status`, `safe_wal_size`, WAL retained), probed on the source."""
+    return feed_public(supervisor, supervisor.status(feed))
+
+
+@router.post("/{feed}/pause", response_model=FeedPublic, summary="Pause capture")
+def pause_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
+    """Stop capturing (the slot keeps WAL meanwhile); the log stays readable."""
+    return feed_public(supervisor, supervisor.pause(feed))
+
+
+@router.post("/{feed}/resume", response_model=FeedPublic, summary="Resume capture")
+def resume_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
+    return feed_public(supervisor, supervisor.resume(feed))
+
+
+@router.delete("/{feed}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+               summary="Delete a feed")
+def delete_feed(feed: FeedName, supervisor: SupervisorDep) -> Response:
+    """Stop the feed, drop the slot and publication it owns, and remove its log."""
+    supervisor.delete(feed)
+    log.info("feed %s deleted", feed)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,268 @@
+"""Pydantic models of the HTTP API: request bodies, and the answers as ``/openapi.json`` documents them.
+
+Change lists are never validated through these models on the hot path: the reading routes write
+their bodies with ``encoding.to_json.dumps`` and declare these models for the documentation only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from service.feeds.model import NAME_RE
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="Machine-readable error code, e.g. `feed_not_found`, "
+                                  "`cursor_expired`, `invalid_cursor`, `invalid_parameter`")
+    message: str = Field(description="What went wrong and, for bad input, the expected form")
+    oldest: str | None = Field(None, description="`cursor_expired` (410) only: the oldest "
+                                                 "position still served")
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: `{"error": {"code", "message"}}`."""
+
+    error: ErrorDetail
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+class ChangeEvent(BaseModel):
+    """One change event, as the contract's "Change event (JSON)" describes it."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    lsn: str = Field(description="LSN of the change, e.g. `0/16B1A20`")
+    seq: int = Field(description="0-based position of the change in its transaction")
+    commit_lsn: str
+    xid: int
+    commit_ts: str = Field(description="ISO 8601 commit time, UTC")
+    op: Literal["insert", "update", "delete", "truncate", "message"]
+    schema_: str | None = Field(None, alias="schema")
+    table: str | None = None
+    key: dict[str, Any] | None = Field(None, description="Replica-identity columns of the row "
+                                                         "before the change")
+    before: dict[str, Any] | None = Field(None, description="Whole old row (REPLICA IDENTITY FULL)")
+    after: dict[str, Any] | None = None
+    unchanged_toast: list[str] | None = None
+    toast_filled: list[str] | None = None
+    origin: str | None = None
+    prefix: str | None = Field(None, description="`message` events")
+    content: str | None = Field(None, description="`message` events: base64")
+    transactional: bool | None = None
+    tables: list[str] | None = Field(None, description="`truncate` events: `schema.table` names")
+    options: dict[str, bool] | None = Field(None, description="`truncate` events")
+
+
+class ChangesPage(BaseModel):
+    changes: list[ChangeEvent]
+    next: str = Field(description="Cursor to continue from (past filtered-out changes too)")
+    head: str = Field(description="Commit LSN of the newest durable transaction")
+    has_more: bool = Field(description="Whether the log already holds more past `next`")
+
+
+class TransactionOut(BaseModel):
+    xid: int
+    commit_lsn: str
+    end_lsn: str
+    commit_ts: str
+    origin: str | None = None
+    change_count: int = Field(description="Changes in the whole transaction (a page may hold a "
+                                          "slice of a large one)")
+    cursor: str = Field(description="Cursor after this transaction (or after this slice of it)")
+    changes: list[ChangeEvent]
+
+
+class TransactionsPage(BaseModel):
+    transactions: list[TransactionOut]
+    next: str
+    head: str
+    has_more: bool
+
+
+class SplitsOut(BaseModel):
+    boundaries: list[str] = Field(description="Ascending cursors: the first is `from`, the last "
+                                              "`to`; consecutive pairs are the parts")
+
+
+class ColumnOut(BaseModel):
+    name: str
+    type_oid: int
+    type_name: str | None
+    typmod: int
+    key: bool = Field(description="Part of the replica identity")
+
+
+class TableVersionOut(BaseModel):
+    version: int
+    valid_from: str = Field(description="Commit LSN of the transaction that introduced it")
+    replica_identity: str
+    columns: list[ColumnOut]
+
+
+class TableOut(TableVersionOut):
+    model_config = ConfigDict(populate_by_name=True)
+
+    relation_id: int
+    schema_: str = Field(alias="schema")
+    table: str
+    name: str = Field(description="`schema.table`")
+    versions: list[TableVersionOut] = Field(description="Every schema version, oldest first")
+
+
+class TablesOut(BaseModel):
+    tables: list[TableOut]
+
+
+class ConsumerAck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cursor: str = Field(description="Everything up to and including this cursor is acknowledged",
+                        examples=["16/B374D848", "16/B374D848:41"])
+
+
+class ConsumerOut(BaseModel):
+    name: str
+    cursor: str
+
+
+class ConsumersOut(BaseModel):
+    consumers: list[ConsumerOut]
+
+
+# -- admin ----------------------------------------------------------------------------------------
+
+
+class RetentionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hours: float | None = Field(168.0, ge=0, le=1_000_000, allow_inf_nan=False,
+                                description="Drop transactions older than this; null: no age limit")
+    bytes: int | None = Field(None, ge=0, le=1 << 62,
+                              description="Keep at most this many payload bytes; null: no limit")
+
+
+class FeedOptionsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    toast: Literal["omit", "placeholder", "reselect"] = "placeholder"
+    snapshot: Literal["never", "export"] = "never"
+    messages: bool = True
+    two_phase: bool = False
+    streaming: bool = True
+    partition_root: bool = True
+    heartbeat_seconds: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False)
+    retention: RetentionIn = Field(default_factory=RetentionIn)
+
+
+class FeedCreate(BaseModel):
+    """`POST /v1/feeds`: a source, what to capture, and options."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "name": "shop", "dsn": "host=db.example dbname=shop user=cdc",
+        "tables": ["public.orders", "public.items"], "publication": None, "slot": None,
+        "options": {"toast": "placeholder", "snapshot": "never", "messages": True,
+                    "two_phase": False, "streaming": True, "partition_root": True,
+                    "heartbeat_seconds": 10, "retention": {"hours": 168, "bytes": None}}}]})
+
+    name: str = Field(pattern=f"^{NAME_RE.pattern}$", min_length=1, max_length=48,
+                      description="Lowercase letters, digits and underscores, starting with a letter")
+    dsn: str = Field(min_length=1, max_length=4096, json_schema_extra={"format": "password",
+                                                                        "writeOnly": True},
+                     description="libpq connection string or URI of the source (never echoed back; "
+                                 "status shows it with the password masked)")
+    tables: list[str] = Field(default_factory=list, max_length=10_000,
+                              description="`schema.table` names to capture")
+    all_tables: bool = False
+    publication: str | None = Field(None, min_length=1, max_length=63,
+                                    description="Adopt this existing publication (null: pgfeed "
+                                                "creates and owns one)")
+    slot: str | None = Field(None, min_length=1, max_length=63,
+                             description="Adopt this existing slot (null: pgfeed creates and owns one)")
+    options: FeedOptionsIn = Field(default_factory=FeedOptionsIn)
+
+    @model_validator(mode="after")
+    def _what_to_capture(self) -> FeedCreate:
+        if self.all_tables and self.tables:
+            raise ValueError("give either 'tables' or 'all_tables': true, not both")
+        if not self.all_tables and not self.tables and self.publication is None:
+            raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
+        for t in self.tables:
+            if not t.strip() or len(t) > 200:
+                raise ValueError(f"invalid table name {t[:200]!r}: expected schema.table")
+        return self
+
+
+class SlotRiskOut(BaseModel):
+    wal_status: str | None = Field(None, description="pg_replication_slots.wal_status")
+    safe_wal_size: int | None = None
+    retained_bytes: int | None = Field(None, description="Bytes between the slot's restart_lsn "
+                                                         "and the server's current LSN")
+
+
+class LogOut(BaseModel):
+    transaction_count: int
+    change_count: int
+    payload_bytes: int
+    oldest_lsn: str
+    trimmed_lsn: str
+    forced_trims: int
+
+
+class RetentionOut(BaseModel):
+    hours: float | None
+    bytes: int | None
+
+
+class FeedOptionsOut(BaseModel):
+    toast: str
+    snapshot: str
+    messages: bool
+    two_phase: bool
+    streaming: bool
+    partition_root: bool
+    heartbeat_seconds: float
+    retention: RetentionOut
+
+
+class FeedPublic(BaseModel):
+    """A feed's definition and status. The source DSN is shown with its password masked."""
+
+    name: str
+    state: Literal["starting", "snapshotting", "running", "paused", "failed"]
+    source: str
+    slot: str
+    publication: str
+    owns_slot: bool
+    owns_publication: bool
+    tables: list[str]
+    all_tables: bool
+    options: FeedOptionsOut
+    confirmed_lsn: str
+    head_lsn: str
+    server_lsn: str | None = None
+    lag_bytes: int | None = None
+    lag_seconds: float | None = None
+    changes_per_second: float
+    changes_captured: int
+    bytes_captured: int
+    last_error: str | None = None
+    proto_version: int | None = None
+    slot_risk: SlotRiskOut
+    log: LogOut | None = None
+    consumers: list[ConsumerOut] = Field(default_factory=list)
+
+
+class FeedList(BaseModel):
+    feeds: list[FeedPublic]
+
+
+class Health(BaseModel):
+    status: str

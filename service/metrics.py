@@ -1,0 +1,170 @@
+"""Prometheus metrics of one service process: its own registry, per-feed figures read from the
+supervisor at scrape time, and the serving counters the HTTP and gRPC front ends update.
+
+No global state: ``Metrics`` owns a ``CollectorRegistry``; the runtime makes one and hands it to
+both front ends. Metric names are the constants below.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from service.feeds.model import FeedStatus
+    from service.feeds.supervisor import Supervisor
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+log = logging.getLogger("pgfeed.metrics")
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+REQUEST_LATENCY = "pgfeed_request_duration_seconds"
+SERVED_CHANGES = "pgfeed_served_changes"  # exposed as pgfeed_served_changes_total
+SUBSCRIBERS = "pgfeed_subscribers"
+FEED_CHANGES = "pgfeed_feed_changes_captured"
+FEED_BYTES = "pgfeed_feed_bytes_captured"
+FEED_CONFIRMED = "pgfeed_feed_confirmed_lsn"
+FEED_HEAD = "pgfeed_feed_head_lsn"
+FEED_LAG_BYTES = "pgfeed_feed_lag_bytes"
+FEED_LAG_SECONDS = "pgfeed_feed_lag_seconds"
+FEED_RATE = "pgfeed_feed_changes_per_second"
+FEED_STATE = "pgfeed_feed_state"
+FEED_RETAINED_BYTES = "pgfeed_feed_slot_retained_bytes"
+LOG_TRANSACTIONS = "pgfeed_log_transactions"
+LOG_CHANGES = "pgfeed_log_changes"
+LOG_BYTES = "pgfeed_log_payload_bytes"
+LOG_FORCED_TRIMS = "pgfeed_log_forced_trims"
+
+STATES = ("starting", "snapshotting", "running", "paused", "failed")
+# Seconds; long-polls (up to 60 s) land in the top buckets.
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            60.0)
+
+
+class Metrics:
+    """The process's metrics.
+
+    - ``request_latency``: Histogram, labels ``surface`` (``http``/``grpc``) and ``endpoint``
+      (the route template, e.g. ``/v1/feeds/{feed}/changes``).
+    - ``served_changes``: Counter, labels ``feed`` and ``surface``; incremented by the number of
+      changes each answer (page, stream frame) carried.
+    - ``subscribers``: Gauge, label ``feed``; live gRPC subscriptions.
+    - per-feed capture and log figures, collected from ``supervisor`` when scraped.
+    """
+
+    def __init__(self, supervisor: Supervisor | None = None, *, probe_ttl: float = 10.0) -> None:
+        self.registry = CollectorRegistry()
+        self.request_latency = Histogram(REQUEST_LATENCY, "Time to answer a request, by surface "
+                                         "and endpoint (long-polls include their wait)",
+                                         ["surface", "endpoint"], registry=self.registry,
+                                         buckets=_BUCKETS)
+        self.served_changes = Counter(SERVED_CHANGES, "Changes served to readers",
+                                      ["feed", "surface"], registry=self.registry)
+        self.subscribers = Gauge(SUBSCRIBERS, "Live streaming subscribers", ["feed"],
+                                 registry=self.registry)
+        self.feeds: FeedCollector | None = None
+        if supervisor is not None:
+            self.feeds = FeedCollector(supervisor, probe_ttl=probe_ttl)
+            self.registry.register(self.feeds)
+
+    def render(self) -> bytes:
+        """The text exposition format of everything in the registry (blocking: reads the logs and
+        may probe sources; call it from a worker thread)."""
+        return generate_latest(self.registry)
+
+
+class FeedCollector(Collector):
+    """Per-feed gauges and counters, read from the supervisor at each scrape.
+
+    Lag and slot figures need a query on the source; those statuses are cached for
+    ``probe_ttl`` seconds so frequent scrapes do not open a connection each time.
+    """
+
+    def __init__(self, supervisor: Supervisor, *, probe_ttl: float = 10.0) -> None:
+        self.supervisor = supervisor
+        self.probe_ttl = probe_ttl
+        self._probed: dict[str, tuple[float, FeedStatus]] = {}
+        self._lock = threading.Lock()
+
+    def _status(self, name: str) -> FeedStatus:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._probed.get(name)
+        if cached is not None and now - cached[0] < self.probe_ttl:
+            fresh = self.supervisor.status(name, probe_source=False)
+            probed = cached[1]
+            fresh.server_lsn, fresh.slot_risk = probed.server_lsn, probed.slot_risk
+            if probed.server_lsn is not None:
+                fresh.lag_bytes = max(0, probed.server_lsn - fresh.confirmed_lsn)
+            return fresh
+        status = self.supervisor.status(name, probe_source=True)
+        with self._lock:
+            self._probed = {n: v for n, v in self._probed.items() if now - v[0] < self.probe_ttl}
+            self._probed[name] = (now, status)
+        return status
+
+    def collect(self) -> Iterator[Any]:
+        changes = CounterMetricFamily(FEED_CHANGES, "Changes captured since the service started",
+                                      labels=["feed"])
+        nbytes = CounterMetricFamily(FEED_BYTES, "pgoutput bytes captured since the service "
+                                     "started", labels=["feed"])
+        confirmed = GaugeMetricFamily(FEED_CONFIRMED, "Confirmed flush position (LSN as a number)",
+                                      labels=["feed"])
+        head = GaugeMetricFamily(FEED_HEAD, "Commit LSN of the newest durable transaction",
+                                 labels=["feed"])
+        lag_bytes = GaugeMetricFamily(FEED_LAG_BYTES, "Source WAL bytes not yet confirmed",
+                                      labels=["feed"])
+        lag_seconds = GaugeMetricFamily(FEED_LAG_SECONDS, "Seconds behind the source's commits",
+                                        labels=["feed"])
+        rate = GaugeMetricFamily(FEED_RATE, "Capture rate over the last ~10 s", labels=["feed"])
+        state = GaugeMetricFamily(FEED_STATE, "1 for the feed's current state", labels=["feed", "state"])
+        retained = GaugeMetricFamily(FEED_RETAINED_BYTES, "Source WAL the slot retains "
+                                     "(restart_lsn to the current LSN)", labels=["feed"])
+        log_txns = GaugeMetricFamily(LOG_TRANSACTIONS, "Transactions retained in the change log",
+                                     labels=["feed"])
+        log_changes = GaugeMetricFamily(LOG_CHANGES, "Changes retained in the change log",
+                                        labels=["feed"])
+        log_bytes = GaugeMetricFamily(LOG_BYTES, "Payload bytes retained in the change log",
+                                      labels=["feed"])
+        forced = CounterMetricFamily(LOG_FORCED_TRIMS, "Trims that dropped changes a consumer had "
+                                     "not acknowledged", labels=["feed"])
+        for name in self.supervisor.names():
+            try:
+                status = self._status(name)
+                stats = self.supervisor.changelog(name).stats()
+            except Exception as exc:  # a feed deleted mid-scrape, a closed log: skip it
+                log.debug("metrics: feed %s skipped: %s", name, exc)
+                continue
+            labels = [name]
+            changes.add_metric(labels, status.changes_captured)
+            nbytes.add_metric(labels, status.bytes_captured)
+            confirmed.add_metric(labels, status.confirmed_lsn)
+            head.add_metric(labels, status.head_lsn)
+            if status.lag_bytes is not None:
+                lag_bytes.add_metric(labels, status.lag_bytes)
+            if status.lag_seconds is not None:
+                lag_seconds.add_metric(labels, status.lag_seconds)
+            rate.add_metric(labels, status.changes_per_second)
+            for s in STATES:
+                state.add_metric([name, s], 1.0 if status.state == s else 0.0)
+            if status.slot_risk.retained_bytes is not None:
+                retained.add_metric(labels, status.slot_risk.retained_bytes)
+            log_txns.add_metric(labels, stats.transaction_count)
+            log_changes.add_metric(labels, stats.change_count)
+            log_bytes.add_metric(labels, stats.payload_bytes)
+            forced.add_metric(labels, stats.forced_trims)
+        yield from (changes, nbytes, confirmed, head, lag_bytes, lag_seconds, rate, state,
+                    retained, log_txns, log_changes, log_bytes, forced)
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())  # families are dynamic: do not collect at registration

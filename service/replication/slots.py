@@ -1,0 +1,206 @@
+"""Slot and publication administration over a normal SQL connection (not a replication one).
+
+Every name reaches SQL as ``sql.Identifier`` or a bound parameter, never pasted. Functions take
+an open ``psycopg.Connection`` (autocommit or not: writes run in their own transaction block).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from clients._cursor import parse_lsn
+from service.errors import SourceError
+
+__all__ = [
+    "drop_publication",
+    "drop_slot",
+    "emit_heartbeat",
+    "ensure_publication",
+    "publication_exists",
+    "set_publication_tables",
+    "slot_exists",
+    "slot_info",
+    "split_table_name",
+]
+
+DROP_WAIT = 5.0  # seconds drop_slot waits for a terminated walsender to let go of its slot
+
+
+def split_table_name(name: str) -> tuple[str, str]:
+    """``"schema.table"`` -> ``("schema", "table")``, split at the first dot and taken verbatim
+    (exact catalogue names, no case folding or quote parsing); a bare name is in ``public``."""
+    schema, dot, table = name.partition(".")
+    if not dot:
+        schema, table = "public", name
+    if not schema or not table:
+        raise ValueError(f"invalid table name {name!r}: expected schema.table")
+    return schema, table
+
+
+def _table_list(conn: psycopg.Connection, tables: Sequence[str]) -> sql.Composable:
+    """Quoted ``schema.table`` list; every table must exist (a clear error names the missing)."""
+    if isinstance(tables, str):
+        raise TypeError("tables must be a list of names, not one string")
+    if not tables:
+        raise ValueError("a table list needs at least one table")
+    pairs = [split_table_name(t) for t in tables]
+    missing = []
+    for schema, table in pairs:
+        row = conn.execute(
+            "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s", (schema, table)).fetchone()
+        if row is None:
+            missing.append(f"{schema}.{table}")
+        elif row[0] not in ("r", "p"):
+            raise SourceError(f"{schema}.{table} is not a table (relkind {row[0]!r}): only tables "
+                              "and partitioned tables can be published")
+    if missing:
+        raise SourceError(f"unknown table{'s' if len(missing) > 1 else ''} on the source: "
+                          f"{', '.join(missing)}")
+    return sql.SQL(", ").join(sql.Identifier(s, t) for s, t in dict.fromkeys(pairs))
+
+
+def publication_exists(conn: psycopg.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone() is not None
+
+
+def ensure_publication(conn: psycopg.Connection, name: str, *, tables: Sequence[str],
+                       all_tables: bool, partition_root: bool = True) -> bool:
+    """Create the publication if absent (``FOR ALL TABLES``, ``FOR TABLE ...`` or empty) with
+    ``publish_via_partition_root``; if present, bring its option and, when ``tables`` is given,
+    its table list in line (``ALTER PUBLICATION ... SET TABLE``). Returns True if it was created.
+
+    Raises SourceError for an unknown table, or for a table list asked of an existing
+    ``FOR ALL TABLES`` publication (which cannot hold one).
+    """
+    if all_tables and tables:
+        raise ValueError("give either tables or all_tables, not both")
+    with conn.transaction():
+        row = conn.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s",
+                           (name,)).fetchone()
+        via_root = sql.SQL("publish_via_partition_root = {}").format(
+            sql.SQL("true" if partition_root else "false"))
+        if row is None:
+            if all_tables:
+                what: sql.Composable = sql.SQL(" FOR ALL TABLES")
+            elif tables:
+                what = sql.SQL(" FOR TABLE {}").format(_table_list(conn, tables))
+            else:
+                what = sql.SQL("")
+            conn.execute(sql.SQL("CREATE PUBLICATION {}{} WITH ({})").format(
+                sql.Identifier(name), what, via_root))
+            return True
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET ({})").format(sql.Identifier(name), via_root))
+        if tables:
+            if row[0]:
+                raise SourceError(f"publication {name!r} is FOR ALL TABLES: it cannot be given a "
+                                  "table list")
+            _set_tables(conn, name, tables)
+        return False
+
+
+def set_publication_tables(conn: psycopg.Connection, name: str, tables: Sequence[str]) -> None:
+    """Replace the publication's table list (``ALTER PUBLICATION ... SET TABLE``)."""
+    with conn.transaction():
+        if not publication_exists(conn, name):
+            raise SourceError(f"publication {name!r} does not exist on the source")
+        _set_tables(conn, name, tables)
+
+
+def _set_tables(conn: psycopg.Connection, name: str, tables: Sequence[str]) -> None:
+    conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
+        sql.Identifier(name), _table_list(conn, tables)))
+
+
+def drop_publication(conn: psycopg.Connection, name: str) -> None:
+    """Drop the publication if it exists."""
+    with conn.transaction():
+        conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def slot_exists(conn: psycopg.Connection, slot: str) -> bool:
+    return conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+                        (slot,)).fetchone() is not None
+
+
+def drop_slot(conn: psycopg.Connection, slot: str, *, wait: float = DROP_WAIT) -> bool:
+    """Drop a replication slot; a walsender still streaming it is terminated first and given up
+    to ``wait`` seconds to let go. Returns False if there was no such slot."""
+    deadline = time.monotonic() + wait
+    while True:
+        with conn.transaction():
+            row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                               (slot,)).fetchone()
+            if row is None:
+                return False
+            pid = row[0]
+            if pid is not None:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        if pid is None:
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                return True
+            except psycopg.errors.UndefinedObject:  # dropped meanwhile by someone else
+                return False
+            except psycopg.errors.ObjectInUse:  # a walsender took it again: go round
+                pass
+        if time.monotonic() > deadline:
+            raise SourceError(f"replication slot {slot!r} is still in use after {wait:g} s")
+        time.sleep(0.05)
+
+
+def slot_info(conn: psycopg.Connection, slot: str) -> dict[str, Any] | None:
+    """The slot's state and WAL risk, or None when it does not exist.
+
+    Keys: ``server_lsn`` (the server's current WAL position; the last received one on a
+    standby), ``restart_lsn``, ``confirmed_flush_lsn`` (ints or None), ``retained_bytes``
+    (server_lsn - restart_lsn: WAL the slot holds back), ``wal_status`` (``reserved``,
+    ``extended``, ``unreserved`` or ``lost``), ``safe_wal_size`` (bytes before the slot is at
+    risk; None without ``max_slot_wal_keep_size``), ``active``, ``active_pid``, ``plugin``,
+    ``two_phase``.
+    """
+    two_phase = "two_phase" if conn.info.server_version >= 140000 else "false"
+    row = conn.execute(sql.SQL(
+        "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() "
+        "ELSE pg_current_wal_lsn() END::text, "
+        "restart_lsn::text, confirmed_flush_lsn::text, wal_status, safe_wal_size, active, "
+        "active_pid, plugin, {} FROM pg_replication_slots WHERE slot_name = %s"
+    ).format(sql.SQL(two_phase)), (slot,)).fetchone()
+    if row is None:
+        return None
+    server, restart, confirmed, wal_status, safe_size, active, pid, plugin, two = row
+    server_lsn = parse_lsn(server) if server else None
+    restart_lsn = parse_lsn(restart) if restart else None
+    retained = (max(0, server_lsn - restart_lsn)
+                if server_lsn is not None and restart_lsn is not None else None)
+    return {
+        "server_lsn": server_lsn,
+        "restart_lsn": restart_lsn,
+        "confirmed_flush_lsn": parse_lsn(confirmed) if confirmed else None,
+        "retained_bytes": retained,
+        "wal_status": wal_status,
+        "safe_wal_size": int(safe_size) if safe_size is not None else None,
+        "active": bool(active),
+        "active_pid": pid,
+        "plugin": plugin,
+        "two_phase": bool(two),
+    }
+
+
+def emit_heartbeat(conn: psycopg.Connection, prefix: str) -> int:
+    """A non-transactional, empty logical message (``pg_logical_emit_message(false, prefix,
+    '')``): moves an idle slot's stream forward. Returns its LSN.
+
+    A non-transactional message does not flush WAL by itself; the walsender sends it once
+    something else flushes WAL (any commit, or the WAL writer within ``wal_writer_delay``).
+    """
+    with conn.transaction():
+        row = conn.execute("SELECT pg_logical_emit_message(false, %s, '')::text",
+                           (prefix,)).fetchone()
+    return parse_lsn(row[0]) if row else 0

@@ -1,0 +1,367 @@
+"""The walsender connection: the only module that touches ``conn.pgconn`` and its socket.
+
+``ReplicationStream`` reads CopyData frames of a logical replication stream in batches and sends
+standby status updates; ``create_slot`` / ``exported_slot`` create a pgoutput slot over a
+replication connection. Every libpq or connection failure surfaces as ``SourceError`` with the
+DSN's password scrubbed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import time
+from collections.abc import Iterator, Sequence
+from struct import Struct
+from typing import Any, NoReturn, Self
+
+import psycopg
+from psycopg import pq, sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from clients._cursor import parse_lsn
+from service.dsn import scrub
+from service.errors import SourceError
+from service.replication import commands, protocol
+
+__all__ = ["SESSION_OPTIONS", "ReplicationStream", "create_slot", "exported_slot"]
+
+log = logging.getLogger("pgfeed.replication")
+
+# Text values in pgoutput are formatted by the walsender session's settings: pin what the
+# decoder assumes (assembler/values.py), after anything the DSN's own ``options`` set.
+SESSION_OPTIONS = ("-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3 "
+                   "-c intervalstyle=postgres -c bytea_output=hex")
+CONNECT_TIMEOUT = 10  # seconds, unless the DSN says otherwise
+WRITE_TIMEOUT = 30.0  # seconds a status update may wait for a writable socket
+CLOSE_TIMEOUT = 5.0  # seconds close() waits for the server to end the copy cleanly
+
+_HEAD = Struct(">BQ")  # tag and dataStart of an XLogData frame
+_MIN_XLOG = protocol.XLOG_HEADER  # 25: a shorter 'w' frame is malformed
+_W = protocol.XLOG_DATA
+_COPY_BOTH = pq.ExecStatus.COPY_BOTH
+_CONN_OK = pq.ConnStatus.OK
+
+Frame = tuple[int, bytes]  # (dataStart, pgoutput message)
+
+
+_READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
+
+
+def _wait(fd: int, timeout: float, *, write: bool = False) -> int:
+    """Wait up to ``timeout`` seconds for ``fd`` to be readable (or writable with ``write``);
+    the poll events, 0 on timeout. poll, not select: descriptors past 1023 work too."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | (select.POLLOUT if write else 0))
+    ready = poller.poll(max(0, int(timeout * 1000 + 0.999)))
+    return ready[0][1] if ready else 0
+
+
+def _one_line(text: str) -> str:
+    """libpq messages span lines (``\\n\\tThis probably means...``): one line for logs and status."""
+    return " ".join(text.split())
+
+
+def _conninfo(dsn: str) -> str:
+    """The DSN plus replication=database, pinned session settings, defaults for timeout and name."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise SourceError(f"invalid source DSN: {_one_line(scrub(str(exc), dsn))}") from None
+    options = " ".join(str(o) for o in (params.get("options"), SESSION_OPTIONS) if o)
+    extra: dict[str, str | int] = {"replication": "database", "options": options}
+    if "connect_timeout" not in params:
+        extra["connect_timeout"] = CONNECT_TIMEOUT
+    if "application_name" not in params:
+        extra["application_name"] = "pgfeed"
+    return make_conninfo(dsn, **extra)
+
+
+def _connect(dsn: str) -> psycopg.Connection:
+    try:
+        return psycopg.connect(_conninfo(dsn), autocommit=True)
+    except psycopg.Error as exc:
+        raise SourceError(f"cannot open a replication connection: {_one_line(scrub(str(exc), dsn))}") from None
+
+
+class ReplicationStream:
+    """One logical replication connection (``replication=database``) to a source.
+
+    Use: ``start(...)`` once, then ``read_batch`` / ``send_feedback`` from one thread, then
+    ``close()`` (idempotent). Frames are ``(dataStart, message)`` with ``message`` the bytes of
+    one pgoutput message: copied out of libpq's buffer (~12 ns more than a memoryview slice, and
+    smaller: a slice would keep the whole libpq frame alive), so callers may keep them.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._conn: psycopg.Connection | None = _connect(dsn)
+        self._pg: pq.abc.PGconn | None = self._conn.pgconn
+        self._fd = self._pg.socket
+        self._streaming = False
+        self._ended = False  # the server ended the copy: this stream is dead
+        self.server_version: int = self._conn.info.server_version
+
+    # -- commands --------------------------------------------------------------------------------
+
+    def identify_system(self) -> tuple[str, int, int, str | None]:
+        """``IDENTIFY_SYSTEM``: (system identifier, timeline, current WAL flush LSN, database)."""
+        row = self._command(commands.identify_system())
+        return str(row[0]), int(row[1]), parse_lsn(str(row[2])), None if row[3] is None else str(row[3])
+
+    def start(self, slot: str, start_lsn: int, *, proto_version: int, publications: Sequence[str],
+              streaming: str = "off", messages: bool = False, two_phase: bool = False) -> None:
+        """``START_REPLICATION`` from ``start_lsn`` (0: the slot's confirmed position). The server
+        starts at max(start_lsn, confirmed_flush_lsn) and skips transactions committed before."""
+        if self._streaming:
+            raise SourceError("replication already started on this connection")
+        cmd = commands.start_replication(slot, start_lsn, proto_version=proto_version,
+                                         publications=publications, streaming=streaming,
+                                         messages=messages, two_phase=two_phase)
+        conn = self._open_conn()
+        try:
+            cur = conn.execute(cmd)
+        except psycopg.Error as exc:
+            raise self._error(f"START_REPLICATION on slot {slot!r} failed", exc) from None
+        status = cur.pgresult.status if cur.pgresult is not None else None
+        if status != _COPY_BOTH:
+            raise SourceError(f"START_REPLICATION on slot {slot!r} did not start a stream ({status})")
+        self._streaming = True
+
+    def _command(self, cmd: sql.SQL | sql.Composed) -> tuple[Any, ...]:
+        conn = self._open_conn()
+        try:
+            row: tuple[Any, ...] | None = conn.execute(cmd).fetchone()
+        except psycopg.Error as exc:
+            raise self._error("replication command failed", exc) from None
+        if row is None:
+            raise SourceError("replication command returned no row")
+        return row
+
+    # -- the hot path ----------------------------------------------------------------------------
+
+    def read_batch(self, max_messages: int, timeout: float,
+                   ) -> tuple[list[Frame], list[tuple[int, bool]]]:
+        """Frames ``(dataStart, message)`` and keepalives ``(walEnd, replyRequested)`` received.
+
+        Returns as soon as something has arrived and the socket has nothing more ready (at most
+        ``max_messages`` frames and keepalives together); with nothing available, waits up to
+        ``timeout`` seconds and may return two empty lists.
+        """
+        pg = self._pg
+        if pg is None or not self._streaming:
+            raise self._not_streaming("read_batch")
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+        get = pg.get_copy_data
+        head = _HEAD.unpack_from
+        frames: list[Frame] = []
+        append = frames.append
+        keepalives: list[tuple[int, bool]] = []
+        deadline = 0.0
+        n = 0
+        try:
+            while True:
+                got = len(frames) + len(keepalives)
+                for _ in range(max_messages - got):
+                    n, buf = get(1)
+                    if n >= _MIN_XLOG:
+                        tag, lsn = head(buf)
+                        if tag == _W:
+                            append((lsn, buf[25:].tobytes()))
+                            continue
+                    if n <= 0:
+                        break
+                    self._other(buf, keepalives)
+                else:
+                    return frames, keepalives  # full
+                if n < 0:
+                    self._copy_ended()
+                if len(frames) + len(keepalives) > got:
+                    pg.consume_input()  # more may be waiting on the socket: read it without blocking
+                    continue
+                if frames or keepalives:
+                    return frames, keepalives
+                now = time.monotonic()
+                if not deadline:
+                    deadline = now + timeout
+                if now >= deadline or not _wait(self._fd, deadline - now):
+                    return frames, keepalives
+                pg.consume_input()
+        except psycopg.Error as exc:
+            raise self._error("replication stream failed", exc) from None
+
+    @staticmethod
+    def _other(buf: memoryview, keepalives: list[tuple[int, bool]]) -> None:
+        """Anything but a well-formed XLogData frame: a keepalive, or DecodeError."""
+        if len(buf) and buf[0] == protocol.KEEPALIVE:
+            keepalive = protocol.parse_keepalive(buf)
+            keepalives.append((keepalive.wal_end, keepalive.reply_requested))
+        else:
+            protocol.parse_frame(buf)  # raises DecodeError: the fast path took every good 'w'
+            raise AssertionError(f"frame {bytes(buf[:1])!r} escaped the fast path")
+
+    def _copy_ended(self) -> NoReturn:
+        """The server ended the copy (shutdown, terminated walsender, slot dropped): raise with
+        its reason."""
+        self._streaming = False
+        self._ended = True
+        reason = "the server ended the replication stream"
+        pg = self._pg
+        if pg is not None:
+            for _ in range(16):
+                res = pg.get_result()
+                if res is None:
+                    break
+                message = _one_line(scrub(res.error_message.decode("utf-8", "replace"), self._dsn))
+                if message:
+                    reason = f"{reason}: {message}"
+                    break
+            if pg.status != _CONN_OK:
+                err = _one_line(scrub(pg.error_message.decode("utf-8", "replace"), self._dsn))
+                if err and err not in reason:
+                    reason = f"{reason}: {err}"
+        raise SourceError(scrub(reason, self._dsn))
+
+    # -- feedback --------------------------------------------------------------------------------
+
+    def send_feedback(self, written: int, flushed: int, applied: int, reply: bool = False) -> None:
+        """Send a Standby Status Update; ``flushed`` becomes the slot's confirmed_flush_lsn (the
+        server never moves it backward). Blocks at most ``WRITE_TIMEOUT`` on a full socket."""
+        pg = self._pg
+        if pg is None or not self._streaming:
+            raise self._not_streaming("send_feedback")
+        message = protocol.build_status_update(written, flushed, applied, reply=reply)
+        try:
+            deadline = time.monotonic() + WRITE_TIMEOUT
+            while not pg.put_copy_data(message):
+                self._wait_writable(deadline)
+            while pg.flush():
+                self._wait_writable(deadline)
+        except psycopg.Error as exc:
+            raise self._error("sending a status update failed", exc) from None
+
+    def _wait_writable(self, deadline: float) -> None:
+        """Wait until the socket can take more (reading what arrives meanwhile, as libpq asks)."""
+        pg = self._pg
+        assert pg is not None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SourceError(f"the source did not accept a status update within {WRITE_TIMEOUT:g} s")
+        if _wait(self._fd, remaining, write=True) & _READABLE:
+            pg.consume_input()
+
+    # -- teardown --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the copy cleanly when the connection is healthy (CopyDone, drain what the server
+        still sends for up to ``CLOSE_TIMEOUT``), then close. Idempotent, never raises."""
+        conn, pg = self._conn, self._pg
+        self._conn = self._pg = None
+        if conn is None:
+            return
+        try:
+            if self._streaming and pg is not None and pg.status == _CONN_OK:
+                self._end_copy(pg)
+        except Exception as exc:  # noqa: BLE001 - the connection is going away regardless
+            log.debug("replication stream did not end cleanly: %s", _one_line(scrub(str(exc), self._dsn)))
+        finally:
+            self._streaming = False
+            conn.close()
+
+    def _end_copy(self, pg: pq.abc.PGconn) -> None:
+        deadline = time.monotonic() + CLOSE_TIMEOUT
+        pg.put_copy_end()
+        while pg.flush():
+            if time.monotonic() > deadline:
+                return
+            _wait(self._fd, 0.1, write=True)
+        while True:
+            n, _ = pg.get_copy_data(1)
+            if n < 0:
+                break
+            if n == 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not _wait(self._fd, remaining):
+                    return
+                pg.consume_input()
+        while pg.get_result() is not None and time.monotonic() < deadline:
+            pass
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _not_streaming(self, what: str) -> SourceError:
+        if self._pg is None:
+            return SourceError("the replication stream is closed")
+        if self._ended:
+            return SourceError("the server ended the replication stream; open a new one")
+        return SourceError(f"{what} before start()")
+
+    def _open_conn(self) -> psycopg.Connection:
+        if self._conn is None:
+            raise SourceError("the replication stream is closed")
+        return self._conn
+
+    def _error(self, what: str, exc: BaseException) -> SourceError:
+        return SourceError(f"{what}: {_one_line(scrub(str(exc), self._dsn))}")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def create_slot(dsn: str, slot: str, *, snapshot: str = "nothing",
+                two_phase: bool = False) -> tuple[int, str | None]:
+    """Create a pgoutput logical slot; return (consistent point LSN, exported snapshot name).
+
+    The connection is closed on return, so with ``snapshot="export"`` the returned snapshot name
+    is already dead (it only lives while the creating connection stays open and idle): to read
+    the slot's consistent snapshot, use ``exported_slot`` instead. Blocks until transactions
+    running on the source have ended (the slot needs a consistent point).
+    """
+    with _created_slot(dsn, slot, snapshot=snapshot, two_phase=two_phase) as created:
+        return created
+
+
+@contextlib.contextmanager
+def exported_slot(dsn: str, slot: str, *, two_phase: bool = False) -> Iterator[tuple[int, str]]:
+    """Create a pgoutput slot exporting its snapshot, and keep its replication connection open
+    and idle for the block.
+
+    Yields (consistent point LSN, snapshot name). While the block runs, other sessions on the
+    same database can import the snapshot and see exactly the data the slot's stream starts
+    after::
+
+        with exported_slot(dsn, "s") as (lsn, name), psycopg.connect(dsn) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(name)))
+            ...  # rows committed before lsn; the slot streams everything committed after
+
+    The snapshot ends when the block exits (the connection is closed); the slot remains.
+    """
+    with _created_slot(dsn, slot, snapshot="export", two_phase=two_phase) as (lsn, name):
+        if not name:
+            raise SourceError(f"replication slot {slot!r} was created without an exported snapshot")
+        yield lsn, name
+
+
+@contextlib.contextmanager
+def _created_slot(dsn: str, slot: str, *, snapshot: str,
+                  two_phase: bool) -> Iterator[tuple[int, str | None]]:
+    conn = _connect(dsn)
+    try:
+        cmd = commands.create_replication_slot(slot, snapshot=snapshot, two_phase=two_phase,
+                                               server_version=conn.info.server_version)
+        try:
+            row = conn.execute(cmd).fetchone()
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot create replication slot {slot!r}: "
+                              f"{_one_line(scrub(str(exc), dsn))}") from None
+        if row is None:
+            raise SourceError(f"CREATE_REPLICATION_SLOT {slot!r} returned no row")
+        yield parse_lsn(row[1]), row[2]
+    finally:
+        conn.close()

@@ -1,0 +1,59 @@
+"""PgFeedDataSource: the ``pgfeed`` PySpark data source (batch and streaming reads of a feed)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from clients import TableInfo
+from spark_connector._batch import PgFeedBatchReader
+from spark_connector._options import FeedOptions
+from spark_connector._schema import change_schema, table_schema
+from spark_connector._streaming import PgFeedStreamReader
+
+__all__ = ["PgFeedDataSource"]
+
+
+class PgFeedDataSource(DataSource):
+    """``spark.read.format("pgfeed")`` / ``spark.readStream.format("pgfeed")``.
+
+    Without ``table`` rows follow the raw change schema (``change_schema()``); with
+    ``table=schema.name`` they carry the table's typed columns plus ``_op``, ``_lsn``, ``_seq``,
+    ``_commit_lsn``, ``_commit_ts``, ``_xid`` and ``_unchanged_toast`` (see ``FeedOptions`` for
+    every option).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "pgfeed"
+
+    def _opts(self) -> FeedOptions:
+        opts = FeedOptions.parse(self.options)
+        if opts.table:
+            info = getattr(self, "_table_info", None) or self._fetch_table(opts)
+            opts = replace(opts, columns=info.columns)
+        return opts
+
+    def _fetch_table(self, opts: FeedOptions) -> TableInfo:
+        with opts.client() as client:
+            found = {t.qualified_name: t for t in client.tables(opts.feed)}
+        if opts.table not in found:
+            known = ", ".join(sorted(found)) or "none yet"
+            raise ValueError(f"feed {opts.feed!r} has no table {opts.table!r} (tables seen: {known})")
+        # Cached on the instance, which Spark pickles after schema(): executors need no lookup.
+        self._table_info = found[opts.table]
+        return self._table_info
+
+    def schema(self) -> StructType:
+        opts = FeedOptions.parse(self.options)
+        if not opts.table:
+            return change_schema()
+        return table_schema(self._fetch_table(opts))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return PgFeedBatchReader(self._opts(), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return PgFeedStreamReader(self._opts(), schema)

@@ -1,0 +1,95 @@
+"""The data source's options, parsed once on the driver into a picklable value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from clients import ColumnInfo, FeedClient, parse_cursor
+
+__all__ = ["FeedOptions"]
+
+_TYPED_OPS = "insert,update,delete"
+
+
+def _get(options: Mapping[str, Any], name: str) -> str | None:
+    """Option lookup ignoring case (Spark's options are case-insensitive; a plain dict is not)."""
+    if name in options:
+        return str(options[name])
+    lowered = name.lower()
+    for key, value in options.items():
+        if str(key).lower() == lowered:
+            return str(value)
+    return None
+
+
+def _positive(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    text = _get(options, name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"pgfeed option {name!r} must be a positive integer, not {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"pgfeed option {name!r} must be a positive integer, not {text!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class FeedOptions:
+    """Everything a reader needs, on the driver and on executors (plain data, picklable).
+
+    Options: ``url`` and ``feed`` (required), ``from`` (default ``earliest``), ``to`` (batch,
+    default ``latest``), ``partitions`` (default 4), ``table`` (``schema.name``: typed columns),
+    ``tables``/``ops`` (comma-separated filters), ``token``, ``consumer`` (streaming: acknowledge
+    committed offsets), ``maxRowsPerTrigger``, ``wireFormat`` (``arrow`` or ``json``),
+    ``pageSize`` (changes per request) and ``timeout`` (seconds).
+    """
+
+    url: str
+    feed: str
+    start: str = "earliest"
+    end: str = "latest"
+    partitions: int = 4
+    table: str | None = None
+    tables: str | None = None
+    ops: str | None = None
+    token: str | None = None
+    consumer: str | None = None
+    max_rows_per_trigger: int | None = None
+    wire: str = "arrow"
+    page_size: int = 100_000
+    timeout: float = 60.0
+    columns: tuple[ColumnInfo, ...] = field(default=())  # typed reads: the table's columns
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> FeedOptions:
+        url, feed = _get(options, "url"), _get(options, "feed")
+        if not url or not feed:
+            raise ValueError("the pgfeed data source needs options 'url' (e.g. "
+                             "http://127.0.0.1:8000) and 'feed' (the feed's name)")
+        start = _get(options, "from") or "earliest"
+        end = _get(options, "to") or "latest"
+        parse_cursor(start)  # a malformed cursor fails here, on the driver, with the expected form
+        parse_cursor(end)
+        table = _get(options, "table") or None
+        if table is not None and "." not in table:
+            table = f"public.{table}"
+        wire = (_get(options, "wireFormat") or "arrow").lower()
+        if wire not in ("arrow", "json"):
+            raise ValueError(f"pgfeed option 'wireFormat' must be 'arrow' or 'json', not {wire!r}")
+        ops = _get(options, "ops") or (_TYPED_OPS if table else None)
+        return cls(
+            url=url.rstrip("/"), feed=feed, start=start, end=end,
+            partitions=_positive(options, "partitions", 4) or 4, table=table,
+            tables=table or _get(options, "tables") or None, ops=ops,
+            token=_get(options, "token") or None, consumer=_get(options, "consumer") or None,
+            max_rows_per_trigger=_positive(options, "maxRowsPerTrigger", None), wire=wire,
+            page_size=_positive(options, "pageSize", 100_000) or 100_000,
+            timeout=float(_get(options, "timeout") or 60.0),
+        )
+
+    def client(self) -> FeedClient:
+        return FeedClient(self.url, token=self.token, timeout=self.timeout)

@@ -1,0 +1,263 @@
+"""PURE: PostgreSQL column types -> Spark types, the raw and typed change schemas, and contract JSON
+values -> the Python values those Spark types hold (the JSON wire path)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Sequence
+from datetime import date, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from clients import Change, TableInfo, parse_lsn
+
+__all__ = [
+    "METADATA_COLUMNS", "change_schema", "json_converter", "numeric_precision", "raw_row",
+    "spark_type", "table_schema", "typed_row",
+]
+
+_SCALARS: dict[str, DataType] = {
+    "int2": ShortType(), "int4": IntegerType(), "int8": LongType(),
+    "float4": FloatType(), "float8": DoubleType(), "bool": BooleanType(), "bytea": BinaryType(),
+    "date": DateType(), "timestamp": TimestampNTZType(), "timestamptz": TimestampType(),
+}
+_ALIASES = {
+    "smallint": "int2", "integer": "int4", "int": "int4", "bigint": "int8", "real": "float4",
+    "double precision": "float8", "boolean": "bool", "decimal": "numeric",
+    "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
+}
+# Names of the built-in OIDs this mapping cares about, for columns whose type name is unknown.
+_OID_NAMES = {
+    16: "bool", 17: "bytea", 20: "int8", 21: "int2", 23: "int4", 114: "json", 700: "float4",
+    701: "float8", 1082: "date", 1114: "timestamp", 1184: "timestamptz", 1700: "numeric",
+    2950: "uuid", 3802: "jsonb", 1000: "_bool", 1001: "_bytea", 1005: "_int2", 1007: "_int4",
+    1016: "_int8", 1021: "_float4", 1022: "_float8", 1182: "_date", 1115: "_timestamp",
+    1185: "_timestamptz", 1231: "_numeric", 199: "_json", 3807: "_jsonb", 2951: "_uuid",
+    1009: "_text",
+}
+_JSON_TYPES = frozenset({"json", "jsonb"})
+
+# Metadata of every typed row: which change, where in the log, and which columns were unchanged
+# TOAST (their value is NULL here but was not changed to NULL).
+METADATA_COLUMNS: tuple[StructField, ...] = (
+    StructField("_op", StringType()),
+    StructField("_lsn", LongType()),
+    StructField("_seq", LongType()),
+    StructField("_commit_lsn", LongType()),
+    StructField("_commit_ts", TimestampType()),
+    StructField("_xid", LongType()),
+    StructField("_unchanged_toast", ArrayType(StringType())),
+)
+
+_CHANGE_SCHEMA = StructType([
+    StructField("lsn", LongType()),
+    StructField("seq", LongType()),
+    StructField("commit_lsn", LongType()),
+    StructField("commit_ts", TimestampType()),
+    StructField("xid", LongType()),
+    StructField("op", StringType()),
+    StructField("schema", StringType()),
+    StructField("table", StringType()),
+    StructField("key", StringType()),  # JSON text
+    StructField("before", StringType()),  # JSON text
+    StructField("after", StringType()),  # JSON text
+    StructField("unchanged_toast", ArrayType(StringType())),
+    StructField("origin", StringType()),
+    StructField("prefix", StringType()),
+    StructField("content", BinaryType()),
+    StructField("transactional", BooleanType()),
+    StructField("tables", ArrayType(StringType())),
+    StructField("options", StringType()),  # JSON text
+    StructField("toast_filled", ArrayType(StringType())),
+])
+
+
+def change_schema() -> StructType:
+    """The raw change schema: one row per change event, row images as JSON text, LSNs as 64-bit
+    positions (they sort numerically; ``clients.format_lsn`` gives the ``16/B374D848`` form)."""
+    return StructType(list(_CHANGE_SCHEMA.fields))
+
+
+def _base_name(type_name: str | None, type_oid: int) -> str | None:
+    if type_name is None:
+        return _OID_NAMES.get(type_oid)
+    name = type_name.strip().lower().removeprefix("pg_catalog.")
+    if name.endswith("[]"):
+        name = "_" + name[:-2]
+    name = _ALIASES.get(name, name)
+    return name
+
+
+def numeric_precision(typmod: int) -> tuple[int, int] | None:
+    """numeric's atttypmod -> (precision, scale); None for unconstrained ``numeric``.
+
+    PostgreSQL 15+ allows a negative scale (stored as 11-bit two's complement)."""
+    if typmod < 4:
+        return None
+    packed = typmod - 4
+    return (packed >> 16) & 0xFFFF, ((packed & 0x7FF) ^ 1024) - 1024
+
+
+def spark_type(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> DataType:
+    """The Spark type of a PostgreSQL column: exact where Spark can hold every value, else string.
+
+    int2/4/8 -> Short/Integer/Long; numeric(p,s) -> Decimal(p,s) when p <= 38 and 0 <= s <= p,
+    other numerics -> string; float4/8 -> Float/Double; bool; bytea -> binary; date;
+    timestamp -> TimestampNTZ; timestamptz -> Timestamp; arrays -> ArrayType of the element;
+    text types, json/jsonb, uuid, time, interval and anything else -> string.
+    """
+    name = _base_name(type_name, type_oid)
+    if name is None:
+        return StringType()
+    if name.startswith("_"):
+        return ArrayType(spark_type(name[1:], typmod))
+    if name == "numeric":
+        ps = numeric_precision(typmod)
+        if ps is not None and 1 <= ps[0] <= 38 and 0 <= ps[1] <= ps[0]:
+            return DecimalType(*ps)
+        return StringType()
+    return _SCALARS.get(name, StringType())
+
+
+def table_schema(table: TableInfo) -> StructType:
+    """Typed schema of one table: its columns (``spark_type``) then ``METADATA_COLUMNS``."""
+    fields = [StructField(c.name, spark_type(c.type_name, c.typmod, c.type_oid))
+              for c in table.columns]
+    clash = {f.name for f in fields} & {m.name for m in METADATA_COLUMNS}
+    if clash:
+        raise ValueError(f"{table.qualified_name} has columns named like pgfeed's metadata: "
+                         f"{sorted(clash)}")
+    return StructType(fields + list(METADATA_COLUMNS))
+
+
+# -- contract JSON values -> Spark's Python values ------------------------------------------------
+
+Converter = Callable[[Any], Any]
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _float(v: Any) -> float | None:
+    return None if v is None else float(v)  # "NaN", "Infinity", "-Infinity" parse too
+
+
+def _str(v: Any) -> str | None:
+    return v if v is None or isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+
+
+def _json_text(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def _bytes(v: Any) -> bytes | None:
+    return None if v is None else base64.b64decode(v)
+
+
+def _maybe(parse: Callable[[str], Any]) -> Converter:
+    def convert(v: Any) -> Any:
+        if v is None:
+            return None
+        try:
+            return parse(v)
+        except (ValueError, TypeError):  # infinity, BC dates, years past 9999: not holdable
+            return None
+    return convert
+
+
+def _decimal(scale: int) -> Converter:
+    quantum = Decimal(1).scaleb(-scale)
+
+    def convert(v: Any) -> Decimal | None:
+        if v is None:
+            return None
+        try:
+            d = Decimal(v)
+        except (InvalidOperation, TypeError):
+            return None
+        return d.quantize(quantum) if d.is_finite() else None  # NaN cannot be a Spark decimal
+    return convert
+
+
+def _array(element: Converter) -> Converter:
+    def convert(v: Any) -> list[Any] | None:
+        if v is None:
+            return None
+        if any(isinstance(x, list) for x in v):  # multi-dimensional: no 1-D Spark array holds it
+            return None
+        return [element(x) for x in v]
+    return convert
+
+
+def json_converter(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> Converter:
+    """The function turning one contract JSON value of this column into its Spark Python value."""
+    name = _base_name(type_name, type_oid)
+    if name is not None and name.startswith("_"):
+        return _array(json_converter(name[1:], typmod))
+    if name in _JSON_TYPES:
+        return _json_text
+    data_type = spark_type(type_name, typmod, type_oid)
+    if isinstance(data_type, (ShortType, IntegerType, LongType)):
+        return _int
+    if isinstance(data_type, (FloatType, DoubleType)):
+        return _float
+    if isinstance(data_type, DecimalType):
+        return _decimal(data_type.scale)
+    if isinstance(data_type, BooleanType):
+        return lambda v: None if v is None else bool(v)
+    if isinstance(data_type, BinaryType):
+        return _bytes
+    if isinstance(data_type, DateType):
+        return _maybe(date.fromisoformat)
+    if isinstance(data_type, TimestampNTZType):
+        return _maybe(lambda v: datetime.fromisoformat(v).replace(tzinfo=None))
+    if isinstance(data_type, TimestampType):
+        return _maybe(datetime.fromisoformat)
+    return _str
+
+
+def typed_row(change: Change, names: Sequence[str],
+              converters: Sequence[Converter]) -> tuple[Any, ...]:
+    """One change -> a row of ``table_schema``: the new image for inserts and updates, the old
+    one (whole or key) for deletes; unchanged TOAST columns are NULL and named in
+    ``_unchanged_toast`` (unless the service filled them: ``toast_filled``)."""
+    op = change.op
+    image = (change.after if op in ("insert", "update") else change.before or change.key) or {}
+    toast = change.unchanged_toast
+    hidden = set(toast).difference(change.toast_filled or ()) if toast else ()
+    values = [None if name in hidden else conv(image.get(name))
+              for name, conv in zip(names, converters)]
+    return (*values, op, parse_lsn(change.lsn), change.seq, parse_lsn(change.commit_lsn),
+            change.commit_ts, change.xid, list(toast))
+
+
+def raw_row(change: Change) -> tuple[Any, ...]:
+    """One change -> a row of ``change_schema()``."""
+    return (
+        parse_lsn(change.lsn), change.seq, parse_lsn(change.commit_lsn), change.commit_ts,
+        change.xid, change.op, change.schema, change.table, _json_text(change.key),
+        _json_text(change.before), _json_text(change.after), list(change.unchanged_toast),
+        change.origin, change.prefix, change.content, change.transactional, change.tables,
+        _json_text(change.options), change.toast_filled,
+    )

@@ -1,0 +1,142 @@
+"""Structured Streaming: offsets are ``{"cursor": ...}``; a micro-batch is ``(start, end]``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from clients import ClientError, Cursor, FeedClient, parse_cursor
+from spark_connector._options import FeedOptions
+from spark_connector._partition import LsnRange, plan_ranges
+from spark_connector._read import read_range
+
+__all__ = ["PgFeedStreamReader"]
+
+log = logging.getLogger("spark_connector")
+
+
+def _key(cursor: str) -> Cursor:
+    parsed = parse_cursor(cursor)
+    assert parsed != "latest"
+    return parsed
+
+
+def _offset(cursor: str) -> dict[str, str]:
+    return {"cursor": cursor}
+
+
+class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Lives in one driver-side Python process for the query's life; ``read`` runs on executors.
+
+    ``initialOffset`` honours ``from`` (``latest`` is pinned to the head when the query first
+    starts); ``latestOffset`` honours ``maxRowsPerTrigger`` and the availableNow target;
+    ``commit`` (and the start of each new plan) acknowledges to the named ``consumer`` so
+    retention can move on.
+    """
+
+    def __init__(self, opts: FeedOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self._target: str | None = None  # availableNow: never plan past this cursor
+        self._client: FeedClient | None = None
+        self._acked: str | None = None  # the last cursor acknowledged to ``consumer``
+
+    @property
+    def client(self) -> FeedClient:
+        if self._client is None:
+            self._client = self.opts.client()
+        return self._client
+
+    def initialOffset(self) -> dict[str, str]:
+        start = self.opts.start
+        if start == "latest":
+            start = self.client.head(self.opts.feed)
+        return _offset(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_rows_per_trigger:
+            return ReadMaxRows(self.opts.max_rows_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.client.head(self.opts.feed)
+
+    def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+        cursor = start["cursor"]
+        # Spark plans a batch only after the previous one is in its commit log, so ``start`` is
+        # durable downstream: acknowledge it now (commit() comes only when a batch has data,
+        # which would leave the last batch of an availableNow run unacknowledged).
+        self._acknowledge(cursor)
+        end = self._target or self.client.head(self.opts.feed)
+        if _key(end) <= _key(cursor):
+            return start
+        if isinstance(limit, ReadMaxRows):
+            end = self._after_rows(cursor, end, limit.max_rows)
+        return _offset(end)
+
+    def _after_rows(self, cursor: str, end: str, rows: int) -> str:
+        """The cursor after at most ``rows`` (filtered) changes past ``cursor``, not past ``end``."""
+        stop, seen = _key(end), 0
+        while seen < rows:
+            page = self.client.page(self.opts.feed, cursor, limit=min(rows - seen, 10_000),
+                                    tables=self.opts.tables, ops=self.opts.ops, to=end)
+            kept = [c for c in page.changes if stop.includes(c.cursor.lsn, c.seq)]
+            seen += len(kept)
+            if len(kept) < len(page.changes):  # the server went past ``end``
+                return end if not kept else str(kept[-1].cursor)
+            if _key(page.next) >= stop:
+                return end
+            if page.next == cursor:
+                break
+            cursor = page.next
+        return cursor
+
+    def reportLatestOffset(self) -> dict[str, str] | None:
+        return _offset(self.client.head(self.opts.feed))
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+        after, to = start["cursor"], end["cursor"]
+        if _key(to) <= _key(after):
+            return []
+        boundaries: list[str] = []
+        if self.opts.partitions > 1:
+            # /splits works on whole transactions: ask with the LSN parts of the cursors.
+            lo, hi = _key(after), _key(to)
+            boundaries = self.client.splits(self.opts.feed, str(Cursor(lo.lsn)) if lo.lsn
+                                            else "earliest", str(Cursor(hi.lsn)),
+                                            self.opts.partitions)
+        return plan_ranges(after, to, boundaries)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LsnRange)
+        return read_range(self.opts, partition, self.schema)
+
+    def commit(self, end: dict[str, str]) -> None:
+        self._acknowledge(end.get("cursor"))
+
+    def _acknowledge(self, cursor: str | None) -> None:
+        if not self.opts.consumer or not cursor or _key(cursor) == Cursor(0):
+            return
+        if self._acked is not None and _key(cursor) <= _key(self._acked):
+            return
+        try:
+            self.client.ack(self.opts.feed, self.opts.consumer, cursor)
+            self._acked = cursor
+        except ClientError as exc:  # the next commit acknowledges further; do not fail the query
+            log.warning("pgfeed: could not acknowledge %s for consumer %s: %s",
+                        cursor, self.opts.consumer, exc)
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -1,0 +1,279 @@
+"""The pgfeed Spark data source against a real pgfeed server: batch reads (raw and typed, Arrow and
+JSON), Structured Streaming with availableNow and restarts, and latest_rows mirroring a table."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clients import FeedClient, format_lsn, parse_cursor
+
+pyspark = pytest.importorskip("pyspark")
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_connector import latest_rows
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+Feed = tuple[str, str]  # (base_url, feed name)
+
+
+# -- where the feeds come from -------------------------------------------------------------------
+
+SERVED_FIXTURE = "served_feed"  # tests/fixtures/fix_service.py: (base_url, feed) over test data
+
+
+def _fixture(request: pytest.FixtureRequest, name: str, why: str) -> Any:
+    try:
+        return request.getfixturevalue(name)
+    except pytest.FixtureLookupError:
+        pytest.skip(f"fixture {name!r} is not defined yet: {why}")
+
+
+@pytest.fixture
+def served(request: pytest.FixtureRequest) -> Feed:
+    value = _fixture(request, SERVED_FIXTURE,
+                     "tests/fixtures/fix_service.py should serve a change log of test data")
+    return value[0], value[1]
+
+
+@pytest.fixture
+def live(request: pytest.FixtureRequest) -> tuple[str, str, str]:
+    """(base_url, feed, dsn): a pgfeed server capturing every table of ``dsn`` from real
+    PostgreSQL (wired by the lead once capture works)."""
+    return _fixture(request, "live_feed", "the lead wires live_feed (real PostgreSQL capture "
+                                          "served by a pgfeed server) once capture works")
+
+
+@pytest.fixture
+def spark(request: pytest.FixtureRequest) -> SparkSession:
+    """The session-wide SparkSession (fix_spark.py), started only once a feed is at hand: as a
+    function-scoped fixture listed after the feed, a skipped test never starts a JVM."""
+    session: SparkSession = request.getfixturevalue("spark_session")
+    return session
+
+
+def _reader(spark: SparkSession, feed: Feed, **options: Any) -> Any:
+    r = spark.read.format("pgfeed").option("url", feed[0]).option("feed", feed[1])
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r
+
+
+def _log(feed: Feed, **filters: Any) -> list[tuple[int, int]]:
+    with FeedClient(feed[0]) as client:
+        return [(parse_cursor(c.commit_lsn).lsn, c.seq)  # type: ignore[union-attr]
+                for c in client.iter_changes(feed[1], **filters)]
+
+
+def _positions(df: DataFrame, lsn: str = "commit_lsn", seq: str = "seq") -> list[tuple[int, int]]:
+    return sorted((r[0], r[1]) for r in df.select(lsn, seq).collect())
+
+
+def _partition_sizes(df: DataFrame) -> list[int]:
+    return df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()
+
+
+# -- batch over the served test log -----------------------------------------------------------------
+
+def test_batch_read_returns_exactly_the_log(served: Feed, spark: SparkSession) -> None:
+    expected = _log(served)
+    assert len(expected) > 0
+    df = _reader(spark, served, partitions=4).load()
+    assert _positions(df) == sorted(expected)  # nothing lost, nothing twice
+    sizes = _partition_sizes(df)
+    assert sum(sizes) == len(expected)
+    if len({lsn for lsn, _ in expected}) >= 4:  # enough transactions to cut in four
+        assert len(sizes) == 4 and all(sizes), sizes
+
+
+def test_json_and_arrow_paths_agree(served: Feed, spark: SparkSession) -> None:
+    arrow = _reader(spark, served, partitions=2).load()
+    json_ = _reader(spark, served, partitions=2, wireFormat="json").load()
+    assert arrow.schema == json_.schema
+    assert arrow.count() == json_.count()
+    assert arrow.exceptAll(json_).count() == 0 and json_.exceptAll(arrow).count() == 0
+
+
+def test_filters_and_bounds(served: Feed, spark: SparkSession) -> None:
+    everything = _log(served)
+    lsns = sorted({lsn for lsn, _ in everything})
+    if len(lsns) < 3:
+        pytest.skip("the served log needs at least three transactions")
+    after, to = format_lsn(lsns[0]), format_lsn(lsns[-2])
+    df = _reader(spark, served, partitions=3, **{"from": after, "to": to}).load()
+    assert _positions(df) == sorted(p for p in everything if lsns[0] < p[0] <= lsns[-2])
+
+
+def test_streaming_stop_and_restart_sees_every_change_once(served: Feed, spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    expected = sorted(_log(served))
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    stream = (spark.readStream.format("pgfeed").option("url", served[0])
+              .option("feed", served[1]).option("partitions", 2)
+              .option("maxRowsPerTrigger", max(1, len(expected) // 3))
+              .option("consumer", f"spark-{uuid.uuid4().hex[:8]}").load())
+
+    def start(**trigger: Any) -> Any:
+        return (stream.writeStream.format("parquet").option("path", str(out))
+                .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+
+    first = start(processingTime="1 second")  # a batch or two, then stopped
+    deadline = time.monotonic() + 120
+    while first.lastProgress is None or first.lastProgress["numInputRows"] == 0:
+        assert time.monotonic() < deadline, "no batch within 120 s"
+        time.sleep(0.2)
+    first.stop()
+    second = start(availableNow=True)  # restarted from the checkpoint, drains the rest
+    second.awaitTermination(300)
+    assert second.exception() is None
+    written = spark.read.parquet(str(out))
+    assert _positions(written) == expected
+
+
+# -- real PostgreSQL capture -----------------------------------------------------------------------
+
+TYPES_DDL = """
+CREATE TABLE {t} (
+  id bigint PRIMARY KEY, small int2, i int4, amount numeric(12,3), big numeric, f float8,
+  r real, flag bool, body text, code varchar(20), raw bytea, day date, at_local timestamp,
+  at_zone timestamptz, doc jsonb, uid uuid, nums int4[], tags text[], prices numeric(5,2)[]
+)"""
+
+TYPE_ROWS = [
+    ("(1, 1, 10, 12.345, 'NaN', 'NaN', 1.5, true, 'hello', 'c1', '\\x00ff'::bytea, '2026-11-22',"
+     " '2026-11-22 10:00:00.123456', '2026-11-22 12:00:00.5+02', '{\"a\": [1, 2]}',"
+     " 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{1,2,3}', '{a,NULL,c}', '{1.50,2.25}')"),
+    ("(2, -32768, 2147483647, -999999999.999, '123456789012345678901234567890.123456789',"
+     " 'Infinity', '-0', false, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"),
+]
+
+
+def _wait_for(feed: Feed, table: str, count: int, timeout: float = 60.0) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    with FeedClient(feed[0]) as client:
+        while True:
+            changes = list(client.iter_changes(feed[1], tables=[table]))
+            if len(changes) >= count or time.monotonic() > deadline:
+                return changes
+            time.sleep(0.3)
+
+
+@pytest.fixture
+def live_table(live: tuple[str, str, str]) -> Iterator[tuple[Feed, str, Any]]:
+    psycopg = pytest.importorskip("psycopg")
+    base_url, feed, dsn = live
+    name = f"spark_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield (base_url, feed), f"public.{name}", conn
+
+
+@pytest.mark.pg
+def test_typed_read_has_the_right_types_and_values(live_table: tuple[Feed, str, Any],
+                                                   spark: SparkSession) -> None:
+    feed, table, conn = live_table
+    conn.execute(TYPES_DDL.format(t=table))
+    conn.execute(f"INSERT INTO {table} VALUES {', '.join(TYPE_ROWS)}")
+    conn.execute(f"UPDATE {table} SET i = 11 WHERE id = 1")
+    conn.execute(f"DELETE FROM {table} WHERE id = 2")
+    assert len(_wait_for(feed, table, 4)) == 4
+    df = _reader(spark, feed, table=table, partitions=2).load()
+    types = dict(df.dtypes)
+    assert types["id"] == "bigint" and types["small"] == "smallint" and types["i"] == "int"
+    assert types["amount"] == "decimal(12,3)" and types["big"] == "string"
+    assert types["f"] == "double" and types["r"] == "float" and types["flag"] == "boolean"
+    assert types["raw"] == "binary" and types["day"] == "date"
+    assert types["at_local"] == "timestamp_ntz" and types["at_zone"] == "timestamp"
+    assert types["doc"] == "string" and types["uid"] == "string"
+    assert types["nums"] == "array<int>" and types["tags"] == "array<string>"
+    assert types["prices"] == "array<decimal(5,2)>"
+    assert types["_commit_lsn"] == "bigint" and types["_unchanged_toast"] == "array<string>"
+    rows = {(r["id"], r["_op"]): r for r in
+            df.withColumn("at_zone_us", F.unix_micros("at_zone")).collect()}
+    assert set(rows) == {(1, "insert"), (2, "insert"), (1, "update"), (2, "delete")}
+    one = rows[(1, "insert")]
+    assert one["small"] == 1 and one["amount"] == Decimal("12.345") and one["big"] == "NaN"
+    assert math.isnan(one["f"]) and one["r"] == 1.5 and one["flag"] is True
+    assert one["body"] == "hello" and one["raw"] == bytearray(b"\x00\xff")
+    assert str(one["day"]) == "2026-11-22"
+    assert one["at_local"].isoformat() == "2026-11-22T10:00:00.123456"
+    zoned = datetime(2026, 11, 22, 10, 0, 0, 500000, tzinfo=UTC)
+    assert one["at_zone_us"] == round(zoned.timestamp() * 1_000_000)
+    assert one["doc"].replace(" ", "") == '{"a":[1,2]}'
+    assert one["uid"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    assert one["nums"] == [1, 2, 3] and one["tags"] == ["a", None, "c"]
+    assert one["prices"] == [Decimal("1.50"), Decimal("2.25")]
+    two = rows[(2, "insert")]
+    assert two["small"] == -32768 and two["i"] == 2147483647
+    assert two["amount"] == Decimal("-999999999.999")
+    assert two["big"] == "123456789012345678901234567890.123456789"
+    assert two["f"] == math.inf and math.copysign(1.0, two["r"]) == -1.0
+    assert two["body"] is None and two["_unchanged_toast"] == []
+    assert rows[(1, "update")]["i"] == 11 and rows[(2, "delete")]["_op"] == "delete"
+    ordered = df.orderBy("_commit_lsn", "_seq").select("_op").collect()
+    assert [r[0] for r in ordered] == ["insert", "insert", "update", "delete"]
+
+
+@pytest.mark.pg
+def test_unchanged_toast_is_never_confused_with_null(live_table: tuple[Feed, str, Any],
+                                                     spark: SparkSession) -> None:
+    feed, table, conn = live_table
+    conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int, body text)")
+    conn.execute(f"ALTER TABLE {table} ALTER COLUMN body SET STORAGE EXTERNAL")
+    big = "".join(uuid.uuid4().hex for _ in range(400))  # 12.8 kB, stored out of line
+    conn.execute(f"INSERT INTO {table} VALUES (1, 0, %s), (2, 0, NULL)", (big,))
+    conn.execute(f"UPDATE {table} SET n = n + 1")
+    _wait_for(feed, table, 4)
+    df = _reader(spark, feed, table=table).load().where("_op = 'update'")
+    rows = {r["id"]: r for r in df.collect()}
+    assert rows[2]["body"] is None and rows[2]["_unchanged_toast"] == []  # a real NULL
+    toasted = rows[1]
+    assert (toasted["body"] is None and toasted["_unchanged_toast"] == ["body"]) or \
+        toasted["body"] == big  # toast=reselect fills it
+
+
+@pytest.mark.pg
+def test_streaming_and_latest_rows_mirror_the_table(live_table: tuple[Feed, str, Any],
+                                                    spark: SparkSession, tmp_path: Path) -> None:
+    feed, table, conn = live_table
+    conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(10,2))")
+    conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g, g / 4.0 FROM generate_series(1, 3000) g")
+    conn.execute(f"UPDATE {table} SET v = v || '!' WHERE id % 3 = 0")
+    conn.execute(f"DELETE FROM {table} WHERE id % 7 = 0")
+    first_count = 3000 + 1000 + 428
+    assert len(_wait_for(feed, table, first_count)) == first_count
+
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def drain() -> None:
+        q = (spark.readStream.format("pgfeed").option("url", feed[0]).option("feed", feed[1])
+             .option("table", table).option("partitions", 2).option("maxRowsPerTrigger", 1500)
+             .option("consumer", f"mirror-{uuid.uuid4().hex[:6]}").load()
+             .writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        q.awaitTermination(300)
+        assert q.exception() is None
+
+    drain()
+    conn.execute(f"UPDATE {table} SET n = n + 1 WHERE id % 5 = 0")
+    conn.execute(f"INSERT INTO {table} VALUES (5000, 'late', 1.25)")
+    conn.execute(f"DELETE FROM {table} WHERE id <= 10")
+    # 515 updates (id % 5 = 0 and still there), 1 insert, 9 deletes (ids 1-10 but 7)
+    total = len(_wait_for(feed, table, first_count + 525))
+    assert total == first_count + 525
+    drain()  # restarted from its checkpoint
+    written = spark.read.parquet(str(out))
+    assert written.count() == total
+    assert written.select("_commit_lsn", "_seq").distinct().count() == total  # each once
+    mirror = {tuple(r) for r in latest_rows(written, ["id"]).select("id", "v", "n").collect()}
+    source = {tuple(r) for r in conn.execute(f"SELECT id, v, n FROM {table}").fetchall()}
+    assert mirror == source

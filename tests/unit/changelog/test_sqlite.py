@@ -1,0 +1,263 @@
+"""What only the SQLite log has to prove: persistence, chunked payloads, crash atomicity."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from clients._cursor import EARLIEST, Cursor
+from service.assembler.model import FRAME, StoredTransaction, frame
+from service.changelog import ChangeLogError, open_changelog
+from service.changelog.base import LogStats
+from service.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog, chunk_bounds
+from tests.unit.changelog.txns import lsns, txn
+
+ROOT = Path(__file__).resolve().parents[3]
+L = 10_000
+
+
+def test_reopening_resumes_everything(tmp_path: Path) -> None:
+    path = tmp_path / "feed" / "changelog.db"
+    log = open_changelog("sqlite", path)
+    stored = [txn(i * L, 4, schema=i == 2, ts=i) for i in range(1, 6)]
+    log.append(stored, confirmed_lsn=5 * L + 8)
+    log.set_confirmed_lsn(6 * L)
+    log.set_consumer("app", Cursor(3 * L, 1))
+    log.set_consumer("spark", Cursor(L, 1))
+    log.trim(3 * L, force=True)  # drops what "spark" has not acknowledged
+    before = log.stats()
+    log.close()
+
+    log = SqliteChangeLog(path)
+    try:
+        assert log.stats() == before == LogStats(3, 12, sum(len(t.payload) for t in stored[2:]),
+                                                 3 * L, 5 * L, 2 * L, 1)
+        assert (log.head(), log.confirmed_lsn(), log.trimmed_lsn()) == (5 * L, 6 * L, 2 * L)
+        assert log.consumers() == {"app": Cursor(3 * L, 1), "spark": Cursor(L, 1)}
+        assert log.schema_history() == [(2 * L, stored[1].schema_frames[0])]
+        assert log.read(EARLIEST, 100) == stored[2:]
+        log.append([txn(5 * L), txn(6 * L)])  # the head survived: the replay is skipped
+        assert lsns(log.read(Cursor(4 * L), 100)) == [5 * L, 6 * L]
+        assert log.split_points(0, 6 * L, 4) == [0, 3 * L, 4 * L, 5 * L, 6 * L]
+    finally:
+        log.close()
+
+
+def test_a_second_instance_sees_what_the_first_committed(tmp_path: Path) -> None:
+    writer, reader = SqliteChangeLog(tmp_path / "log.db"), None
+    try:
+        writer.append([txn(L)])
+        reader = SqliteChangeLog(tmp_path / "log.db")  # e.g. a `capture=False` supervisor
+        writer.append([txn(2 * L)], confirmed_lsn=7)
+        assert lsns(reader.read(EARLIEST, 100)) == [L, 2 * L]
+        assert reader.confirmed_lsn() == 7 and reader.stats().transaction_count == 2
+    finally:
+        writer.close()
+        if reader is not None:
+            reader.close()
+
+
+def test_a_file_that_is_not_a_change_log_is_refused(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(ChangeLogError, match="junk.db"):
+        SqliteChangeLog(junk)
+    future = tmp_path / "future.db"
+    with sqlite3.connect(future) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(ChangeLogError, match="schema version 99"):
+        SqliteChangeLog(future)
+
+
+def test_a_failed_write_is_rolled_back_and_the_log_stays_usable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("service.changelog.sqlite._BUSY_SECONDS", 0.05)
+    log = SqliteChangeLog(tmp_path / "log.db")
+    other = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+    try:
+        log.append([txn(L)])
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        with pytest.raises(ChangeLogError, match="locked"):
+            log.append([txn(2 * L)], confirmed_lsn=5)
+        other.execute("ROLLBACK")
+        log.append([txn(2 * L)], confirmed_lsn=5)
+        assert lsns(log.read(EARLIEST, 10)) == [L, 2 * L] and log.confirmed_lsn() == 5
+    finally:
+        other.close()
+        log.close()
+
+
+# -- chunked payloads ---------------------------------------------------------------------------
+
+
+def _chunk_sizes(path: Path) -> list[int]:
+    conn = sqlite3.connect(path)
+    try:
+        return [n for (n,) in conn.execute("SELECT length(data) FROM chunk ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def _frame_starts(payload: bytes) -> set[int]:
+    starts, pos = set(), 0
+    while pos < len(payload):
+        starts.add(pos)
+        pos += FRAME.size + FRAME.unpack_from(payload, pos)[1]
+    return starts
+
+
+def test_chunk_bounds_cut_on_frame_boundaries() -> None:
+    payload = txn(10**6, 200).payload  # ~110-byte frames
+    bounds = chunk_bounds(memoryview(payload), 1000)
+    assert bounds[0] == 0 and bounds[-1] == len(payload)
+    assert all(0 < b - a <= 1000 for a, b in pairwise(bounds))
+    assert set(bounds[:-1]) <= _frame_starts(payload)
+    assert chunk_bounds(memoryview(b""), 10) == [0]
+    assert chunk_bounds(memoryview(payload), len(payload)) == [0, len(payload)]
+
+
+def test_chunk_bounds_cut_inside_a_frame_only_when_it_is_larger_than_a_chunk() -> None:
+    big = frame(5, b"M" * 2500)
+    small = frame(6, b"I" * 50)
+    payload = small + big + small
+    bounds = chunk_bounds(memoryview(payload), 1000)
+    # The big frame's tail and the last small frame share the last chunk.
+    assert bounds == [0, len(small), len(small) + 1000, len(small) + 2000, len(payload)]
+    assert chunk_bounds(memoryview(b"\x01" * 2500), 1000) == [0, 1000, 2000, 2500]  # not framed
+
+
+def test_chunked_payload_round_trips_byte_exact(tmp_path: Path) -> None:
+    log = SqliteChangeLog(tmp_path / "log.db", chunk_bytes=4096)
+    try:
+        big = txn(10**7, 2000, schema=True)  # ~190 KB, ~50 chunks
+        one_frame = StoredTransaction(1, 2 * 10**7, 2 * 10**7, 0, None, 1, frame(1, os.urandom(10_000)))
+        small = txn(3 * 10**7, 2)
+        empty = txn(4 * 10**7, 0)
+        last = txn(5 * 10**7, 1)
+        log.append([txn(L, 1), big, one_frame, small, empty, last])
+        got = log.read(Cursor(L), 10**6)
+        assert got[:4] == [big, one_frame, small, empty]
+        assert bytes(got[0].payload) == big.payload and got[0].schema_frames == big.schema_frames
+        sizes = _chunk_sizes(tmp_path / "log.db")
+        assert len(sizes) > 50 and max(sizes) <= 4096
+        assert lsns(log.read(Cursor(10**7, 1998), 1)) == [10**7]  # one change left
+        log.trim(2 * 10**7)  # chunks of the dropped transactions go too
+        assert _chunk_sizes(tmp_path / "log.db") == [4096, 4096, len(one_frame.payload) - 8192,
+                                                     len(small.payload), len(last.payload)]
+    finally:
+        log.close()
+
+
+def test_payload_larger_than_a_default_chunk(tmp_path: Path) -> None:
+    message = b"I" + os.urandom(4000)
+    count = (CHUNK_BYTES * 5 // 2) // (len(message) + FRAME.size)  # ~40 MB: 3 chunks
+    payload = bytearray()
+    for i in range(count):
+        payload += frame(i, message)
+    t = StoredTransaction(7, 10**9, 10**9 + 8, 0, None, count, payload)
+    log = SqliteChangeLog(tmp_path / "log.db")
+    try:
+        log.append([t])
+        assert len(_chunk_sizes(tmp_path / "log.db")) == 3
+        (got,) = log.read(EARLIEST, 1)
+        assert got.payload == payload and got.change_count == count
+    finally:
+        log.close()
+
+
+# -- crash atomicity ----------------------------------------------------------------------------
+
+_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    from service.changelog.sqlite import SqliteChangeLog
+    from tests.unit.changelog.txns import txn
+
+    log = SqliteChangeLog({path!r}, chunk_bytes=4096)
+    kill_at = int(sys.argv[1])
+    calls = 0
+
+    def progress():
+        global calls
+        calls += 1
+        if calls == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return 0
+
+    log.append([txn(n * 10**6, 10) for n in range(1, 4)], confirmed_lsn=3 * 10**6)
+    log._writer.set_progress_handler(progress, 1)  # a kill point at any SQLite VM step
+    log.append([txn(n * 10**6, 500) for n in range(4, 9)], confirmed_lsn=8 * 10**6)
+    log._writer.set_progress_handler(None, 1)
+    print("appended", calls, flush=True)
+    if len(sys.argv) > 2:  # keep appending until killed from outside
+        n = 9
+        while True:
+            log.append([txn(k * 10**6, 300) for k in range(n, n + 4)], confirmed_lsn=(n + 3) * 10**6)
+            print(n + 3, flush=True)
+            n += 4
+""")
+
+
+def _child(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD.format(root=str(ROOT), path=str(tmp_path / "log.db")))
+    return subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True)
+
+
+def _assert_whole_batches(tmp_path: Path, batch_ends: set[int]) -> int:
+    """Reopen after the child died: whole batches only, intact; returns the head."""
+    log = SqliteChangeLog(tmp_path / "log.db")
+    try:
+        stored = log.read(EARLIEST, 10**9)
+        head, confirmed = log.head(), log.confirmed_lsn()
+        assert lsns(stored) == [n * 10**6 for n in range(1, len(stored) + 1)]
+        assert head == len(stored) * 10**6 == confirmed and head // 10**6 in batch_ends
+        assert all(t == txn(t.commit_lsn, t.change_count) for t in stored)  # payloads intact
+        assert log.stats().transaction_count == len(stored)
+        return head
+    finally:
+        log.close()
+
+
+def _fresh(tmp_path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"log.db{suffix}").unlink(missing_ok=True)
+
+
+def test_killed_inside_append_leaves_all_or_nothing(tmp_path: Path) -> None:
+    child = _child(tmp_path, str(10**9))  # first without a kill: how many VM steps it takes
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 0 and out.startswith("appended"), out
+    steps = int(out.split()[1])
+    assert _assert_whole_batches(tmp_path, {3, 8}) == 8 * 10**6
+    for kill_at in (1, steps // 4, steps // 2, steps - 50, steps - 10, steps):
+        _fresh(tmp_path)
+        child = _child(tmp_path, str(kill_at))
+        out, _ = child.communicate(timeout=60)
+        assert child.returncode == -signal.SIGKILL, (kill_at, steps, out)
+        head = _assert_whole_batches(tmp_path, {3, 8})
+        if kill_at < steps - 5:  # before COMMIT: nothing of the batch; in it: all or nothing
+            assert head == 3 * 10**6, (kill_at, steps)
+
+
+def test_sigkill_at_a_random_moment_keeps_whole_batches(tmp_path: Path) -> None:
+    for delay in (0.0, 0.013, 0.031):
+        child = _child(tmp_path, str(10**9), "loop")
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith("appended")
+        last = int(child.stdout.readline())  # one more batch is durable
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=60)
+        assert _assert_whole_batches(tmp_path, {3, 8, *range(12, 10**4, 4)}) >= last * 10**6
+        _fresh(tmp_path)

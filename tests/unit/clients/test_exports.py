@@ -1,0 +1,46 @@
+"""Guideline 9: the public surface of clients/ and spark_connector/ is exactly their ``__all__``."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import types
+
+import pytest
+
+
+@pytest.mark.parametrize("package", ["clients", "spark_connector"])
+def test_exported_names_equal_all(package: str) -> None:
+    module = importlib.import_module(package)
+    for name in module.__all__:  # every exported name resolves (lazy ones included)
+        assert getattr(module, name) is not None, name
+    public = {name for name in dir(module)
+              if not name.startswith("_") and not isinstance(getattr(module, name), types.ModuleType)
+              and name != "annotations"}
+    assert public == set(module.__all__)
+    assert len(module.__all__) == len(set(module.__all__))
+
+
+def test_clients_import_neither_service_nor_grpc_eagerly() -> None:
+    """Executors install only clients and spark_connector: no ``service`` import anywhere, and the
+    gRPC stubs load only when a gRPC client is asked for."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    for package in ("clients", "spark_connector"):
+        for path in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                else:
+                    continue
+                assert not any(n == "service" or n.startswith("service.") for n in names), path
+    code = ("import sys, clients, spark_connector; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpc', 'pgfeed', 'service'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,160 @@
+"""Synthetic feeds for HTTP tests: realistic pgoutput frames, stored as capture stores them."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from service.assembler.model import StoredTransaction, frame
+from service.changelog.base import ChangeLog
+
+UNCHANGED = object()  # an unchanged TOAST datum ('u')
+Value = str | None | object
+
+
+def numeric_typmod(precision: int, scale: int) -> int:
+    return ((precision << 16) | scale) + 4
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    oid: int
+    typmod: int = -1
+    key: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    relid: int
+    schema: str
+    name: str
+    columns: tuple[Col, ...]
+    identity: bytes = b"d"
+
+
+ORDERS = Table(16384, "public", "orders", (
+    Col("id", 20, key=True), Col("customer", 25), Col("amount", 1700, numeric_typmod(12, 2)),
+    Col("status", 25), Col("created_at", 1184), Col("paid", 16)))
+ITEMS = Table(16390, "public", "items", (Col("id", 23, key=True), Col("sku", 25)))
+TYPED = Table(16400, "public", "typed", (
+    Col("id", 23, key=True), Col("i2", 21), Col("i8", 20), Col("n", 1700, numeric_typmod(10, 2)),
+    Col("nu", 1700), Col("f4", 700), Col("f8", 701), Col("b", 16), Col("t", 25), Col("by", 17),
+    Col("d", 1082), Col("ts", 1114), Col("tz", 1184), Col("j", 3802), Col("u", 2950),
+    Col("arr", 1007), Col("tarr", 1009), Col("iv", 1186), Col("body", 25)))
+
+
+def _s(text: str) -> bytes:
+    return text.encode() + b"\0"
+
+
+def relation(table: Table) -> bytes:
+    out = b"R" + struct.pack(">I", table.relid) + _s(table.schema) + _s(table.name) + table.identity
+    out += struct.pack(">H", len(table.columns))
+    for c in table.columns:
+        out += struct.pack(">B", 1 if c.key else 0) + _s(c.name) + struct.pack(">Ii", c.oid, c.typmod)
+    return out
+
+
+def tuple_data(values: Sequence[Value]) -> bytes:
+    out = struct.pack(">H", len(values))
+    for v in values:
+        if v is None:
+            out += b"n"
+        elif v is UNCHANGED:
+            out += b"u"
+        else:
+            assert isinstance(v, str)
+            raw = v.encode()
+            out += b"t" + struct.pack(">I", len(raw)) + raw
+    return out
+
+
+def insert(table: Table, values: Sequence[Value]) -> bytes:
+    return b"I" + struct.pack(">I", table.relid) + b"N" + tuple_data(values)
+
+
+def update(table: Table, values: Sequence[Value], old: Sequence[Value] | None = None,
+           old_kind: bytes = b"K") -> bytes:
+    head = b"U" + struct.pack(">I", table.relid)
+    if old is not None:
+        head += old_kind + tuple_data(old)
+    return head + b"N" + tuple_data(values)
+
+
+def delete(table: Table, key: Sequence[Value], kind: bytes = b"K") -> bytes:
+    return b"D" + struct.pack(">I", table.relid) + kind + tuple_data(key)
+
+
+def message(prefix: str, content: bytes, lsn: int) -> bytes:
+    return b"M" + struct.pack(">BQ", 1, lsn) + _s(prefix) + struct.pack(">I", len(content)) + content
+
+
+def truncate(*tables: Table, options: int = 0) -> bytes:
+    return b"T" + struct.pack(">IB", len(tables), options) + b"".join(
+        struct.pack(">I", t.relid) for t in tables)
+
+
+@dataclass
+class LogWriter:
+    """Appends transactions to a change log with ascending LSNs; the first use of a table in the
+    log sends its Relation message (as pgoutput does), recorded as a schema frame."""
+
+    log: ChangeLog
+    lsn: int = 0x1_0000_0000
+    xid: int = 1000
+    ts: int = 830_000_000_000_000  # 2026-04-21, µs since 2000-01-01
+    sent: set[int] = field(default_factory=set)
+
+    def commit(self, *changes: tuple[Table | None, bytes], origin: str | None = None) -> StoredTransaction:
+        frames: list[bytes] = []
+        schema: list[bytes] = []
+        count = 0
+        for table, msg in changes:
+            if table is not None and table.relid not in self.sent:
+                self.sent.add(table.relid)
+                self.lsn += 64
+                rel = frame(self.lsn, relation(table))
+                frames.append(rel)
+                schema.append(rel)
+            self.lsn += len(msg) + 24
+            frames.append(frame(self.lsn, msg))
+            count += 1
+        self.lsn += 48
+        self.xid += 1
+        self.ts += 1000
+        txn = StoredTransaction(self.xid, self.lsn, self.lsn + 8, self.ts, origin, count,
+                                b"".join(frames), tuple(schema))
+        self.lsn += 8
+        self.log.append([txn], confirmed_lsn=txn.end_lsn)
+        return txn
+
+
+def order_row(i: int, status: str = "new") -> list[Value]:
+    return [str(i), f"customer-{i % 977}", f"{i % 100000}.{i % 100:02d}", status,
+            f"2026-05-{1 + i % 28:02d} 12:{i % 60:02d}:{(i * 7) % 60:02d}.{i % 1000000:06d}+00",
+            "t" if i % 2 else "f"]
+
+
+def orders_workload(writer: LogWriter, n_txns: int, per_txn: int, *, start: int = 0) -> int:
+    """Transactions of inserts, updates and deletes on ``orders`` (and some ``items`` inserts);
+    returns the number of changes written."""
+    total = 0
+    i = start
+    for t in range(n_txns):
+        changes: list[tuple[Table | None, bytes]] = []
+        for k in range(per_txn):
+            i += 1
+            kind = (t + k) % 5
+            if kind < 2:
+                changes.append((ORDERS, insert(ORDERS, order_row(i))))
+            elif kind < 4:
+                changes.append((ORDERS, update(ORDERS, order_row(i - 1, "paid"))))
+            elif k % 2:
+                changes.append((ITEMS, insert(ITEMS, [str(i), f"sku-{i}"])))
+            else:
+                changes.append((ORDERS, delete(ORDERS, [str(i - 2), None, None, None, None, None])))
+        writer.commit(*changes)
+        total += len(changes)
+    return total

@@ -1,0 +1,108 @@
+"""PgFeedStreamReader's offset logic against a fake service (httpx.MockTransport), no SparkSession:
+initial offsets, maxRowsPerTrigger, availableNow target, partitions and commit acknowledgements."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from clients import FeedClient
+from spark_connector import FeedOptions, change_schema
+from spark_connector._streaming import PgFeedStreamReader
+from tests.unit.clients.test_http_client import FakeFeed, _change
+
+
+class FakeService(FakeFeed):
+    def __init__(self) -> None:
+        super().__init__(transactions=4)
+        self.acks: list[Any] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.endswith("/splits"):
+            self.requests.append(request)
+            return httpx.Response(200, json={"boundaries": ["0/1000", "0/2000", "0/3000"]})
+        if "/consumers/" in path:
+            self.requests.append(request)
+            self.acks.append(httpx.Response(200, content=request.content).json())
+            return httpx.Response(200, json={"cursor": self.acks[-1]["cursor"]})
+        return super().__call__(request)
+
+
+def _reader(service: FakeService, **options: str) -> PgFeedStreamReader:
+    opts = FeedOptions.parse({"url": "http://pgfeed.test", "feed": "shop", **options})
+    reader = PgFeedStreamReader(opts, change_schema())
+    reader._client = FeedClient("http://pgfeed.test", transport=httpx.MockTransport(service))
+    return reader
+
+
+def test_initial_offset_honours_from() -> None:
+    service = FakeService()
+    assert _reader(service).initialOffset() == {"cursor": "earliest"}
+    assert _reader(service, **{"from": "latest"}).initialOffset() == {"cursor": "0/4000"}
+    assert _reader(service, **{"from": "0/2000:1"}).initialOffset() == {"cursor": "0/2000:1"}
+
+
+def test_latest_offset_all_available_and_caught_up() -> None:
+    service = FakeService()
+    reader = _reader(service)
+    assert reader.latestOffset({"cursor": "earliest"}, ReadAllAvailable()) == {"cursor": "0/4000"}
+    assert reader.latestOffset({"cursor": "0/4000"}, ReadAllAvailable()) == {"cursor": "0/4000"}
+
+
+def test_max_rows_per_trigger() -> None:
+    service = FakeService()
+    reader = _reader(service, maxRowsPerTrigger="4")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(4)
+    offsets, start = [], {"cursor": "earliest"}
+    while True:
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        if end == start:
+            break
+        offsets.append(end["cursor"])
+        start = end
+    assert offsets == ["0/2000:0", "0/3000:1", "0/4000"]
+    assert _reader(service).getDefaultReadLimit() == ReadAllAvailable()
+
+
+def test_available_now_never_plans_past_its_target() -> None:
+    service = FakeService()
+    reader = _reader(service)
+    reader.prepareForTriggerAvailableNow()
+    service.log.extend(_change(0x9000, s) for s in range(3))  # arrives after the target
+    end = reader.latestOffset({"cursor": "earliest"}, ReadAllAvailable())
+    assert end == {"cursor": "0/4000"}
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+    capped = _reader(service, maxRowsPerTrigger="100")
+    capped.prepareForTriggerAvailableNow()
+    assert capped.latestOffset({"cursor": "0/4000"}, ReadMaxRows(100)) == {"cursor": "0/9000"}
+
+
+def test_partitions_cover_the_offset_range() -> None:
+    service = FakeService()
+    reader = _reader(service, partitions="3")
+    parts = reader.partitions({"cursor": "0/1000:1"}, {"cursor": "0/4000"})
+    assert [(p.after, p.to) for p in parts] == [  # the rest of 0/1000 is a range of its own
+        ("0/1000:1", "0/1000"), ("0/1000", "0/2000"), ("0/2000", "0/3000"), ("0/3000", "0/4000")]
+    split = next(r for r in service.requests if r.url.path.endswith("/splits"))
+    assert split.url.params["from"] == "0/1000" and split.url.params["to"] == "0/4000"
+    assert reader.partitions({"cursor": "0/4000"}, {"cursor": "0/4000"}) == []
+
+
+def test_commit_acknowledges_to_the_named_consumer() -> None:
+    service = FakeService()
+    _reader(service).commit({"cursor": "0/3000"})  # no consumer: nothing sent
+    assert service.acks == []
+    reader = _reader(service, consumer="mirror")
+    reader.commit({"cursor": "earliest"})
+    reader.commit({"cursor": "0/3000:1"})
+    assert service.acks == [{"cursor": "0/3000:1"}]
+    assert service.requests[-1].url.path == "/v1/feeds/shop/consumers/mirror"
+    reader.commit({"cursor": "0/3000:1"})  # not again
+    # Planning from a start offset means everything up to it is committed downstream: the last
+    # batch of an availableNow run is acknowledged although commit() never comes for it.
+    assert reader.latestOffset({"cursor": "0/4000"}, ReadAllAvailable()) == {"cursor": "0/4000"}
+    assert service.acks == [{"cursor": "0/3000:1"}, {"cursor": "0/4000"}]
+    reader.stop()
