@@ -7,12 +7,20 @@ decoding; decoding happens on read (see ``assembler.changes``). Field names foll
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Iterator
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    from service.assembler.spill import SpilledPayload
 
 # One framed message inside StoredTransaction.payload: WAL position (XLogData dataStart), length.
 FRAME = struct.Struct(">QI")
+
+# In memory, or (a transaction that outgrew the assembler's memory) read back from the spill store.
+Payload: TypeAlias = "bytes | bytearray | SpilledPayload"
 
 
 class Op(StrEnum):
@@ -41,7 +49,7 @@ class StoredTransaction:
     commit_ts: int  # microseconds since 2000-01-01 UTC
     origin: str | None
     change_count: int
-    payload: bytes
+    payload: Payload
     # Relation ('R') and Type ('Y') message frames that arrived in this transaction. They are in
     # ``payload`` too; the log also keeps them in its schema history so that a transaction which
     # relies on a schema sent earlier (pgoutput sends a Relation once per invalidation) decodes
@@ -50,7 +58,10 @@ class StoredTransaction:
     schema_frames: tuple[bytes, ...] = ()
 
     def frames(self) -> Iterator[tuple[int, memoryview]]:
-        """Yield ``(lsn, message)`` for each framed message of the payload."""
+        """Yield ``(lsn, message)`` for each framed message of the payload. A spilled payload is
+        read into memory first (and kept): for readers and tests, never on the capture path."""
+        if not isinstance(self.payload, (bytes, bytearray)):
+            self.payload = bytes(self.payload)
         view = memoryview(self.payload)
         pos, end = 0, len(view)
         unpack = FRAME.unpack_from
@@ -64,6 +75,47 @@ class StoredTransaction:
 
 def frame(lsn: int, message: bytes | memoryview) -> bytes:
     return FRAME.pack(lsn, len(message)) + bytes(message)
+
+
+def chunk_bounds(payload: memoryview, limit: int) -> list[int]:
+    """Offsets cutting a framed payload into pieces of at most ``limit`` bytes, on frame boundaries
+    where a frame allows it: ``[0, ..., len(payload)]`` (``[0]`` for an empty payload)."""
+    size = len(payload)
+    if size <= limit:
+        return [0, size] if size else [0]
+    bounds = [0]
+    start = pos = 0
+    header, unpack = FRAME.size, FRAME.unpack_from
+    while size - start > limit:
+        if size - pos >= header:
+            nxt = min(pos + header + unpack(payload, pos)[1], size)
+        else:
+            nxt = size  # not a frame: keep the tail bytes as they are
+        if nxt - start > limit:
+            if pos > start:
+                bounds.append(pos)
+                start = pos
+            while nxt - start > limit:  # one frame larger than a chunk
+                start += limit
+                bounds.append(start)
+        pos = nxt
+    bounds.append(size)
+    return bounds
+
+
+def payload_pieces(payload: Payload, limit: int) -> Iterator[bytes | memoryview]:
+    """A stored payload in order, in pieces of at most ``limit`` bytes cut on frame boundaries:
+    how a store writes any payload, whether in memory or spilled."""
+    if isinstance(payload, (bytes, bytearray)):
+        if len(payload) <= limit:  # the common case: one piece, no frame walk
+            if payload:
+                yield payload
+            return
+        view = memoryview(payload).cast("B")
+        for start, end in pairwise(chunk_bounds(view, limit)):
+            yield view[start:end]
+    else:
+        yield from payload.pieces(limit)
 
 
 @dataclass(slots=True)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import struct
 import sys
+from functools import partial
+from itertools import chain
 
-from service.assembler.model import FRAME, StoredTransaction
-from service.assembler.spill import SpillStore
+from service.assembler.model import FRAME, Payload, StoredTransaction
+from service.assembler.spill import SpilledPayload, SpillStore
 from service.errors import AssemblyError
 from service.pgoutput.decode import decode, message_tag_name
 from service.pgoutput.messages import (
@@ -38,6 +40,8 @@ _SCHEMA = frozenset(b"RY")  # Relation / Type: framed and kept in schema_frames
 _CHANGE = frozenset(b"IUDTM")  # what change_count counts (transactional 'M' included)
 _DATA = _CHANGE | _SCHEMA  # carry a leading Int32 (sub)xid inside a stream block
 _M = ord("M")
+# Spill key of a transaction's frames with aborted subtransactions filtered out (xids are 32-bit).
+_FILTERED = 1 << 32
 
 
 def _fmt(lsn: int) -> str:
@@ -274,27 +278,41 @@ class TransactionAssembler:
     def _finish(self, txn: _Txn, commit_lsn: int, end_lsn: int,
                 commit_ts: int) -> list[StoredTransaction]:
         self._mem -= len(txn.data)
-        payload: bytes | bytearray
-        if txn.spilled:
-            assert self._spill is not None
-            # Spilled part first (it is the older), copied chunk by chunk into one buffer so a
-            # huge transaction is held once, not twice, while it is handed to the change log.
-            payload = bytearray()
-            for chunk in self._spill.read(txn.xid):
-                payload += chunk
-            payload += txn.data
-            self._spill.discard(txn.xid)
-        else:
-            payload = bytes(txn.data)
-        txn.data = bytearray()
+        tail, txn.data = txn.data, bytearray()
         changes = txn.changes
-        if txn.aborted:
-            payload, changes = _drop_aborted(payload, txn.runs, txn.aborted)
+        payload: Payload
+        if not txn.spilled:
+            payload = bytes(tail)
+            if txn.aborted:
+                payload, changes = _drop_aborted(payload, 0, txn.runs, txn.aborted)
+        else:
+            payload, changes = self._spilled_payload(txn, tail)
         schema = () if txn.schema_published else tuple(txn.schema)
         if not changes and not schema:
+            if isinstance(payload, SpilledPayload):
+                bytes(payload)  # reading it to the end releases its spill file
             return []
         return [StoredTransaction(txn.xid, commit_lsn, end_lsn, commit_ts, txn.origin, changes,
                                   payload, schema)]
+
+    def _spilled_payload(self, txn: _Txn, tail: bytearray) -> tuple[SpilledPayload, int]:
+        """The payload of a spilled transaction, left on disk for the change log to read in
+        pieces. Aborted subtransactions are filtered out segment by segment into a second entry."""
+        spill = self._spill
+        assert spill is not None
+        if not txn.aborted:
+            return SpilledPayload(partial(spill.read, txn.xid), txn.spilled + len(tail), bytes(tail)), \
+                txn.changes
+        key = txn.xid | _FILTERED
+        size = changes = offset = 0
+        for segment in chain(spill.read(txn.xid), (tail,)):
+            kept, n = _drop_aborted(segment, offset, txn.runs, txn.aborted)
+            offset += len(segment)
+            if kept:
+                spill.append(key, kept)
+                size += len(kept)
+                changes += n
+        return SpilledPayload(partial(spill.read, key), size, b""), changes
 
     def _advance(self, lsn: int) -> None:
         self._confirmable = max(self._confirmable, lsn)
@@ -462,15 +480,16 @@ class TransactionAssembler:
         return []
 
 
-def _drop_aborted(payload: bytes | bytearray, runs: list[tuple[int, int]],
+def _drop_aborted(segment: bytes | bytearray, base: int, runs: list[tuple[int, int]],
                   aborted: set[int]) -> tuple[bytes, int]:
-    """Remove change frames of aborted subtransactions (schema frames stay); recount changes."""
-    view = memoryview(payload)
-    bounds = [offset for offset, _ in runs[1:]] + [len(view) + 1]
+    """Remove change frames of aborted subtransactions from ``segment`` (whole frames, starting at
+    offset ``base`` of the transaction's frame stream; schema frames stay); count changes kept."""
+    view = memoryview(segment)
+    bounds = [offset for offset, _ in runs[1:]] + [sys.maxsize]
     kept: list[memoryview] = []
     changes = run = pos = 0
     while pos < len(view):
-        while bounds[run] <= pos:
+        while bounds[run] <= base + pos:
             run += 1
         _, length = _unpack_frame(view, pos)
         end = pos + _HEADER + length

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _SUFFIX = ".spill"
-_READ_CHUNK = 1 << 20
 
 
 class FileSpillStore:
@@ -20,7 +19,7 @@ class FileSpillStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         for stale in self.directory.glob(f"*{_SUFFIX}"):  # left by a previous run: never valid now
             stale.unlink(missing_ok=True)
-        self._sizes: dict[int, int] = {}
+        self._segments: dict[int, list[int]] = {}  # xid -> size of each append, in order
 
     def _path(self, xid: int) -> Path:
         return self.directory / f"{xid}{_SUFFIX}"
@@ -30,21 +29,21 @@ class FileSpillStore:
         # keeps no file handle per in-progress xid.
         with open(self._path(xid), "ab") as f:
             f.write(data)
-        self._sizes[xid] = self._sizes.get(xid, 0) + len(data)
+        self._segments.setdefault(xid, []).append(len(data))
 
     def read(self, xid: int) -> Iterator[bytes]:
-        """Yield the xid's bytes in chunks; the file is deleted once it has been read to the end."""
-        if xid not in self._sizes:
+        """Yield the xid's appends one by one; the file is deleted once read to the end."""
+        sizes = self._segments.get(xid)
+        if sizes is None:
             return
-        path = self._path(xid)
-        with open(path, "rb") as f:
-            while chunk := f.read(_READ_CHUNK):
-                yield chunk
+        with open(self._path(xid), "rb") as f:
+            for size in sizes:
+                yield f.read(size)
         self.discard(xid)
 
     def discard(self, xid: int) -> None:
-        if self._sizes.pop(xid, None) is not None:
+        if self._segments.pop(xid, None) is not None:
             self._path(xid).unlink(missing_ok=True)
 
     def size(self, xid: int) -> int:
-        return self._sizes.get(xid, 0)
+        return sum(self._segments.get(xid, ()))

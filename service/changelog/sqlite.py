@@ -30,12 +30,11 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from clients._cursor import Cursor
-from service.assembler.model import FRAME, StoredTransaction
+from service.assembler.model import StoredTransaction, payload_pieces
 from service.changelog.base import (
     MAX_LSN,
     ChangeLogError,
@@ -49,7 +48,7 @@ from service.changelog.base import (
     split_bounds,
 )
 
-__all__ = ["CHUNK_BYTES", "SqliteChangeLog", "chunk_bounds"]
+__all__ = ["CHUNK_BYTES", "SqliteChangeLog"]
 
 log = logging.getLogger("pgfeed.changelog")
 
@@ -101,32 +100,6 @@ _SCHEMA = (
 
 _META = ("SELECT commit_lsn, xid, end_lsn, commit_ts, origin, change_count, payload_bytes, "
          "first_chunk, chunk_count FROM txn")
-
-
-def chunk_bounds(payload: memoryview, limit: int = CHUNK_BYTES) -> list[int]:
-    """Offsets cutting a framed payload into pieces of at most ``limit`` bytes, on frame boundaries
-    where a frame allows it: ``[0, ..., len(payload)]`` (``[0]`` for an empty payload)."""
-    size = len(payload)
-    if size <= limit:
-        return [0, size] if size else [0]
-    bounds = [0]
-    start = pos = 0
-    header, unpack = FRAME.size, FRAME.unpack_from
-    while size - start > limit:
-        if size - pos >= header:
-            nxt = min(pos + header + unpack(payload, pos)[1], size)
-        else:
-            nxt = size  # not a frame: keep the tail bytes as they are
-        if nxt - start > limit:
-            if pos > start:
-                bounds.append(pos)
-                start = pos
-            while nxt - start > limit:  # one frame larger than a chunk
-                start += limit
-                bounds.append(start)
-        pos = nxt
-    bounds.append(size)
-    return bounds
 
 
 def _lsn(value: int) -> int:
@@ -246,21 +219,16 @@ class SqliteChangeLog:
                 "FROM state").fetchone()
             fresh = [t for t in transactions if t.commit_lsn > head]  # replays are skipped
             txn_rows: list[tuple[Any, ...]] = []
-            chunk_rows: list[tuple[int, bytes | bytearray | memoryview]] = []
             schema_rows: list[tuple[int, bytes]] = []
-            limit = self.chunk_bytes
+            insert_chunk = "INSERT INTO chunk (id, data) VALUES (?, ?)"
             for t in fresh:
                 size = len(t.payload)
                 first = next_chunk
-                if size <= limit:  # the common case: one chunk, no frame walk
-                    if size:
-                        chunk_rows.append((next_chunk, t.payload))
-                        next_chunk += 1
-                else:
-                    view = memoryview(t.payload).cast("B")
-                    for start, end in pairwise(chunk_bounds(view, limit)):
-                        chunk_rows.append((next_chunk, view[start:end]))
-                        next_chunk += 1
+                # One row per piece as it comes: a spilled payload is read from disk piece by
+                # piece and never held whole.
+                for piece in payload_pieces(t.payload, self.chunk_bytes):
+                    conn.execute(insert_chunk, (next_chunk, piece))
+                    next_chunk += 1
                 txn_total += 1
                 change_total += t.change_count
                 byte_total += size
@@ -269,7 +237,6 @@ class SqliteChangeLog:
                 if t.schema_frames:
                     schema_rows.extend((t.commit_lsn, f) for f in t.schema_frames)
             if fresh:
-                conn.executemany("INSERT INTO chunk (id, data) VALUES (?, ?)", chunk_rows)
                 conn.executemany("INSERT INTO txn VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", txn_rows)
                 conn.executemany("INSERT INTO schema_frame (commit_lsn, frame) VALUES (?, ?)", schema_rows)
                 head = fresh[-1].commit_lsn

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.assembler.model import StoredTransaction
-from service.assembler.spill import MemorySpillStore, SpillStore
+from service.assembler.model import FRAME, StoredTransaction
+from service.assembler.spill import MemorySpillStore, SpilledPayload, SpillStore
 from service.assembler.transactions import TransactionAssembler
 from service.changelog.spill_files import FileSpillStore
 from service.pgoutput.decode import decode
@@ -100,6 +100,55 @@ def test_memory_stays_bounded_while_streamed_and_plain_transactions_spill(kind: 
     assert asm.buffered_bytes == 0 and biggest_message < limit
     if kind == "files":
         assert list(tmp_path.iterdir()) == []
+
+
+def _whole_frames(piece: bytes) -> int:
+    """How many frames ``piece`` holds; fails unless it is whole frames."""
+    pos = count = 0
+    while pos < len(piece):
+        pos += FRAME.size + FRAME.unpack_from(piece, pos)[1]
+        count += 1
+    assert pos == len(piece), "a piece ends inside a frame"
+    return count
+
+
+def test_a_spilled_transaction_stays_on_disk_and_is_read_once_in_frame_aligned_pieces(
+        tmp_path: Path) -> None:
+    asm = TransactionAssembler(spill=FileSpillStore(tmp_path), memory_limit=2000)
+    asm.feed(1, w.begin(7, 90_000))
+    for i in range(1000):
+        asm.feed(2 + i, w.insert(1, f"row-{i:04}"))
+    [t] = asm.feed(90_000, w.commit(90_000, 90_008))
+    payload = t.payload
+    assert isinstance(payload, SpilledPayload) and list(tmp_path.iterdir())  # not read yet
+    pieces = [bytes(p) for p in payload.pieces(4096)]
+    assert len(b"".join(pieces)) == len(payload) and all(len(p) <= 4096 for p in pieces)
+    assert sum(_whole_frames(p) for p in pieces) == t.change_count == 1000
+    assert list(tmp_path.iterdir()) == []  # read to the end: the spill file is gone
+    with pytest.raises(RuntimeError, match="only once"):
+        next(payload.pieces(4096))
+
+
+def test_a_frame_larger_than_a_piece_is_cut_inside() -> None:
+    asm = TransactionAssembler(spill=MemorySpillStore(), memory_limit=100)
+    asm.feed(1, w.begin(7, 9000))
+    asm.feed(2, w.insert(1, "x" * 5000))
+    asm.feed(3, w.insert(1, "y"))
+    [t] = asm.feed(9000, w.commit(9000, 9008))
+    pieces = [bytes(p) for p in t.payload.pieces(1024)]
+    assert all(len(p) <= 1024 for p in pieces) and len(pieces) >= 5
+    assert _values(StoredTransaction(7, 9000, 9008, 0, None, 2, b"".join(pieces))) == ["x" * 5000, "y"]
+
+
+def test_a_spilled_stream_whose_changes_all_aborted_leaves_nothing(tmp_path: Path) -> None:
+    asm = TransactionAssembler(spill=FileSpillStore(tmp_path), memory_limit=300)
+    asm.feed(1, w.stream_start(50, True))
+    for i in range(40):
+        asm.feed(2 + i, w.insert(1, f"gone-{i}", xid=51))
+    asm.feed(50, w.stream_stop())
+    asm.feed(51, w.stream_abort(50, 51))
+    assert asm.feed(60, w.stream_commit(50, 60, 68)) == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_without_a_spill_store_everything_stays_in_memory() -> None:

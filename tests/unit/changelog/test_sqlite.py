@@ -9,16 +9,20 @@ import subprocess
 import sys
 import textwrap
 import time
+import tracemalloc
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from clients._cursor import EARLIEST, Cursor
-from service.assembler.model import FRAME, StoredTransaction, frame
+from service.assembler.model import FRAME, StoredTransaction, chunk_bounds, frame
+from service.assembler.transactions import TransactionAssembler
 from service.changelog import ChangeLogError, open_changelog
 from service.changelog.base import LogStats
-from service.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog, chunk_bounds
+from service.changelog.spill_files import FileSpillStore
+from service.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog
+from tests.unit.assembler import wire as w
 from tests.unit.changelog.txns import lsns, txn
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -171,6 +175,32 @@ def test_payload_larger_than_a_default_chunk(tmp_path: Path) -> None:
         assert len(_chunk_sizes(tmp_path / "log.db")) == 3
         (got,) = log.read(EARLIEST, 1)
         assert got.payload == payload and got.change_count == count
+    finally:
+        log.close()
+
+
+def test_a_spilled_transaction_is_appended_without_being_held_whole(tmp_path: Path) -> None:
+    rows, row = 200_000, "r" * 150  # ~36 MB of frames, spilled by the assembler
+    asm = TransactionAssembler(spill=FileSpillStore(tmp_path / "spill"), memory_limit=1 << 20)
+    asm.feed(1, w.begin(7, 10**9))
+    for i in range(rows):
+        asm.feed(2 + i, w.insert(1, f"{i}", row))
+    log = SqliteChangeLog(tmp_path / "log.db")
+    try:
+        tracemalloc.start()  # from the commit (the assembler hands the transaction over) to durable
+        [t] = asm.feed(10**9, w.commit(10**9, 10**9 + 8))
+        log.append([t])
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        size = len(t.payload)
+        # Python holds about one spill segment and one chunk, never the 36 MB payload.
+        assert size > 30 << 20 and peak < 4 * CHUNK_BYTES, f"append peaked at {peak >> 20} MB"
+        assert max(_chunk_sizes(tmp_path / "log.db")) <= CHUNK_BYTES
+        assert list((tmp_path / "spill").iterdir()) == []
+        (got,) = log.read(EARLIEST, 1)
+        assert len(got.payload) == size and got.change_count == rows
+        frames = list(got.frames())
+        assert len(frames) == rows and frames[-1][0] == rows + 1 and bytes(frames[7][1]).startswith(b"I")
     finally:
         log.close()
 
