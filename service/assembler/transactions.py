@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Iterable
 from functools import partial
 from itertools import chain
 
@@ -172,6 +173,31 @@ class TransactionAssembler:
         self._mem = 0
 
     # -- the hot path ----------------------------------------------------------------------------
+
+    def feed_batch(self, frames: Iterable[tuple[int, bytes | memoryview]]) -> list[StoredTransaction]:
+        """``feed`` for every ``(lsn, message)`` of a received batch, in order.
+
+        Capture's loop: a row change inside Begin..Commit (nearly every message) is framed here
+        without a call per message, which is most of the assembler's cost at ~300k changes/s.
+        """
+        out: list[StoredTransaction] = []
+        feed, pack, row, header = self.feed, _pack, _ROW, _HEADER
+        for lsn, message in frames:
+            txn = self._current
+            if txn is not None and message and message[0] in row:
+                n = len(message)
+                data = txn.data
+                data += pack(lsn, n)
+                data += message
+                txn.changes += 1
+                self._mem += n + header
+                if self._mem > self._limit:
+                    self._spill_over()
+            else:
+                done = feed(lsn, message)
+                if done:
+                    out.extend(done)
+        return out
 
     def feed(self, lsn: int, message: bytes | memoryview) -> list[StoredTransaction]:
         """Take one pgoutput message (``lsn``: its XLogData dataStart); return what it completes."""

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
+from service.assembler.model import StoredTransaction
 from service.assembler.transactions import TransactionAssembler
 from service.changelog.base import ChangeLog
 from service.changelog.spill_files import FileSpillStore
@@ -25,15 +27,16 @@ from service.feeds.notify import HeadNotifier
 from service.replication import protocol, slots
 from service.replication.commands import max_proto_version
 from service.replication.stream import ReplicationStream
+from service.replication.writer import LogWriter
 
 log = logging.getLogger("pgfeed.capture")
 
 PG_EPOCH_UNIX = 946_684_800  # 2000-01-01 in Unix seconds
 FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sender_timeout is 60 s)
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-# In-memory buffers of open transactions before the largest spills to disk. A committed transaction
-# is still reassembled whole for its append, so peak RSS is about (its size + this): 16 MiB keeps a
-# 1M-row (~115 MB) transaction under 200 MB (bench/RESULTS.md, Capture).
+# In-memory buffers of open transactions before the largest spills to disk; a spilled transaction
+# goes to the change log piece by piece, so this bounds capture's memory whatever the size of a
+# transaction (a 1M-row one: bench/RESULTS.md, Capture).
 ASSEMBLER_MEMORY = 16 << 20
 
 
@@ -130,22 +133,18 @@ class Capture:
             stream.close()
 
     def _loop(self, stream: ReplicationStream, stop: threading.Event) -> None:
-        changelog, notifier, stats = self.changelog, self.notifier, self.stats
         assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir),
                                          memory_limit=ASSEMBLER_MEMORY)
-        feed = assembler.feed
-        confirmed = changelog.confirmed_lsn()
-        received = confirmed
+        feed_batch = assembler.feed_batch
+        writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.spec.name}")
+        submitted = received = writer.durable_lsn  # highest position handed to the writer
+        reported = -1  # flush position last sent to PostgreSQL
         last_feedback = 0.0
         heartbeat = _Heartbeat(self.spec)
         try:
             while not stop.is_set():
                 frames, keepalives = stream.read_batch(self.batch_messages, timeout=0.2)
-                stored = []
-                for data_start, payload in frames:
-                    done = feed(data_start, payload)
-                    if done:
-                        stored.extend(done)
+                stored = feed_batch(frames)
                 if frames:
                     received = max(received, frames[-1][0])
                 reply = False
@@ -153,30 +152,37 @@ class Capture:
                     received = max(received, wal_end)
                     reply = reply or reply_requested
                 target = assembler.confirmable_lsn
-                if stored:
-                    # Durable before anything is confirmed: append fsyncs and records `target`.
-                    changelog.append(stored, confirmed_lsn=target)
-                    last = stored[-1]
-                    stats.last_commit_ts = last.commit_ts or stats.last_commit_ts
-                    stats.count(sum(t.change_count for t in stored), sum(len(t.payload) for t in stored))
-                    notifier.publish(changelog.head())
                 if keepalives and protocol.keepalive_confirmable(
                         received, assembler.in_transaction, assembler.hold_lsn):
                     target = max(target, received)
                 hold = assembler.hold_lsn
                 if hold is not None:
                     target = min(target, hold - 1)
-                if target > confirmed and not stored:
-                    changelog.set_confirmed_lsn(target)
-                if target > confirmed:
-                    confirmed = target
+                if stored or target > submitted:
+                    # The writer stores the batch (fsync'd) before it records `target`: only then
+                    # does durable_lsn, the one position ever reported as flushed, move.
+                    writer.submit(stored, target)
+                    submitted = max(submitted, target)
+                writer.raise_if_failed()
+                durable = writer.durable_lsn
                 now = time.monotonic()
-                if reply or stored or protocol.feedback_due(now, last_feedback, FEEDBACK_INTERVAL):
-                    stream.send_feedback(received, confirmed, confirmed, reply=False)
-                    last_feedback = now
+                if reply or durable > reported or protocol.feedback_due(now, last_feedback, FEEDBACK_INTERVAL):
+                    stream.send_feedback(received, durable, durable, reply=False)
+                    reported, last_feedback = durable, now
                 heartbeat.maybe_emit()
+            writer.close()  # stopping: what was received and committed becomes durable, then reported
+            writer.raise_if_failed()
+            if writer.durable_lsn > reported:
+                stream.send_feedback(received, writer.durable_lsn, writer.durable_lsn, reply=False)
         finally:
+            writer.close()
             heartbeat.close()
+
+    def _durable(self, stored: Sequence[StoredTransaction]) -> None:
+        """On the writer's thread, once ``stored`` is durable: counters, and wake the readers."""
+        self.stats.last_commit_ts = stored[-1].commit_ts or self.stats.last_commit_ts
+        self.stats.count(sum(t.change_count for t in stored), sum(len(t.payload) for t in stored))
+        self.notifier.publish(self.changelog.head())
 
 
 class _Heartbeat:

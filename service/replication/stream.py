@@ -43,7 +43,7 @@ _W = protocol.XLOG_DATA
 _COPY_BOTH = pq.ExecStatus.COPY_BOTH
 _CONN_OK = pq.ConnStatus.OK
 
-Frame = tuple[int, bytes]  # (dataStart, pgoutput message)
+Frame = tuple[int, memoryview]  # (dataStart, pgoutput message): a view owning its buffer
 
 
 _READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
@@ -169,7 +169,7 @@ class ReplicationStream:
                     if n >= _MIN_XLOG:
                         tag, lsn = head(buf)
                         if tag == _W:
-                            append((lsn, buf[25:].tobytes()))
+                            append((lsn, buf[25:]))  # a view: the buffer is its own copy
                             continue
                     if n <= 0:
                         break

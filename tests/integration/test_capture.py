@@ -140,8 +140,10 @@ def test_decode_error_fails_feed_without_moving_slot(pg_dsn, feed_dir, monkeypat
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO d VALUES (1)")
         wait_for_marker(sup, "f", pg_dsn)
-        before = slot_confirmed(pg_dsn, "pgfeed_f")
         sup.pause("f")
+        # Stopping sends a final feedback: the slot is exactly at what the log made durable.
+        before = slot_confirmed(pg_dsn, "pgfeed_f")
+        assert before == sup.changelog("f").confirmed_lsn() > 0
         # A hostile byte stream: every Commit arrives with a corrupted tag.
         original = stream_module.ReplicationStream.read_batch
 

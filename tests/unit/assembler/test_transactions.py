@@ -378,3 +378,33 @@ def test_memoryview_messages_everywhere_give_the_same_result() -> None:
     as_views = run(TransactionAssembler(), *[(lsn, memoryview(bytearray(m))) for lsn, m in steps])
     assert as_views == as_bytes and len(as_bytes) == 4
     assert [t.change_count for t in as_bytes] == [1, 1, 2, 1]
+
+
+def _mixed_stream() -> list[tuple[int, bytes | memoryview]]:
+    """Every path of the assembler in one arrival order: plain, streamed (with a subtransaction
+    abort), a non-transactional message, a prepared transaction, row changes as memoryviews."""
+    steps: list[bytes] = [w.begin(10, 900), w.relation(1), w.insert(1, "1"), w.update(1, "1"),
+                          w.message("p", b"x", transactional=False, lsn=0), w.delete(1, "1"),
+                          w.truncate(1), w.commit(900, 908)]
+    steps += [w.stream_start(20, True), w.relation(1, xid=20), w.insert(1, "2", xid=20),
+              w.insert(1, "3", xid=21), w.stream_stop(), w.stream_start(20, False),
+              w.insert(1, "4", xid=20), w.stream_stop(), w.stream_abort(20, 21)]
+    steps += [w.begin_prepare(30, "g", 1200, 1208), w.insert(1, "5"), w.prepare(30, "g", 1200, 1208),
+              w.stream_commit(20, 1300, 1308), w.commit_prepared(30, "g", 1400, 1408)]
+    steps += [w.begin(40, 1500)] + [w.insert(1, str(i)) for i in range(200)] + [w.commit(1500, 1508)]
+    return [(100 + 10 * i, memoryview(m) if m[:1] in b"IUD" else m) for i, m in enumerate(steps)]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 7, 1000])
+def test_feed_batch_is_feed_in_order(batch: int) -> None:
+    steps = _mixed_stream()
+    one = TransactionAssembler(spill=MemorySpillStore(), memory_limit=500)
+    expected = run(one, *steps)
+    many = TransactionAssembler(spill=MemorySpillStore(), memory_limit=500)
+    got: list[StoredTransaction] = []
+    for i in range(0, len(steps), batch):
+        got.extend(many.feed_batch(steps[i:i + batch]))
+    assert [(t.commit_lsn, t.change_count, bytes(t.payload), t.schema_frames) for t in got] == \
+        [(t.commit_lsn, t.change_count, bytes(t.payload), t.schema_frames) for t in expected]
+    assert len(got) == 5 and got[-1].change_count == 200  # the four units and the message
+    assert many.confirmable_lsn == one.confirmable_lsn and many.buffered_bytes == 0

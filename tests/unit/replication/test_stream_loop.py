@@ -129,7 +129,13 @@ def test_frames_match_the_reference_parser_and_batches_gather_what_is_ready() ->
     assert keepalives == []
     expected = [(m.data_start, bytes(m.payload)) for m in map(protocol.parse_xlog_data, frames)]
     assert got == expected
-    assert all(type(p) is bytes for _, p in got)  # copies: safe to keep after the batch
+    # Views over each message's own buffer (libpq hands out a fresh one per CopyData): still
+    # intact after the connection has moved on.
+    pg.arrivals.append([xlog(9999, b"Z" * 64)])
+    pg.wsock.send(b"x")
+    later, _ = stream.read_batch(1000, timeout=1)
+    assert [bytes(p) for _, p in later] == [b"Z" * 64]
+    assert [(lsn, bytes(p)) for lsn, p in got] == expected
     stream.close()  # ends the copy cleanly: CopyDone, then reads to the server's end
     assert pg.ended and not pg.buffered
 

@@ -1,0 +1,80 @@
+"""LogWriter: appends on their own thread, and a durable position that never runs ahead of them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from clients._cursor import EARLIEST
+from service.assembler.model import StoredTransaction
+from service.changelog.memory import MemoryChangeLog
+from service.changelog.base import ChangeLogError
+from service.replication.writer import LogWriter
+from tests.unit.changelog.txns import lsns, txn
+
+
+class GatedLog(MemoryChangeLog):
+    """A real in-memory log whose appends wait for the test to open a gate, or fail on demand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.fail: Exception | None = None
+
+    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
+        self.entered.set()
+        self.gate.wait(10)
+        if self.fail is not None:
+            raise self.fail
+        super().append(transactions, confirmed_lsn)
+
+
+def test_durable_moves_only_once_the_append_has_returned() -> None:
+    log, seen = GatedLog(), []
+    writer = LogWriter(log, seen.append)
+    try:
+        writer.submit([txn(100), txn(200)], 210)
+        assert log.entered.wait(5)
+        assert writer.durable_lsn == 0 and seen == []  # appending, not yet durable
+        log.gate.set()
+        writer.submit([], 300)  # a keepalive position: recorded after the batch before it
+        writer.close()
+        assert writer.durable_lsn == 300 and log.confirmed_lsn() == 300
+        assert lsns(log.read(EARLIEST, 10)) == [100, 200] and [lsns(list(b)) for b in seen] == [[100, 200]]
+    finally:
+        writer.close()
+
+
+def test_batches_are_stored_in_submission_order_and_close_drains_them() -> None:
+    log = MemoryChangeLog()
+    writer = LogWriter(log, lambda _: None, depth=2)
+    for i in range(1, 51):
+        writer.submit([txn(i * 100)], i * 100 + 8)
+    writer.close()
+    assert lsns(log.read(EARLIEST, 1000)) == [i * 100 for i in range(1, 51)]
+    assert writer.durable_lsn == log.confirmed_lsn() == 5008
+
+
+def test_a_failed_append_stops_durability_and_is_raised_on_the_capture_side() -> None:
+    log, failure = GatedLog(), ChangeLogError("disk full")
+    log.fail = failure
+    log.gate.set()
+    writer = LogWriter(log, lambda _: None, depth=1)
+    writer.submit([txn(100)], 108)
+    writer.close()
+    with pytest.raises(ChangeLogError, match="disk full"):
+        writer.raise_if_failed()
+    with pytest.raises(ChangeLogError):
+        writer.submit([txn(200)], 208)
+    assert writer.durable_lsn == 0 and log.confirmed_lsn() == 0 and log.read(EARLIEST, 10) == []
+
+
+def test_the_starting_durable_position_is_the_logs() -> None:
+    log = MemoryChangeLog()
+    log.append([txn(500)], confirmed_lsn=508)
+    writer = LogWriter(log, lambda _: None)
+    writer.close()
+    assert writer.durable_lsn == 508
