@@ -102,12 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--toast", choices=["omit", "placeholder", "reselect"])
     create.set_defaults(func=_feeds_create)
     admin_parser("list", "list feeds").set_defaults(func=lambda a: _admin(a, "GET", "/v1/feeds"))
-    for verb in ("show", "pause", "resume", "delete"):
+    for verb in ("show", "pause", "resume"):
         p = admin_parser(verb, f"{verb} a feed")
         p.add_argument("name")
-        method, suffix = {"show": ("GET", ""), "pause": ("POST", "/pause"), "resume": ("POST", "/resume"),
-                          "delete": ("DELETE", "")}[verb]
+        method, suffix = {"show": ("GET", ""), "pause": ("POST", "/pause"), "resume": ("POST", "/resume")}[verb]
         p.set_defaults(func=lambda a, m=method, s=suffix: _admin(a, m, f"/v1/feeds/{a.name}{s}"))
+    set_tables = admin_parser("set-tables", "replace a feed's table list (same as PATCH /v1/feeds/NAME)")
+    set_tables.add_argument("name")
+    set_tables.add_argument("--tables", required=True, help="comma-separated schema.table list")
+    set_tables.set_defaults(func=lambda a: _admin(
+        a, "PATCH", f"/v1/feeds/{a.name}", {"tables": [t.strip() for t in a.tables.split(",") if t.strip()]}))
+    delete = admin_parser("delete", "delete a feed, dropping the slot and publication it owns")
+    delete.add_argument("name")
+    delete.add_argument("--force", action="store_true",
+                        help="delete even when the source cannot drop them (they are left behind)")
+    delete.set_defaults(func=lambda a: _admin(
+        a, "DELETE", f"/v1/feeds/{a.name}" + ("?force=true" if a.force else "")))
 
     demo = sub.add_parser("demo", help="start a local PostgreSQL, a feed and a workload; watch changes flow")
     demo.add_argument("--pg", default=None, help="PostgreSQL major version (default: 18 if available, else 15)")

@@ -6,6 +6,7 @@ import logging
 import shutil
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -199,8 +200,13 @@ class Supervisor:
             raise SourceError(f"source refused feed setup: {scrub(str(exc).strip(), spec.dsn)}") from None
         return replace(spec, owns_slot=owns_slot, owns_publication=owns_pub)
 
-    def delete(self, name: str) -> None:
-        """Stop the feed, drop the slot and publication pgfeed owns, and remove its log."""
+    def delete(self, name: str, *, force: bool = False) -> None:
+        """Stop the feed, drop the slot and publication pgfeed owns, and remove its log.
+
+        A slot left on the source keeps retaining WAL until the disk fills, so when the source
+        cannot drop them the feed is kept (and resumed) and SourceError says why, unless
+        ``force``: then the feed goes and the slot's name is logged for the operator to drop.
+        """
         with self._lock:
             feed = self._get(name)
             self._join(feed)
@@ -211,13 +217,45 @@ class Supervisor:
                         slots.drop_slot(conn, spec.slot_name)
                     if spec.owns_publication:
                         slots.drop_publication(conn, spec.publication_name)
-            except psycopg.Error as exc:
-                log.warning("feed %s: could not drop its source objects: %s", name,
-                            scrub(str(exc).strip(), spec.dsn))
+            except (psycopg.Error, SourceError) as exc:
+                reason = scrub(str(exc).strip(), spec.dsn)
+                if not force:
+                    if not feed.paused:
+                        self._start_capture(feed)
+                    raise SourceError(
+                        f"feed {name!r} was not deleted: its slot {spec.slot_name!r} and publication "
+                        f"{spec.publication_name!r} could not be dropped on the source ({reason}); a "
+                        "slot left behind retains WAL. Retry when the source is reachable, or delete "
+                        "with force to leave them for an operator to drop") from None
+                log.warning("feed %s deleted with force: slot %r / publication %r left on the source "
+                            "(%s); drop them there", name, spec.slot_name, spec.publication_name, reason)
             feed.changelog.close()
             del self._feeds[name]
             self._catalogue.remove(name)
             shutil.rmtree(self._feed_dir(name), ignore_errors=True)
+
+    def set_tables(self, name: str, tables: Sequence[str]) -> FeedStatus:
+        """Replace what a feed captures (``ALTER PUBLICATION ... SET TABLE`` on the publication it
+        owns). Changes committed after the ALTER follow the new list; capture goes on."""
+        feed = self._get(name)
+        spec = feed.spec
+        if spec.all_tables:
+            raise ValueError(f"feed {name!r} captures all tables: its table list cannot be set")
+        if not spec.owns_publication:
+            raise ValueError(f"feed {name!r} adopted publication {spec.publication_name!r}: change "
+                             "its tables on the source (ALTER PUBLICATION), not through pgfeed")
+        names = tuple(dict.fromkeys(t.strip() for t in tables))
+        if not names:
+            raise ValueError("a feed needs at least one table")
+        try:
+            with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                slots.set_publication_tables(conn, spec.publication_name, names)
+        except psycopg.Error as exc:
+            raise SourceError(f"source refused the table list: {scrub(str(exc).strip(), spec.dsn)}") from None
+        with self._lock:
+            feed.spec = replace(spec, tables=names)
+            self._catalogue.put(feed.spec, paused=feed.paused)
+        return self.status(name)
 
     def pause(self, name: str) -> FeedStatus:
         feed = self._get(name)

@@ -200,6 +200,23 @@ class FeedCreate(BaseModel):
         return self
 
 
+class FeedUpdate(BaseModel):
+    """`PATCH /v1/feeds/{feed}`: the new table list of a feed whose publication pgfeed owns."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "tables": ["public.orders", "public.items", "public.refunds"]}]})
+
+    tables: list[str] = Field(min_length=1, max_length=10_000,
+                              description="`schema.table` names: replaces the feed's list")
+
+    @model_validator(mode="after")
+    def _names(self) -> FeedUpdate:
+        for t in self.tables:
+            if not t.strip() or len(t) > 200:
+                raise ValueError(f"invalid table name {t[:200]!r}: expected schema.table")
+        return self
+
+
 class SlotRiskOut(BaseModel):
     wal_status: str | None = Field(None, description="pg_replication_slots.wal_status")
     safe_wal_size: int | None = None

@@ -1,11 +1,11 @@
-"""Feed administration: create, list, show, pause, resume, delete (admin tokens only)."""
+"""Feed administration: create, list, show, change tables, pause, resume, delete (admin tokens only)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Query, status
 from starlette.responses import Response
 
 from clients._cursor import format_lsn
@@ -22,6 +22,7 @@ from service.http_api.schemas import (
     FeedList,
     FeedOptionsOut,
     FeedPublic,
+    FeedUpdate,
     LogOut,
     SlotRiskOut,
 )
@@ -123,10 +124,27 @@ def resume_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
     return feed_public(supervisor, supervisor.resume(feed))
 
 
+@router.patch("/{feed}", response_model=FeedPublic, summary="Change what a feed captures")
+def update_feed(feed: FeedName, body: FeedUpdate, supervisor: SupervisorDep) -> FeedPublic:
+    """Replace the table list (`ALTER PUBLICATION ... SET TABLE` on the publication pgfeed owns);
+    changes committed after it follow the new list, and capture goes on. 422 for a feed of all
+    tables or an adopted publication, or when the source refuses (unknown tables)."""
+    try:
+        updated = supervisor.set_tables(feed, body.tables)
+    except ValueError as exc:
+        raise ApiError(422, "invalid_feed", str(exc)) from None
+    log.info("feed %s now captures %s", feed, ", ".join(updated.tables))
+    return feed_public(supervisor, updated)
+
+
 @router.delete("/{feed}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
                summary="Delete a feed")
-def delete_feed(feed: FeedName, supervisor: SupervisorDep) -> Response:
-    """Stop the feed, drop the slot and publication it owns, and remove its log."""
-    supervisor.delete(feed)
+def delete_feed(feed: FeedName, supervisor: SupervisorDep,
+                force: bool = Query(False, description="Delete even if the source cannot drop the "
+                                                        "slot and publication (they are left behind)"),
+                ) -> Response:
+    """Stop the feed, drop the slot and publication it owns, and remove its log. When the source
+    cannot drop them (a slot left behind retains WAL), 422 and the feed is kept, unless `force`."""
+    supervisor.delete(feed, force=force)
     log.info("feed %s deleted", feed)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
