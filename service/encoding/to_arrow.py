@@ -33,6 +33,7 @@ import orjson
 import pyarrow as pa
 
 from service.assembler.model import Change, Op, Transaction
+from service.encoding import ARROW_MEDIA_TYPE
 from service.assembler.values import Interval, SpecialFloat
 from service.encoding.to_json import dumps
 
@@ -48,7 +49,6 @@ __all__ = [
     "typed_schema",
 ]
 
-ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 UTC in µs since the Unix epoch
 
 _TS_UTC = pa.timestamp("us", tz="UTC")

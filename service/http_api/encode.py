@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from clients._cursor import Cursor, format_lsn, parse_lsn
 from service.assembler.model import Transaction
 from service.assembler.relations import RelationCatalog
-from service.encoding import to_arrow
+from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import change_to_dict, dumps, transaction_to_dict
 from service.feeds.reader import Page
 from service.http_api.errors import ApiError
+
+if TYPE_CHECKING:
+    from service.encoding.to_arrow import ArrowColumn
 
 __all__ = ["Encoded", "arrow_page", "json_changes", "json_transactions"]
 
@@ -76,6 +79,8 @@ def json_transactions(page: Page) -> Encoded:
 
 def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | None) -> Encoded:
     """Generic change rows, or the typed rows of ``typed_table`` (its newest shape in ``catalog``)."""
+    from service.encoding import to_arrow  # pyarrow only once someone asks for Arrow
+
     if typed_table is not None:
         assert catalog is not None
         columns = table_columns(catalog, typed_table)
@@ -87,12 +92,14 @@ def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | N
     else:
         schema = to_arrow.change_schema()
         batch = to_arrow.generic_batch(page.transactions)
-    return Encoded(to_arrow.ipc_stream(schema, [batch]), to_arrow.ARROW_MEDIA_TYPE, page,
+    return Encoded(to_arrow.ipc_stream(schema, [batch]), ARROW_MEDIA_TYPE, page,
                    batch.num_rows)
 
 
-def table_columns(catalog: RelationCatalog, table: str) -> Sequence[to_arrow.ArrowColumn]:
+def table_columns(catalog: RelationCatalog, table: str) -> Sequence[ArrowColumn]:
     """The newest shape of ``table`` (``schema.table``) the feed has seen; none yet: no columns."""
+    from service.encoding.to_arrow import ArrowColumn
+
     found: dict[str, Any] | None = None
     for info in catalog.tables():
         if info["name"] == table and (found is None or parse_lsn(info["valid_from"])
@@ -100,5 +107,5 @@ def table_columns(catalog: RelationCatalog, table: str) -> Sequence[to_arrow.Arr
             found = info
     if found is None:
         return []
-    return [to_arrow.ArrowColumn(c["name"], c["type_name"], c["typmod"], c["type_oid"])
+    return [ArrowColumn(c["name"], c["type_name"], c["typmod"], c["type_oid"])
             for c in found["columns"]]

@@ -99,3 +99,15 @@ def test_checker_sees_every_import_form() -> None:
         n for n in names if n.split(".")[0] in FORBIDDEN]
     assert not _forbidden("psycopg.adapt", ROOT / "service/assembler/values.py")
     assert _forbidden("asyncio", ROOT / "service/assembler/values.py")
+
+
+def test_serving_starts_without_pyarrow() -> None:
+    """pyarrow (~30 MB resident) loads on the first Arrow answer, not when the service starts."""
+    import subprocess
+    import sys
+
+    code = ("import sys, service.runtime, service.http_api.app, service.grpc_api.server, service.cli; "
+            "print('pyarrow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

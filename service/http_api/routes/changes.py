@@ -9,7 +9,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from clients._cursor import Cursor, format_lsn
-from service.encoding.to_arrow import ARROW_MEDIA_TYPE
+from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import dumps
 from service.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, SupervisorDep
 from service.http_api.encode import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
