@@ -35,8 +35,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import psycopg
+from _results import write_section
 
 from clients._cursor import format_lsn, parse_lsn
 from service.localpg import LocalCluster
@@ -45,7 +47,6 @@ from service.replication.stream import ReplicationStream, create_slot
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "RESULTS.md"
-START, END = "<!-- capture:start -->", "<!-- capture:end -->"
 TARGET_RATIO = 0.85
 RSS_LIMIT_MB = 200
 
@@ -494,15 +495,7 @@ competes with the walsender for the two shared cores.
 
 
 def write_results(text: str) -> None:
-    block = f"{START}\n{text.rstrip()}\n{END}"
-    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        _, tail = rest.split(END, 1)
-        current = head + block + tail
-    else:
-        current = current.rstrip() + "\n\n" + block + "\n"
-    RESULTS.write_text(current)
+    write_section("capture", text)
 
 
 if __name__ == "__main__":

@@ -23,13 +23,15 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+from _results import write_section
 
 from clients._cursor import EARLIEST, Cursor
 from service.assembler.model import FRAME, StoredTransaction
 from service.changelog.sqlite import SqliteChangeLog
 
 RESULTS = BENCH / "RESULTS.md"
-START, END = "<!-- changelog:start -->", "<!-- changelog:end -->"
 TARGET = 300_000  # changes/s the capture path must sustain
 TOTAL, PER_TXN = 1_000_000, 10_000
 SMALL_TOTAL, SMALL_BATCH = 100_000, 100  # one-change transactions, 100 per append
@@ -219,15 +221,7 @@ Runs vary with the other jobs on these shared cores and disk.
 
 
 def write_results(text: str) -> None:
-    block = f"{START}\n{text.rstrip()}\n{END}"
-    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        _, tail = rest.split(END, 1)
-        current = head + block + tail
-    else:
-        current = current.rstrip() + "\n\n" + block + "\n"
-    RESULTS.write_text(current)
+    write_section("changelog", text)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,11 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+from _results import write_section
+
 RESULTS = BENCH / "RESULTS.md"
-START, END = "<!-- spark:start -->", "<!-- spark:end -->"
 TARGET = 1_000_000  # rows/s, Arrow path
 INSERTS, UPDATES, DELETES, PER_TXN = 400_000, 400_000, 200_000, 10_000
 TABLE = "public.orders"
@@ -199,15 +202,7 @@ def measure(spark: Any, url: str, feed: str, wire: str, partitions: int, table: 
 
 
 def write_results(text: str) -> None:
-    block = f"{START}\n{text.rstrip()}\n{END}"
-    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        _, tail = rest.split(END, 1)
-        current = head + block + tail
-    else:
-        current = current.rstrip() + "\n\n" + block + "\n"
-    RESULTS.write_text(current)
+    write_section("spark", text)
 
 
 def main() -> None:

@@ -181,7 +181,7 @@ class TransactionAssembler:
         without a call per message, which is most of the assembler's cost at ~300k changes/s.
         """
         out: list[StoredTransaction] = []
-        feed, pack, row, header = self.feed, _pack, _ROW, _HEADER
+        dispatch, pack, row, header = self._dispatch, _pack, _ROW, _HEADER
         for lsn, message in frames:
             txn = self._current
             if txn is not None and message and message[0] in row:
@@ -194,45 +194,37 @@ class TransactionAssembler:
                 if self._mem > self._limit:
                     self._spill_over()
             else:
-                done = feed(lsn, message)
+                done = dispatch(lsn, message)
                 if done:
                     out.extend(done)
         return out
 
     def feed(self, lsn: int, message: bytes | memoryview) -> list[StoredTransaction]:
         """Take one pgoutput message (``lsn``: its XLogData dataStart); return what it completes."""
+        return self.feed_batch(((lsn, message),))
+
+    def _dispatch(self, lsn: int, message: bytes | memoryview) -> list[StoredTransaction]:
+        """Any message but a row change inside Begin..Commit (``feed_batch`` frames those)."""
         try:
             tag = message[0]
         except IndexError:
             raise AssemblyError(f"empty pgoutput message at {_fmt(lsn)}") from None
-        if tag in _ROW:
-            txn = self._current
-            if txn is not None:
-                n = len(message)
-                data = txn.data
-                data += _pack(lsn, n)
-                data += message
-                txn.changes += 1
-                self._mem += n + _HEADER
-                if self._mem > self._limit:
-                    self._spill_over()
-                return []
-            txn = self._block
-            if txn is not None and len(message) > 4:
-                subxid = _unpack_xid(message, 1)[0]
-                if subxid != txn.last_subxid:
-                    txn.runs.append((txn.spilled + len(txn.data), subxid))
-                    txn.last_subxid = subxid
-                n = len(message) - 4
-                data = txn.data
-                data += _pack(lsn, n)
-                data.append(tag)
-                data += message[5:]
-                txn.changes += 1
-                self._mem += n + _HEADER
-                if self._mem > self._limit:
-                    self._spill_over()
-                return []
+        txn = self._block
+        if tag in _ROW and txn is not None and len(message) > 4:  # streamed: drop the (sub)xid
+            subxid = _unpack_xid(message, 1)[0]
+            if subxid != txn.last_subxid:
+                txn.runs.append((txn.spilled + len(txn.data), subxid))
+                txn.last_subxid = subxid
+            n = len(message) - 4
+            data = txn.data
+            data += _pack(lsn, n)
+            data.append(tag)
+            data += message[5:]
+            txn.changes += 1
+            self._mem += n + _HEADER
+            if self._mem > self._limit:
+                self._spill_over()
+            return []
         return self._other(tag, lsn, message)
 
     def _other(self, tag: int, lsn: int, message: bytes | memoryview) -> list[StoredTransaction]:

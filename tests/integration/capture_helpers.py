@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 
@@ -13,19 +12,12 @@ from service.assembler.changes import TransactionDecoder
 from service.assembler.model import Change, Transaction
 from service.feeds.model import FeedOptions, FeedSpec
 from service.feeds.supervisor import Supervisor
+from tests.fixtures.fix_service import wait_until
+
+__all__ = ["MARKER_PREFIX", "data_changes", "emit_marker", "make_feed", "read_all", "wait_for_marker",
+           "wait_until"]
 
 MARKER_PREFIX = "test.marker"
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def read_all(supervisor: Supervisor, feed: str, toast: str = "placeholder") -> list[Transaction]:
