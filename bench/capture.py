@@ -454,6 +454,11 @@ def _section(args: argparse.Namespace, w: Workload, server: str, proto: int,
         f"| {_cpu(v, 'cpu_seconds')} | {_cpu(v, 'walsender_cpu')} |"
         for k, v in runs.items() if v)
     verdict = "meets" if ratio >= TARGET_RATIO else "misses"
+    stream_text = ""
+    if rates.get("stream") and rates.get("recvlogical"):
+        stream_text = (f"The bare Python receive loop alone (frames dropped) reaches "
+                       f"{rates['stream'] / rates['recvlogical']:.2f}x of `pg_recvlogical`, and capture "
+                       f"{rates['capture'] / rates['stream']:.2f}x of that loop. ")
     rss_text = ""
     if rss:
         ok = float(rss["peak_rss_mb"]) < RSS_LIMIT_MB  # type: ignore[arg-type]
@@ -484,13 +489,15 @@ until the log head reaches the workload's last commit (every change durable in S
 pgfeed capture / `pg_recvlogical` = **{ratio:.2f}x** ({verdict} the {TARGET_RATIO}x target).
 
 **What limits it.** The walsender decodes WAL on one core (its CPU-seconds above are close to
-the elapsed time of the fastest consumer), so that process is the ceiling for every consumer.
-pgfeed's capture runs on the other core: the receive loop (libpq `get_copy_data` plus one
-tuple per message), the assembler framing each change into its transaction buffer, and one
-fsync'd SQLite append per batch of committed transactions. Its CPU-seconds show how much of
-its core that takes; as long as they stay below the walsender's, capture keeps pace with the
-source and the remaining gap to `pg_recvlogical` is interpreter overhead per message, which
-competes with the walsender for the two shared cores.
+the elapsed time of the fastest consumer), so that process is the ceiling for every consumer,
+and pgfeed's capture has the other core. {stream_text}What capture adds to
+that loop is already small: it stores each transaction's wire bytes (decoding happens on read),
+frames row changes in one tight loop per received batch (`TransactionAssembler.feed_batch`, no
+call per message), keeps libpq's buffers instead of copying each message, and appends on a writer
+thread so a batch's fsync overlaps receiving the next (`replication/writer.py`). The gap to the
+target is the per-message cost of receiving through libpq from Python (`get_copy_data` makes a
+buffer, a memoryview and a tuple per message), which competes with the walsender for the two
+shared cores; closing it would take a compiled receive loop. Profile a round with `--profile`.
 {rss_text}"""
 
 
