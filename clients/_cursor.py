@@ -9,10 +9,13 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["EARLIEST", "Cursor", "CursorError", "format_lsn", "parse_cursor", "parse_lsn"]
+__all__ = ["CURSOR_PATTERN", "EARLIEST", "Cursor", "CursorError", "format_lsn", "parse_cursor", "parse_lsn"]
 
 _LSN_RE = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 _MAX_SEQ = 1 << 62
+# Every cursor parse_cursor accepts, as a regular expression for API documents (OpenAPI
+# "pattern"); the parser stays the judge, and says what was wrong.
+CURSOR_PATTERN = r"^(earliest|latest|[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}(:[0-9]{1,18})?)$"
 
 
 class CursorError(ValueError):

@@ -6,10 +6,11 @@ their bodies with ``encoding.to_json.dumps`` and declare these models for the do
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from clients._cursor import CURSOR_PATTERN
 from service.feeds.model import NAME_RE
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -125,7 +126,8 @@ class ConsumerAck(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cursor: str = Field(description="Everything up to and including this cursor is acknowledged",
-                        examples=["16/B374D848", "16/B374D848:41"])
+                        examples=["16/B374D848", "16/B374D848:41"],
+                        json_schema_extra={"pattern": CURSOR_PATTERN})
 
 
 class ConsumerOut(BaseModel):
@@ -162,6 +164,12 @@ class FeedOptionsIn(BaseModel):
     retention: RetentionIn = Field(default_factory=RetentionIn)
 
 
+# A `schema.table` name (a bare name means public): non-blank, at most 200 characters. The pattern
+# is a search, as in JSON Schema: some non-space character.
+TableName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S",
+                                 description="`schema.table` (a bare name is in `public`)")]
+
+
 class FeedCreate(BaseModel):
     """`POST /v1/feeds`: a source, what to capture, and options."""
 
@@ -178,8 +186,8 @@ class FeedCreate(BaseModel):
                                                                         "writeOnly": True},
                      description="libpq connection string or URI of the source (never echoed back; "
                                  "status shows it with the password masked)")
-    tables: list[str] = Field(default_factory=list, max_length=10_000,
-                              description="`schema.table` names to capture")
+    tables: list[TableName] = Field(default_factory=list, max_length=10_000,
+                                    description="`schema.table` names to capture")
     all_tables: bool = False
     publication: str | None = Field(None, min_length=1, max_length=63,
                                     description="Adopt this existing publication (null: pgfeed "
@@ -194,9 +202,6 @@ class FeedCreate(BaseModel):
             raise ValueError("give either 'tables' or 'all_tables': true, not both")
         if not self.all_tables and not self.tables and self.publication is None:
             raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
-        for t in self.tables:
-            if not t.strip() or len(t) > 200:
-                raise ValueError(f"invalid table name {t[:200]!r}: expected schema.table")
         return self
 
 
@@ -206,15 +211,8 @@ class FeedUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
         "tables": ["public.orders", "public.items", "public.refunds"]}]})
 
-    tables: list[str] = Field(min_length=1, max_length=10_000,
-                              description="`schema.table` names: replaces the feed's list")
-
-    @model_validator(mode="after")
-    def _names(self) -> FeedUpdate:
-        for t in self.tables:
-            if not t.strip() or len(t) > 200:
-                raise ValueError(f"invalid table name {t[:200]!r}: expected schema.table")
-        return self
+    tables: list[TableName] = Field(min_length=1, max_length=10_000,
+                                    description="`schema.table` names: replaces the feed's list")
 
 
 class SlotRiskOut(BaseModel):

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from clients._cursor import Cursor, format_lsn
+from clients._cursor import CURSOR_PATTERN, Cursor, format_lsn
 from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import dumps
 from service.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, SupervisorDep
@@ -33,7 +33,12 @@ MAX_TRANSACTIONS = 10_000
 MAX_SPLITS = 1000
 
 FeedName = Annotated[str, Path(min_length=1, max_length=200, description="The feed's name")]
-After = Annotated[str, Query(max_length=64, description="Cursor: `16/B374D848`, "
+# Cursor parameters document their grammar; parse_cursor_param checks it and explains a mistake.
+_CURSOR_DOC = {"pattern": CURSOR_PATTERN}
+_OP = "(insert|update|delete|truncate|message)"
+_OPS_DOC = {"items": {"type": "string", "pattern": f"^{_OP}(,{_OP})*$"}}
+_TABLES_DOC = {"items": {"type": "string", "maxLength": 200, "pattern": r"^[^,]*\S[^,]*(,[^,]*\S[^,]*)*$"}}
+After = Annotated[str, Query(max_length=64, json_schema_extra=_CURSOR_DOC, description="Cursor: `16/B374D848`, "
                              "`16/B374D848:41`, `earliest` or `latest`; the page starts after it")]
 Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                               description="Long-poll: when nothing is there yet, wait up to this "
@@ -65,12 +70,13 @@ async def changes(
     after: After = "earliest",
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes scanned at most "
                                 "(filtered-out ones count too)")] = 1000,
-    tables: Annotated[list[str] | None, Query(description="Only these tables (`schema.table`, "
-                                              "comma-separated or repeated)")] = None,
-    ops: Annotated[list[str] | None, Query(description="Only these ops: insert, update, delete, "
-                                           "truncate, message (comma-separated or repeated)")] = None,
+    tables: Annotated[list[str] | None, Query(json_schema_extra=_TABLES_DOC, description="Only these "
+                                              "tables (`schema.table`, comma-separated or repeated)")] = None,
+    ops: Annotated[list[str] | None, Query(json_schema_extra=_OPS_DOC, description="Only these ops: "
+                                           "insert, update, delete, truncate, message "
+                                           "(comma-separated or repeated)")] = None,
     wait: Wait = 0.0,
-    to: Annotated[str | None, Query(max_length=64, description="Stop at this cursor "
+    to: Annotated[str | None, Query(max_length=64, json_schema_extra=_CURSOR_DOC, description="Stop at this cursor "
                                     "(inclusive); `latest` is the head when the request arrives")] = None,
     fmt: FormatParam = "json",
 ) -> Response:
@@ -108,9 +114,11 @@ async def transactions(
 @router.get("/{feed}/splits", response_model=SplitsOut, summary="Cut a range into parts")
 def splits(
     feed: FeedName, supervisor: SupervisorDep,
-    start: Annotated[str, Query(alias="from", max_length=64, description="Cursor the range starts "
+    start: Annotated[str, Query(alias="from", max_length=64, json_schema_extra=_CURSOR_DOC,
+                                description="Cursor the range starts "
                                 "after")] = "earliest",
-    to: Annotated[str, Query(max_length=64, description="Cursor the range ends at (inclusive)")] = "latest",
+    to: Annotated[str, Query(max_length=64, json_schema_extra=_CURSOR_DOC,
+                             description="Cursor the range ends at (inclusive)")] = "latest",
     n: Annotated[int, Query(ge=1, le=MAX_SPLITS, description="Number of parts")] = 2,
 ) -> Response:
     """Boundaries cutting `(from, to]` into about `n` parts of equal change counts (at

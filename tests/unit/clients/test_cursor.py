@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clients import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
+from clients._cursor import CURSOR_PATTERN
 
 
 def test_lsn_round_trip_postgres_form():
@@ -45,3 +46,8 @@ def test_ordering_is_numeric_and_whole_transaction_sorts_last():
     assert Cursor(5, 0) < Cursor(5, 1) < Cursor(5) < Cursor(6, 0)
     assert Cursor(5).includes(5, 10**9) and not Cursor(5, 3).includes(5, 4)
     assert sorted([Cursor(6), Cursor(5), Cursor(5, 2)]) == [Cursor(5, 2), Cursor(5), Cursor(6)]
+
+
+@given(st.from_regex(CURSOR_PATTERN))
+def test_every_string_the_documented_pattern_admits_parses(text: str) -> None:
+    parse_cursor(text)  # the OpenAPI document promises these are accepted
