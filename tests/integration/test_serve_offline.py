@@ -109,7 +109,7 @@ def test_openapi_contract_holds(api: OfflineService) -> None:
             continue  # creating a feed connects to the generated DSN: keep this test on loopback
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, database=None,
+        @settings(max_examples=25, deadline=None, database=None, derandomize=True,
                   suppress_health_check=list(HealthCheck))
         def check(case: Any) -> None:
             if case.query and "wait" in case.query:  # long-polls on an idle feed only slow the run

@@ -37,7 +37,7 @@ FeedName = Annotated[str, Path(min_length=1, max_length=200, description="The fe
 _CURSOR_DOC = {"pattern": CURSOR_PATTERN}
 _OP = "(insert|update|delete|truncate|message)"
 _OPS_DOC = {"items": {"type": "string", "pattern": f"^{_OP}(,{_OP})*$"}}
-_TABLES_DOC = {"items": {"type": "string", "maxLength": 200, "pattern": r"^[^,]*\S[^,]*(,[^,]*\S[^,]*)*$"}}
+_TABLES_DOC = {"items": {"type": "string", "maxLength": 200, "pattern": r"^[^,]*[^,\s][^,]*(,[^,]*[^,\s][^,]*)*$"}}
 After = Annotated[str, Query(max_length=64, json_schema_extra=_CURSOR_DOC, description="Cursor: `16/B374D848`, "
                              "`16/B374D848:41`, `earliest` or `latest`; the page starts after it")]
 Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
