@@ -73,7 +73,8 @@ class SpilledPayload:
 
     __slots__ = ("_segments", "_size", "_tail")
 
-    def __init__(self, segments: Callable[[], Iterator[bytes]], size: int, tail: bytes) -> None:
+    def __init__(self, segments: Callable[[], Iterator[bytes]], size: int,
+                 tail: bytes | bytearray) -> None:
         self._segments: Callable[[], Iterator[bytes]] | None = segments
         self._size = size
         self._tail = tail

@@ -319,8 +319,8 @@ class TransactionAssembler:
         spill = self._spill
         assert spill is not None
         if not txn.aborted:
-            return SpilledPayload(partial(spill.read, txn.xid), txn.spilled + len(tail), bytes(tail)), \
-                txn.changes
+            # The tail is handed over as is: the transaction no longer owns it.
+            return SpilledPayload(partial(spill.read, txn.xid), txn.spilled + len(tail), tail), txn.changes
         key = txn.xid | _FILTERED
         size = changes = offset = 0
         for segment in chain(spill.read(txn.xid), (tail,)):

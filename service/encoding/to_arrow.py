@@ -33,8 +33,8 @@ import orjson
 import pyarrow as pa
 
 from service.assembler.model import Change, Op, Transaction
-from service.encoding import ARROW_MEDIA_TYPE
 from service.assembler.values import Interval, SpecialFloat
+from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import dumps
 
 __all__ = [
