@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import reduce
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from spark_connector._schema import METADATA_COLUMNS
 
@@ -16,14 +18,32 @@ def latest_rows(df: DataFrame, key_columns: Sequence[str], *,
                 keep_metadata: bool = False) -> DataFrame:
     """The latest row per key, ordered by ``_commit_lsn`` then ``_seq``; keys whose latest
     change is a delete are removed. The result holds the table's columns (and the metadata
-    columns too with ``keep_metadata``)."""
+    columns too with ``keep_metadata``).
+
+    An update that changes the key also removes the old key (named by ``_key``), as a delete at
+    the same position: otherwise the row would live on under the key it left."""
     if not key_columns:
         raise ValueError("latest_rows needs the table's key columns")
+    events = df.unionByName(_left_keys(df, key_columns)) if "_key" in df.columns else df
     order = Window.partitionBy(*key_columns).orderBy(F.col("_commit_lsn").desc(),
                                                     F.col("_seq").desc())
-    latest = (df.withColumn("__pgfeed_rank", F.row_number().over(order))
-                .where((F.col("__pgfeed_rank") == 1) & (F.col("_op") != F.lit("delete")))
-                .drop("__pgfeed_rank"))
+    latest = (events.withColumn("__pgfeed_rank", F.row_number().over(order))
+                    .where((F.col("__pgfeed_rank") == 1) & (F.col("_op") != F.lit("delete")))
+                    .drop("__pgfeed_rank"))
     if keep_metadata:
         return latest
     return latest.drop(*(m.name for m in METADATA_COLUMNS))
+
+
+def _left_keys(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
+    """A delete of the old key for every update whose ``_key`` differs from its new key."""
+    old = F.from_json(F.col("_key"), StructType([df.schema[k] for k in key_columns]))
+    same = reduce(Column.__and__, [F.col(k).eqNullSafe(old.getField(k)) for k in key_columns])
+    moved = df.where((F.col("_op") == F.lit("update")) & F.col("_key").isNotNull() & ~same)
+    metadata = {m.name for m in METADATA_COLUMNS}
+    return moved.select(*[
+        (old.getField(f.name) if f.name in key_columns
+         else F.lit("delete") if f.name == "_op"
+         else F.col(f.name) if f.name in metadata
+         else F.lit(None).cast(f.dataType)).alias(f.name)
+        for f in df.schema.fields])

@@ -67,6 +67,9 @@ METADATA_COLUMNS: tuple[StructField, ...] = (
     StructField("_commit_ts", TimestampType()),
     StructField("_xid", LongType()),
     StructField("_unchanged_toast", ArrayType(StringType())),
+    # The change's key (replica identity as it was before the change) as JSON text: how a
+    # key-changing update names the key it left (``latest_rows`` relies on it).
+    StructField("_key", StringType()),
 )
 
 _CHANGE_SCHEMA = StructType([
@@ -249,7 +252,7 @@ def typed_row(change: Change, names: Sequence[str],
     values = [None if name in hidden else conv(image.get(name))
               for name, conv in zip(names, converters)]
     return (*values, op, parse_lsn(change.lsn), change.seq, parse_lsn(change.commit_lsn),
-            change.commit_ts, change.xid, list(toast))
+            change.commit_ts, change.xid, list(toast), _json_text(change.key))
 
 
 def raw_row(change: Change) -> tuple[Any, ...]:

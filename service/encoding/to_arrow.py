@@ -94,6 +94,9 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_commit_ts", _TS_UTC),
     pa.field("_xid", pa.int64()),
     pa.field("_unchanged_toast", _STRINGS),
+    # The contract's `key` (replica identity before the change) as JSON text: a key-changing
+    # update names its old key here, which the new image alone cannot show.
+    pa.field("_key", pa.string()),
 )
 _METADATA_NAMES = frozenset(f.name for f in METADATA_FIELDS)
 
@@ -338,6 +341,7 @@ def _metadata(transactions: Sequence[Transaction], changes: list[Change],
         pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_US), pa.int64()).cast(_TS_UTC),
         pa.array(_repeated(transactions, lambda t: t.xid), pa.int64()),
         pa.array(toast_lists, _STRINGS),
+        pa.array([None if c.key is None else dumps(c.key).decode() for c in changes], pa.string()),
     ]
 
 

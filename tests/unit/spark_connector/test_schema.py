@@ -87,7 +87,7 @@ TABLE = TableInfo("public", "t", (
 def test_table_schema_has_columns_then_metadata() -> None:
     schema = table_schema(TABLE)
     assert schema.fieldNames() == [c.name for c in TABLE.columns] + [
-        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast"]
+        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast", "_key"]
     assert schema["amount"].dataType == DecimalType(12, 3)
     assert schema["_unchanged_toast"].dataType == ArrayType(StringType())
     assert all(f.nullable for f in schema.fields)
@@ -125,7 +125,7 @@ def test_typed_row_converts_contract_json_values() -> None:
         datetime(2026, 11, 22, 10, 0, 0, 500000, tzinfo=UTC), datetime(2026, 11, 22, 10, 0),
         date(2026, 11, 22), ["a", None], [1, 2], b"\x00\x01", '{"a":[1,"x"]}', "hi")
     assert row[12:] == ("insert", 0x16B1A20, 3, 0x1_016B1B00,
-                        datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC), 749, [])
+                        datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC), 749, [], '{"id":1}')
 
 
 def test_values_spark_cannot_hold_become_null() -> None:
@@ -142,7 +142,7 @@ def test_unchanged_toast_is_null_and_named_never_confused_with_null() -> None:
     row = typed_row(_change(op="update", after={"id": 1, "body": "__pgfeed_unchanged__",
                                                 "doc": None},
                             unchanged_toast=["body"]), names, convs)
-    assert row[names.index("body")] is None and row[-1] == ["body"]
+    assert row[names.index("body")] is None and row[-2] == ["body"]  # _unchanged_toast
     assert row[names.index("doc")] is None  # a real NULL: not listed
     filled = typed_row(_change(op="update", after={"id": 1, "body": "kept"},
                                unchanged_toast=["body"], toast_filled=["body"]), names, convs)
@@ -238,7 +238,7 @@ def test_options() -> None:
 
 def test_metadata_columns_are_the_documented_ones() -> None:
     assert [m.name for m in METADATA_COLUMNS] == [
-        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast"]
+        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast", "_key"]
 
 
 def test_arrow_rows_past_the_range_end_are_cut() -> None:
@@ -251,3 +251,9 @@ def test_arrow_rows_past_the_range_end_are_cut() -> None:
     from clients import Cursor
     assert _cut(batch, Cursor(0x20, 0), "commit_lsn", "seq").num_rows == 3
     assert _cut(batch, Cursor(0x10), "commit_lsn", "seq").num_rows == 2
+
+
+def test_a_key_changing_update_names_its_old_key() -> None:
+    names, convs = _converters()
+    row = typed_row(_change(op="update", key={"id": 7}, after={"id": 8, "body": "moved"}), names, convs)
+    assert row[names.index("id")] == 8 and row[-1] == '{"id":7}' and row[-8] == "update"
