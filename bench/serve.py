@@ -1,0 +1,911 @@
+"""Serving benchmark: the real ``pgfeed serve`` over one captured workload, read three ways.
+
+One run starts a throwaway PostgreSQL cluster and a ``pgfeed serve`` subprocess with its own data
+dir (so no client shares its GIL), creates a feed over ``public.orders`` and ``public.ticks``
+(``POST /v1/feeds``), loads bench/capture.py's workload (1,000,000 changes by default: 400k
+insert, 400k update, 200k delete, 10,000 rows a transaction) and waits until the feed's log holds
+all of it. Then, each read best of ``--runs``, one client at a time, each read (and the latency
+phase) against a freshly started server process on the same data dir, so that nothing the HTTP
+read-ahead kept from an earlier read is reused:
+
+1. HTTP read: one httpx client pages ``/v1/feeds/bench/changes`` from ``earliest`` to the end:
+   JSON at ``limit=10000`` (the page size of the target), each page parsed with ``orjson.loads``;
+   and Arrow (``format=arrow``, typed: ``tables=public.orders``) at ``limit=100000``, each page
+   read with ``pyarrow``.
+2. gRPC read: one client ``Subscribe``s from ``earliest`` with the raw ``pgfeed.v1`` stubs (each
+   frame parsed into a ``Transaction``) until it has counted every change.
+3. Live latency: a gRPC subscriber tails from ``latest`` (``tables=public.ticks``) while a writer
+   process commits one-row INSERT transactions (each row carries its send time) at ``--rate``
+   (2,000/s) over ``--connections`` connections for ``--seconds``, after 1 s of warm-up;
+   latency = the subscriber's receive time minus the moment the writer's commit returned, both
+   ``time.monotonic`` (CLOCK_MONOTONIC: one clock for every process on the machine). ``--sweep``
+   measures lower rates first. Afterwards a gRPC replay of those one-row transactions (from the
+   log, nothing live) gives the Subscribe path's rate in transactions/s.
+
+CPU seconds of the server, of the cluster, of this script's processes and of everything else on
+the machine are recorded for every measurement (shared machines are noisy). ``--py-spy DIR``
+records the server with py-spy during each phase and prints where the samples went.
+
+Run: .venv/bin/python bench/serve.py [--changes N] [--runs 3] [--pg-version 18] [--write]
+``--write`` replaces bench/RESULTS.md between the serve markers; without it, results are printed.
+Everything it starts (cluster, server, writer) is stopped on exit, on errors and on SIGTERM too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "protos"))
+sys.path.insert(0, str(BENCH))
+
+import httpx
+import psycopg
+from _results import write_section
+
+from clients._cursor import format_lsn, parse_lsn
+from service.localpg import LocalCluster, free_port
+
+RESULTS = BENCH / "RESULTS.md"
+FEED = "bench"
+HTTP_TARGET = 200_000  # changes/s, one JSON client
+GRPC_TARGET = 300_000  # changes/s, one gRPC stream
+P50_TARGET_MS, P99_TARGET_MS = 5.0, 25.0
+TICKS = "CREATE TABLE ticks (id bigint PRIMARY KEY, sent double precision NOT NULL)"
+WARMUP_SECONDS = 1.0  # writer commits before the measured window (not counted)
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+# -- CPU accounting ----------------------------------------------------------------------------------
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of one process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def cluster_cpu(postmaster: int) -> float:
+    """CPU seconds of one PostgreSQL cluster: the postmaster, its live children, and its reaped
+    children (``cutime``/``cstime``: backends that exited, such as the writer's)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat.parent.name) == postmaster:
+            total += sum(int(f) for f in fields[11:15]) / _TICK
+        elif int(fields[1]) == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
+
+
+def machine_cpu() -> float:
+    """Busy CPU seconds of the whole machine since boot."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / _TICK
+
+
+def client_cpu() -> float:
+    """CPU seconds of this process and of its children waited for (the writer)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@dataclass
+class Cpu:
+    """CPU seconds used during one measured interval, by whom."""
+
+    server: float = 0.0
+    postgres: float = 0.0
+    clients: float = 0.0
+    machine: float = 0.0
+    seconds: float = 0.0
+
+    @classmethod
+    @contextlib.contextmanager
+    def measure(cls, server_pid: int, postmaster: int) -> Iterator[Cpu]:
+        cpu = cls()
+        s0, p0, c0 = proc_cpu(server_pid), cluster_cpu(postmaster), client_cpu()
+        m0, t0 = machine_cpu(), time.monotonic()
+        try:
+            yield cpu
+        finally:
+            cpu.server = proc_cpu(server_pid) - s0
+            cpu.postgres = cluster_cpu(postmaster) - p0
+            cpu.clients = client_cpu() - c0
+            cpu.machine = machine_cpu() - m0
+            cpu.seconds = time.monotonic() - t0
+
+    @property
+    def other(self) -> float:
+        """CPU the machine spent on processes this benchmark did not start."""
+        return max(0.0, self.machine - self.server - self.postgres - self.clients)
+
+    def share(self, value: float) -> str:
+        return f"{value / (self.seconds or 1.0):.0%}"
+
+    def text(self) -> str:
+        return (f"CPU: server {self.share(self.server)}, postgres {self.share(self.postgres)}, "
+                f"clients {self.share(self.clients)}, other {self.share(self.other)} (of a core)")
+
+
+# -- results -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rate:
+    """One read measured ``runs`` times over the same changes."""
+
+    label: str
+    changes: int
+    unit: str = "changes/s"
+    name: str = ""
+    seconds: list[float] = field(default_factory=list)
+    cpu: list[Cpu] = field(default_factory=list)
+
+    @property
+    def best(self) -> float:
+        return self.changes / min(self.seconds)
+
+    def best_cpu(self) -> Cpu:
+        return self.cpu[self.seconds.index(min(self.seconds))]
+
+    def server_us(self) -> float:
+        """Server CPU microseconds per item in the best run."""
+        return self.best_cpu().server / self.changes * 1e6
+
+
+@dataclass
+class Latency:
+    target_rate: float
+    connections: int
+    samples_ms: list[float]  # commit return -> subscriber receive, in send order
+    send_ms: list[float]  # the row's send time -> subscriber receive (commit round trip included)
+    commit_ms: list[float]  # the writer's commit round trips
+    committed: int  # commits in the measured window
+    total_commits: int  # commits during the CPU measurement (warm-up included)
+    seconds: float
+    missing: int  # committed, never received
+    cpu: Cpu
+
+    @property
+    def rate(self) -> float:
+        return self.committed / self.seconds if self.seconds else 0.0
+
+    def pct(self, p: float, values: list[float] | None = None) -> float:
+        data = sorted(self.samples_ms if values is None else values)
+        if not data:
+            return float("nan")
+        return data[min(len(data) - 1, max(0, round(p / 100 * len(data)) - 1))]
+
+    @property
+    def worst(self) -> float:
+        return max(self.samples_ms, default=float("nan"))
+
+    def drift(self) -> tuple[float, float]:
+        """Median latency of the first and of the last tenth of the window (send order): a
+        backlog that keeps growing shows as a much larger second figure."""
+        tenth = max(1, len(self.samples_ms) // 10)
+        return (statistics.median(self.samples_ms[:tenth] or [float("nan")]),
+                statistics.median(self.samples_ms[-tenth:] or [float("nan")]))
+
+
+# -- the server --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    http: httpx.Client
+    grpc_target: str
+    log: Path
+    postmaster: int = 0
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"pgfeed serve exited ({self.proc.returncode}): {self.tail()}")
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+    def cpu(self) -> contextlib.AbstractContextManager[Cpu]:
+        return Cpu.measure(self.proc.pid, self.postmaster)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when this script dies, however it dies (PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def pgfeed_serve(data_dir: Path) -> Iterator[Server]:
+    """``python -m service serve`` on free loopback ports; SIGTERM (then SIGKILL) on exit."""
+    http_port, grpc_port = free_port(), free_port()
+    log = data_dir.parent / "serve.log"
+    with open(log, "wb") as out:
+        # preexec_fn is safe here: the script has started no thread yet.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "serve", "--data-dir", str(data_dir),
+             "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+            env={**os.environ, "PGFEED_LOG_LEVEL": "WARNING",
+                 "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "protos")])})
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=120) as http:
+            server = Server(proc, http, f"127.0.0.1:{grpc_port}", log)
+            deadline = time.monotonic() + 60
+            while True:
+                server.check()
+                with contextlib.suppress(httpx.TransportError):
+                    if http.get("/readyz").status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"pgfeed serve not ready after 60 s: {server.tail()}")
+                time.sleep(0.1)
+            yield server
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+class Service:
+    """The ``pgfeed serve`` subprocess of a run, restartable on the same data dir (a fresh process
+    for each read, so nothing an earlier read left in its read-ahead cache is reused)."""
+
+    def __init__(self, data_dir: Path, postmaster: int) -> None:
+        self.data_dir, self.postmaster = data_dir, postmaster
+        self._stack = contextlib.ExitStack()
+        self.server = self._start()
+
+    def _start(self) -> Server:
+        server = self._stack.enter_context(pgfeed_serve(self.data_dir))
+        server.postmaster = self.postmaster
+        return server
+
+    def restart(self) -> Server:
+        self._stack.close()
+        self.server = self._start()
+        deadline = time.monotonic() + 30
+        while feed_status(self.server)["state"] != "running":  # capture resumed from its slot
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"feed not running after a restart: {feed_status(self.server)}")
+            time.sleep(0.05)
+        return self.server
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def create_feed(server: Server, dsn: str) -> None:
+    body = {"name": FEED, "dsn": dsn, "tables": ["public.orders", "public.ticks"],
+            "options": {"snapshot": "never"}}
+    r = server.http.post("/v1/feeds", json=body)
+    if r.status_code != 201:
+        raise RuntimeError(f"POST /v1/feeds: {r.status_code} {r.text}")
+    deadline = time.monotonic() + 30
+    while feed_status(server)["state"] != "running":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"feed not running after 30 s: {feed_status(server)}")
+        time.sleep(0.1)
+
+
+def feed_status(server: Server) -> dict[str, Any]:
+    r = server.http.get(f"/v1/feeds/{FEED}")
+    r.raise_for_status()
+    status: dict[str, Any] = r.json()
+    return status
+
+
+def wait_captured(server: Server, changes: int, last_commit_after: int, timeout: float) -> float:
+    """Wait until the feed's log holds ``changes`` changes and its head is past
+    ``last_commit_after`` (an LSN inside the last transaction); returns the seconds waited."""
+    t0 = time.monotonic()
+    while True:
+        server.check()
+        status = feed_status(server)
+        if status["state"] == "failed":
+            raise RuntimeError(f"feed failed: {status['last_error']}")
+        if (status["log"] and status["log"]["change_count"] >= changes
+                and parse_lsn(status["head_lsn"]) >= last_commit_after):
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"the feed did not capture the workload in {timeout:.0f} s: {status}")
+        time.sleep(0.1)
+
+
+# -- profiling (--py-spy) ----------------------------------------------------------------------------
+
+
+class Profiler:
+    """Records the server with py-spy during a phase (collapsed stacks in DIR/<phase>.txt; py-spy
+    flags from $PY_SPY_ARGS, default ``--nonblocking``: e.g. ``--gil --native``) and prints where
+    the samples went."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.exe = os.environ.get("PY_SPY") or shutil.which("py-spy") or "py-spy"
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def phase(self, server: Server, name: str) -> Iterator[None]:
+        if self.directory is None:
+            yield
+            return
+        out = self.directory / f"{name}.txt"
+        proc = subprocess.Popen([self.exe, "record", "--pid", str(server.proc.pid), "--format", "raw",
+                                 "--rate", "250", "--output", str(out),
+                                 *os.environ.get("PY_SPY_ARGS", "--nonblocking").split()],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)  # attached
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+            if out.exists():
+                print(summarize_profile(out, name), flush=True)
+            else:
+                print(f"py-spy wrote nothing for {name}: {err.strip()[-500:]}", flush=True)
+
+
+def summarize_profile(path: Path, name: str, top: int = 14) -> str:
+    """Self and inclusive sample shares per function, from py-spy's collapsed stacks
+    (``func (path/file.py:line);... count``)."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = []
+        for frame in stack.split(";"):
+            func, _, where = frame.rpartition(" (")
+            frames.append(f"{func} ({where.rsplit(':', 1)[0].rsplit('/', 1)[-1]})" if func else frame)
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + count
+    if not total:
+        return f"profile {name}: no samples"
+
+    def table(counts: dict[str, int]) -> str:
+        return "\n".join(f"  {n / total:6.1%}  {f}" for f, n in
+                         sorted(counts.items(), key=lambda kv: -kv[1])[:top])
+
+    return (f"profile {name} ({total} samples, {path}):\n self:\n{table(own)}\n inclusive:\n"
+            f"{table(inclusive)}")
+
+
+# -- 1. HTTP read ------------------------------------------------------------------------------------
+
+
+def http_read(http: httpx.Client, params: dict[str, Any], arrow: bool) -> tuple[int, float]:
+    """Page from ``earliest`` until ``has_more`` is false, parsing every page; (changes, seconds)."""
+    import orjson
+    import pyarrow as pa
+
+    cursor, rows = "earliest", 0
+    path = f"/v1/feeds/{FEED}/changes"
+    t0 = time.perf_counter()
+    while True:
+        r = http.get(path, params={**params, "after": cursor})
+        r.raise_for_status()
+        if arrow:
+            rows += pa.ipc.open_stream(r.content).read_all().num_rows
+            cursor, more = r.headers["PgFeed-Next"], r.headers["PgFeed-Has-More"] == "true"
+        else:
+            body = orjson.loads(r.content)
+            rows += len(body["changes"])
+            cursor, more = body["next"], body["has_more"]
+        if not more:
+            return rows, time.perf_counter() - t0
+
+
+# -- 2. gRPC read ------------------------------------------------------------------------------------
+
+
+def _stub(target: str) -> tuple[Any, Any]:
+    import grpc
+    from pgfeed.v1 import feed_pb2_grpc
+
+    channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", -1)])
+    grpc.channel_ready_future(channel).result(timeout=30)
+    return channel, feed_pb2_grpc.ChangeFeedStub(channel)
+
+
+def grpc_read(target: str, cursor: str, until: Callable[[int, int, Any], bool],
+              ) -> tuple[int, int, float]:
+    """Subscribe from ``cursor`` until ``until(changes, frames, last frame)``; returns (changes,
+    frames, seconds)."""
+    from pgfeed.v1 import feed_pb2
+
+    channel, stub = _stub(target)
+    try:
+        t0 = time.perf_counter()
+        call = stub.Subscribe(feed_pb2.SubscribeRequest(feed=FEED, cursor=cursor))
+        rows = frames = 0
+        for txn in call:
+            rows += len(txn.changes)
+            frames += 1
+            if until(rows, frames, txn):
+                break
+        seconds = time.perf_counter() - t0
+        call.cancel()
+        return rows, frames, seconds
+    finally:
+        channel.close()
+
+
+# -- 3. live latency ---------------------------------------------------------------------------------
+
+
+class Subscriber:
+    """Tails the feed from ``latest`` (ticks only) on a thread; records when each row arrived and
+    the send time it carries."""
+
+    def __init__(self, target: str) -> None:
+        from pgfeed.v1 import feed_pb2
+
+        self.channel, stub = _stub(target)
+        self.received: dict[int, float] = {}
+        self.sent: dict[int, float] = {}
+        self.error: BaseException | None = None
+        self.call = stub.Subscribe(feed_pb2.SubscribeRequest(feed=FEED, cursor="latest",
+                                                             tables=["public.ticks"]))
+        self.thread = threading.Thread(target=self._run, name="subscriber", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import grpc
+
+        now = time.monotonic
+        received, sent = self.received, self.sent
+        try:
+            for txn in self.call:
+                t = now()
+                for change in txn.changes:
+                    row = change.after
+                    i = row["id"].int_value
+                    received[i] = t
+                    sent[i] = row["sent"].double_value
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                self.error = exc
+
+    def close(self) -> None:
+        self.call.cancel()
+        self.thread.join(10)
+        self.channel.close()
+
+
+def writer_child(args: dict[str, Any]) -> None:
+    """In a process of its own: commit one-row transactions at ``rate``/s over ``connections``
+    autocommit connections (thread k sends every k-th row on a fixed schedule, at once when it is
+    late); write ``[id, send, commit return]`` (monotonic seconds) as JSON to ``out``."""
+    dsn, rate, connections = str(args["dsn"]), float(args["rate"]), int(args["connections"])
+    first = int(args["first_id"])
+    total = int(rate * (float(args["seconds"]) + WARMUP_SECONDS))
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(connections)]
+    results: list[list[list[float]]] = [[] for _ in range(connections)]
+    errors: list[BaseException] = []
+    start = time.monotonic() + 0.2
+    sql = "INSERT INTO ticks (id, sent) VALUES (%s, %s)"
+
+    def run(k: int) -> None:
+        execute, out = conns[k].execute, results[k]
+        now, sleep = time.monotonic, time.sleep
+        try:
+            for i in range(k, total, connections):
+                delay = start + i / rate - now()
+                if delay > 0:
+                    sleep(delay)
+                sent = now()
+                execute(sql, (first + i, sent), prepare=True)
+                out.append([first + i, sent, now()])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for conn in conns:
+        conn.close()
+    if errors:
+        raise errors[0]
+    rows = sorted(r for part in results for r in part)
+    Path(str(args["out"])).write_text(json.dumps({"start": start, "rows": rows}))
+
+
+def latency(server: Server, dsn: str, rate: float, seconds: float, connections: int,
+            work: Path) -> Latency:
+    with psycopg.connect(dsn, autocommit=True) as conn:  # ids go on from earlier phases
+        first_id = int(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM ticks")
+                       .fetchone()[0])  # type: ignore[index]
+    subscriber = Subscriber(server.grpc_target)
+    writer = None
+    try:
+        time.sleep(0.5)  # the subscription has resolved ``latest`` before the first commit
+        out = work / "writer.json"
+        with server.cpu() as cpu:
+            writer = subprocess.Popen([sys.executable, __file__, "--writer-child", json.dumps(
+                {"dsn": dsn, "rate": rate, "seconds": seconds, "connections": connections,
+                 "first_id": first_id, "out": str(out)})],
+                stderr=subprocess.PIPE, text=True)
+            _, err = writer.communicate(timeout=seconds + WARMUP_SECONDS + 120)
+        if writer.returncode != 0:
+            raise RuntimeError(f"writer failed ({writer.returncode}): {err.strip()[-2000:]}")
+        data = json.loads(out.read_text())
+        window = data["start"] + WARMUP_SECONDS
+        rows = [r for r in data["rows"] if r[1] >= window]
+        deadline = time.monotonic() + 30
+        while any(r[0] not in subscriber.received for r in rows[-50:]):
+            if subscriber.error is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        time.sleep(0.2)
+    finally:
+        if writer is not None and writer.poll() is None:
+            writer.kill()
+            writer.wait(10)
+        subscriber.close()
+    if subscriber.error is not None:
+        raise RuntimeError(f"subscriber failed: {subscriber.error}")
+    received, sent = subscriber.received, subscriber.sent
+    got = [r for r in rows if r[0] in received]
+    return Latency(target_rate=rate, connections=connections,
+                   samples_ms=[(received[i] - commit) * 1000 for i, _, commit in got],
+                   send_ms=[(received[i] - sent[i]) * 1000 for i, _, _ in got],
+                   commit_ms=[(commit - t) * 1000 for _, t, commit in rows],
+                   committed=len(rows), total_commits=len(data["rows"]),
+                   seconds=rows[-1][2] - rows[0][1] if rows else 0.0,
+                   missing=len(rows) - len(got), cpu=cpu)
+
+
+# -- main --------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--changes", type=int, default=1_000_000, help="size of the workload")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each read (the best is reported)")
+    ap.add_argument("--pg-version", default="18", help="PostgreSQL major (18 or 15)")
+    ap.add_argument("--json-limit", type=int, default=10_000, help="changes a JSON page")
+    ap.add_argument("--arrow-limit", type=int, default=100_000, help="changes an Arrow page")
+    ap.add_argument("--rate", type=float, default=2000, help="transactions/s of the latency writer")
+    ap.add_argument("--seconds", type=float, default=10, help="measured seconds at --rate")
+    ap.add_argument("--sweep", type=lambda t: [float(x) for x in t.split(",") if x],
+                    default=[500.0, 1000.0], metavar="RATES",
+                    help="measure latency at these rates first (default 500,1000; '' for none)")
+    ap.add_argument("--sweep-seconds", type=float, default=5, help="measured seconds per sweep rate")
+    ap.add_argument("--connections", type=int, default=4, help="writer connections")
+    ap.add_argument("--py-spy", type=Path, metavar="DIR",
+                    help="record the server with py-spy ($PY_SPY or on PATH) during each phase's "
+                         "first run into DIR and print where the samples went")
+    ap.add_argument("--write", action="store_true", help="update bench/RESULTS.md (serve section)")
+    ap.add_argument("--writer-child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.writer_child:
+        writer_child(json.loads(args.writer_child))
+        return
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    # SIGTERM unwinds like Ctrl-C, so the server, the writer and the cluster are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    t0 = time.monotonic()
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="pgfeed-bench-serve-"))
+    try:
+        with LocalCluster.start(args.pg_version) as cluster:
+            result = _bench(cluster, args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["wall"] = time.monotonic() - t0
+    result["load"] = (load_before, os.getloadavg())
+    print(f"whole run {result['wall']:.0f} s; load average (1/5/15 min) before "
+          f"{_load(load_before)}, after {_load(os.getloadavg())}")
+    if args.write:
+        write_section("serve", _section(args, result))
+        print(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+def _load(values: tuple[float, float, float]) -> str:
+    return " / ".join(f"{v:.2f}" for v in values)
+
+
+def _bench(cluster: LocalCluster, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from capture import SCHEMA, run_workload  # bench/capture.py: the same 1M-change workload
+
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE bench")
+    dsn = cluster.dsn("bench")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA.split("CREATE PUBLICATION")[0])  # pgfeed makes its own publication
+        conn.execute(TICKS)
+        server_text = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+    profiler = Profiler(args.py_spy)
+    postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+    service = Service(work / "data", postmaster)
+    try:
+        server = service.server
+        create_feed(server, dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            t0 = time.perf_counter()
+            changes, before_last, end = run_workload(conn, args.changes / 1_000_000)
+            load_seconds = time.perf_counter() - t0
+        per_txn = max(1, int(10_000 * min(args.changes / 1_000_000, 1.0)))  # as run_workload
+        waited = wait_captured(server, changes, before_last, timeout=600)
+        print(f"PostgreSQL {server_text}: workload of {changes:,} changes in {load_seconds:.1f} s, "
+              f"all in the feed's log {waited:.1f} s later (WAL end {format_lsn(end)})", flush=True)
+
+        rates = {
+            "http_json": Rate(f"HTTP JSON `/changes`, `limit={args.json_limit}`, `orjson.loads` "
+                              "of each page", changes),
+            "http_arrow": Rate(f"HTTP Arrow `/changes?format=arrow` (typed, "
+                               f"`tables=public.orders`), `limit={args.arrow_limit}`", changes),
+            "grpc": Rate("gRPC `Subscribe` from `earliest`, raw stubs (each frame parsed)", changes),
+        }
+        readers: dict[str, Callable[[Server], int]] = {
+            "http_json": lambda srv: http_read(srv.http, {"limit": args.json_limit}, False)[0],
+            "http_arrow": lambda srv: http_read(srv.http, {"limit": args.arrow_limit, "format": "arrow",
+                                                           "tables": "public.orders"}, True)[0],
+            "grpc": lambda srv: grpc_read(srv.grpc_target, "earliest",
+                                          lambda n, _f, _t: n >= changes)[0],
+        }
+        for run in range(args.runs):
+            for name, rate in rates.items():
+                rate.name = name.replace("_", " ").replace("http", "HTTP").replace("grpc", "gRPC read")
+                if rate.seconds or name != "http_json":
+                    server = service.restart()  # a fresh server process for every read
+                with (profiler.phase(server, name) if run == 0 else contextlib.nullcontext(),
+                      server.cpu() as cpu):
+                    t = time.perf_counter()
+                    rows = readers[name](server)
+                    seconds = time.perf_counter() - t
+                server.check()
+                if rows != changes:
+                    raise RuntimeError(f"{rate.label}: read {rows:,} changes, expected {changes:,}")
+                rate.seconds.append(seconds)
+                rate.cpu.append(cpu)
+                print(f"run {run + 1} {name:10s} {seconds:6.2f} s {changes / seconds:10,.0f} "
+                      f"changes/s  {cpu.text()}", flush=True)
+
+        server = service.restart()
+        ticks_from = feed_status(server)["head_lsn"]
+        latencies = []
+        for i, tx_rate in enumerate([*args.sweep, args.rate]):
+            last = i == len(args.sweep)
+            with profiler.phase(server, "latency") if last else contextlib.nullcontext():
+                latencies.append(latency(server, dsn, tx_rate, args.seconds if last else
+                                         args.sweep_seconds, args.connections, work))
+            server.check()
+            _print_latency(latencies[-1])
+
+        # The Subscribe path's rate for one-row transactions, replayed from the log.
+        ticks_to = parse_lsn(feed_status(server)["head_lsn"])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            ticks = int(conn.execute("SELECT count(*) FROM ticks").fetchone()[0])  # type: ignore[index]
+        replay = Rate("gRPC `Subscribe` replay of the latency phases' one-row transactions "
+                      "(from the log)", ticks, "transactions/s", "gRPC replay")
+        for _ in range(args.runs):
+            with server.cpu() as cpu:
+                rows, frames, seconds = grpc_read(
+                    server.grpc_target, ticks_from,
+                    lambda _n, _f, txn: txn.commit_lsn >= ticks_to and txn.final)
+            if rows != ticks or frames != ticks:
+                raise RuntimeError(f"replay: {rows:,} changes in {frames:,} frames, expected {ticks:,}")
+            replay.seconds.append(seconds)
+            replay.cpu.append(cpu)
+        print(f"replay of {ticks:,} one-row transactions: best {replay.best:,.0f} transactions/s "
+              f"({replay.best_cpu().text()})", flush=True)
+        server.check()
+    finally:
+        service.close()
+    for rate in rates.values():
+        print(f"{rate.label}: best {rate.best:,.0f} changes/s, {rate.server_us():.1f} µs of server "
+              f"CPU a change")
+    return {"server": server_text, "changes": changes, "per_txn": per_txn,
+            "load_seconds": load_seconds,
+            "capture_wait": waited, "rates": rates, "latencies": latencies, "replay": replay}
+
+
+def _print_latency(lat: Latency) -> None:
+    first, last = lat.drift()
+    print(f"latency at {lat.target_rate:,.0f} tx/s: {lat.committed:,} commits at {lat.rate:,.0f} tx/s "
+          f"on {lat.connections} connections: p50 {lat.pct(50):.2f} ms, p90 {lat.pct(90):.2f} ms, "
+          f"p99 {lat.pct(99):.2f} ms, max {lat.worst:.2f} ms; median first/last tenth {first:.1f}/"
+          f"{last:.1f} ms; missing {lat.missing}; commit round trip p50 "
+          f"{lat.pct(50, lat.commit_ms):.2f} ms; {lat.cpu.text()}", flush=True)
+
+
+def _section(args: argparse.Namespace, r: dict[str, Any]) -> str:
+    rates: dict[str, Rate] = r["rates"]
+    latencies: list[Latency] = r["latencies"]
+    replay: Rate = r["replay"]
+    lat = latencies[-1]
+    before, after = r["load"]
+    json_rate, arrow_rate, grpc_rate = rates["http_json"], rates["http_arrow"], rates["grpc"]
+
+    def runs(rate: Rate) -> str:
+        return ", ".join(f"{s:.2f}" for s in rate.seconds)
+
+    def cpu_cells(cpu: Cpu) -> str:
+        return (f"{cpu.share(cpu.server)} | {cpu.share(cpu.clients)} | {cpu.share(cpu.postgres)} "
+                f"| {cpu.share(cpu.other)}")
+
+    def verdict(ok: bool) -> str:
+        return "meets" if ok else "**misses**"
+
+    read_rows = "\n".join(
+        f"| {rate.label} | **{rate.best:,.0f}** {rate.unit} | {target} | {runs(rate)} | "
+        f"{cpu_cells(rate.best_cpu())} |"
+        for rate, target in ((json_rate, f">= {HTTP_TARGET:,}"), (arrow_rate, ""),
+                             (grpc_rate, f">= {GRPC_TARGET:,}"), (replay, "")))
+    lat_rows = "\n".join(
+        f"| {x.target_rate:,.0f}/s{' (target rate)' if x is lat else ''} | {x.rate:,.0f} | "
+        f"{'**' if x is lat else ''}{x.pct(50):.1f}{'**' if x is lat else ''} | {x.pct(90):.1f} | "
+        f"{'**' if x is lat else ''}{x.pct(99):.1f}{'**' if x is lat else ''} | {x.worst:.1f} | "
+        f"{x.drift()[0]:.1f} / {x.drift()[1]:.1f} | {x.pct(50, x.commit_ms):.2f} | "
+        f"{cpu_cells(x.cpu)} |"
+        for x in latencies)
+    missing = sum(x.missing for x in latencies)
+    p50, p99 = lat.pct(50), lat.pct(99)
+    return f"""## Serving: HTTP and gRPC read rates, commit -> subscriber latency (`bench/serve.py`)
+
+Command: `.venv/bin/python bench/serve.py {' '.join(sys.argv[1:])}` ({r['wall']:.0f} s in all). Measured
+{time.strftime('%Y-%m-%d')} on {platform.python_implementation()} {platform.python_version()},
+psycopg {psycopg.__version__}, PostgreSQL {r['server']} (throwaway local cluster, `fsync=off`,
+unix socket), {platform.machine()}, {os.cpu_count()} shared cores; load average (1/5/15 min)
+{_load(before)} before the run, {_load(after)} after. One `pgfeed serve` subprocess (SQLite change
+log, `synchronous=FULL`) captured bench/capture.py's workload, {r['changes']:,} changes (40%
+insert, 40% update, 20% delete, {r['per_txn']:,} rows a transaction) into `orders`
+({r['load_seconds']:.1f} s to load; all in the log {r['capture_wait']:.1f} s after the last
+commit). Then one client at a time, in this script's process, read all of it from `earliest`,
+best of {args.runs}, each read against a freshly started server process on the same data dir (so
+nothing read ahead for an earlier read is reused, as in bench/http_read.py); pgfeed decodes on
+read, so every read decodes and encodes every change again. CPU columns: shares of one core during the best run, for the server process, the client
+(this script and the writer), the PostgreSQL cluster, and everything else on the machine (other
+people's jobs: the cores are shared).
+
+| read | rate (best) | target | runs (s) | server CPU | client CPU | PostgreSQL CPU | other CPU |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+{read_rows}
+
+Server CPU a change in the best run: {json_rate.server_us():.1f} µs (JSON),
+{arrow_rate.server_us():.1f} µs (Arrow), {grpc_rate.server_us():.1f} µs (gRPC).
+
+Commit -> gRPC subscriber latency: a subscriber (raw stubs, `tables=public.ticks`) tails from
+`latest` while a writer process commits one-row INSERT transactions on {lat.connections}
+autocommit connections at a fixed schedule ({args.sweep_seconds:.0f} s at each lower rate,
+{args.seconds:.0f} s at {args.rate:,.0f}/s, each after {WARMUP_SECONDS:.0f} s of warm-up not
+counted); latency = receive time in the subscriber minus the return of the writer's commit
+(CLOCK_MONOTONIC in both processes), every commit of the window a sample
+({'none' if not missing else missing} missing). Targets at 2,000 transactions/s: p50 <=
+{P50_TARGET_MS:.0f} ms, p99 <= {P99_TARGET_MS:.0f} ms; published: Electric 6 ms, Sequin 55 ms avg /
+253 ms p99.
+
+| offered rate | achieved tx/s | p50 ms | p90 ms | p99 ms | max ms | median, first / last tenth (ms) | commit round trip p50 (ms) | server CPU | client CPU | PostgreSQL CPU | other CPU |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+{lat_rows}
+
+HTTP JSON {verdict(json_rate.best >= HTTP_TARGET)} its target at {json_rate.best / HTTP_TARGET:.2f}x,
+gRPC {verdict(grpc_rate.best >= GRPC_TARGET)} its target at {grpc_rate.best / GRPC_TARGET:.2f}x; at
+{args.rate:,.0f} transactions/s ({lat.rate:,.0f} achieved) the latency p50 {verdict(p50 <= P50_TARGET_MS)}
+its target ({p50:.1f} ms) and p99 {verdict(p99 <= P99_TARGET_MS)} its target ({p99:.1f} ms).
+{_disturbed(rates, latencies, replay)}
+**What it means: reads.** Every read is bound by the server process, which ran at
+{_cores(json_rate)}, {_cores(arrow_rate)} and {_cores(grpc_rate)} of a core in the best JSON, Arrow
+and gRPC runs while the client needed less: a read's rate is one over the server's CPU a change.
+For 200,000 changes/s the JSON path would have to spend 5 µs a change (it spends
+{json_rate.server_us():.1f}), for 300,000/s the gRPC path 3.3 µs (it spends {grpc_rate.server_us():.1f}).
+Decode happens on read, so each change is parsed from pgoutput and its values loaded (`wire_row`,
+psycopg loaders: the largest single item in py-spy, ~20-30% of the server's samples) and then
+encoded again (JSON: `change_to_dict` and orjson ~20%, plus `format_lsn` for every change's
+`lsn`, ~0.5-0.9 µs of f-string each; gRPC: the hand-written protobuf encoder `transaction_frames`,
+`_change_parts`, `_encode_row` ~45-50%). It is all Python under one GIL, so a second core does not
+help one reader, and a faster client would not change these figures. Closing a
+{HTTP_TARGET / json_rate.best:.1f}x (JSON) or {GRPC_TARGET / grpc_rate.best:.1f}x (gRPC) gap needs the
+work per change cut several-fold: encoded pages/frames kept and reused (log pages never change), or a
+compiled decoder and encoder. Arrow ({arrow_rate.best:,.0f}/s) is only
+{arrow_rate.best / json_rate.best:.1f}x JSON despite its cheaper encoding: decoding is most of its cost.
+
+**What it means: latency.** The latency is queueing inside the server, not transport: p50
+{_p50s(latencies)}; {_trend(lat)}; the writer's own commit round trip is
+{lat.pct(50, lat.commit_ms):.2f} ms. The
+server does every per-transaction step in one process, on one GIL: receive and assemble (capture
+thread), append with an fsync (writer thread), read and decode a page (worker thread;
+`FeedReader.page` calls `Supervisor.catalog()`, a `schema_history` SQLite query, for every
+transaction it decodes), and one gRPC message per transaction, written by grpc.aio on the event loop
+(`Subscribe` awaits each write). At {args.rate:,.0f}/s it used {lat.cpu.share(lat.cpu.server)} of a
+core, {lat.cpu.server / max(lat.total_commits, 1) * 1e6:.0f} µs of server CPU a transaction; the
+Subscribe path alone, replaying the same one-row transactions from the log with nothing live, reaches
+{replay.best:,.0f} transactions/s at {replay.server_us():.0f} µs of server CPU each (its client,
+grpc's Python stub, needed {_client_share(replay)} of a core for it too). In a py-spy profile of this phase (`--py-spy DIR` with
+`PY_SPY_ARGS='--gil'`, then `'--gil --native'`) ~45% of the GIL-holding samples were grpc.aio's
+callbacks on the event loop (`Handle._run`), about half of them socket `sendmsg` and `eventfd`
+writes made while holding the GIL; capture's two threads ~27%; page reads ~18% (the catalogue
+query alone ~4%). So the serving loop is close to
+saturation at {args.rate:,.0f}/s, and the commits of one page wait behind the writes of the previous
+one; that close to saturation a small change in the cost per transaction moves the queue a lot, so
+this figure swings between runs on shared cores (p50 from ~25 to ~150 ms in the runs made while
+writing this script). Meeting {P50_TARGET_MS:.0f} ms p50 needs fewer per-transaction steps on that GIL: the catalogue
+query once a page, several transactions a write, or gRPC served by a process of its own.
+"""
+
+
+def _cores(rate: Rate) -> str:
+    cpu = rate.best_cpu()
+    return cpu.share(cpu.server)
+
+
+def _client_share(rate: Rate) -> str:
+    cpu = rate.best_cpu()
+    return cpu.share(cpu.clients)
+
+
+def _p50s(latencies: list[Latency]) -> str:
+    return ", ".join(f"{x.pct(50):.1f} ms at {x.target_rate:,.0f}/s" for x in latencies)
+
+
+def _trend(lat: Latency) -> str:
+    first, last = lat.drift()
+    if last < 1.5 * first:
+        return (f"at {lat.target_rate:,.0f}/s the median is steady over the window ({first:.0f} ms "
+                f"in its first tenth, {last:.0f} ms in its last: the server keeps up, with a queue)")
+    return (f"at {lat.target_rate:,.0f}/s the median grows over the window ({first:.0f} ms in its "
+            f"first tenth, {last:.0f} ms in its last: a backlog builds, the server falls behind)")
+
+
+def _disturbed(rates: dict[str, Rate], latencies: list[Latency], replay: Rate) -> str:
+    """A sentence when other jobs took a noticeable share of the machine during a measurement."""
+    shares = [(r.best_cpu().other / (r.best_cpu().seconds or 1.0), r.name)
+              for r in [*rates.values(), replay]]
+    shares += [(x.cpu.other / (x.cpu.seconds or 1.0), f"latency at {x.target_rate:,.0f}/s")
+               for x in latencies]
+    worst, label = max(shares)
+    if worst < 0.15:
+        return ("Other jobs on the machine took under 15% of a core during every measurement "
+                "(the CPU columns), so these figures are not disturbed much.\n")
+    return (f"Other jobs on the shared machine took up to {worst:.0%} of a core during the "
+            f"measurements ({label}; see the CPU columns): those figures are disturbed, "
+            f"the others less so.\n")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()
