@@ -98,7 +98,11 @@ class FeedReader:
         out: list[Transaction] = []
         remaining = limit
         count = 0
-        for stored in self._stored(after, limit, upto):
+        batch = self._stored(after, limit, upto)
+        # Schema frames are appended with their transactions, so one catalogue refresh after the
+        # log read covers the whole page (not a schema_history query per transaction).
+        catalog = self._catalog() if batch else self._decoder.catalog
+        for stored in batch:
             if remaining <= 0 or (max_transactions is not None and count >= max_transactions):
                 break
             if stored.change_count == 0:
@@ -117,7 +121,7 @@ class FeedReader:
             if budget <= 0:  # the reader already holds everything up to ``to``
                 break
             with self._lock:
-                self._decoder.catalog = self._catalog()
+                self._decoder.catalog = catalog
                 txn = self._decoder.decode(stored, first_seq=first, max_changes=budget,
                                            tables=table_set, ops=op_set)
             scanned = txn.last_seq - first + 1
