@@ -32,7 +32,7 @@ DRIVER = textwrap.dedent("""
     url, feed, out, checkpoint, mode = sys.argv[1:6]
     spark = build_session("pgfeed-driver")
     stream = (spark.readStream.format("pgfeed").option("url", url).option("feed", feed)
-              .option("partitions", 2).option("maxRowsPerTrigger", 400)
+              .option("partitions", 2).option("maxRowsPerTrigger", 200)
               .option("consumer", "killed-driver").load())
     writer = (stream.writeStream.format("parquet").option("path", out)
               .option("checkpointLocation", checkpoint))
