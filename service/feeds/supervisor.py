@@ -233,6 +233,7 @@ class Supervisor:
             del self._feeds[name]
             self._catalogue.remove(name)
             shutil.rmtree(self._feed_dir(name), ignore_errors=True)
+            feed.notifier.close()  # long-polls and live streams on it answer "not found" now
 
     def set_tables(self, name: str, tables: Sequence[str]) -> FeedStatus:
         """Replace what a feed captures (``ALTER PUBLICATION ... SET TABLE`` on the publication it
@@ -289,6 +290,13 @@ class Supervisor:
                 feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name),
                                          toast=feed.spec.options.toast)
         return feed.reader
+
+    def check_reader(self, name: str, reader: FeedReader) -> None:
+        """Raise FeedNotFound unless ``reader`` is still feed ``name``'s reader: the feed was
+        deleted (and perhaps created again) since the reader was handed out, so its log is
+        closed. Readers call it when a read of the log fails."""
+        if self.reader(name) is not reader:
+            raise FeedNotFound(f"feed {name!r} was deleted while it was being read")
 
     def catalog(self, name: str) -> RelationCatalog:
         """The feed's relation catalogue, up to date with the log's schema history."""

@@ -20,6 +20,7 @@ from pgfeed.v1 import feed_pb2, feed_pb2_grpc
 
 from clients._cursor import Cursor, CursorError, parse_cursor
 from service.assembler.model import Op
+from service.changelog.base import ChangeLogError
 from service.encoding.to_proto import ColumnKinds, Framer, json_columns
 from service.errors import FeedNotFound, PgfeedError, RetentionError
 from service.feeds.model import FeedStatus
@@ -64,7 +65,11 @@ class _Stream:
     def read(self, after: Cursor) -> tuple[Page, list[bytes]]:
         assert self.reader is not None
         request = self.request
-        page = self.reader.page(after, PAGE_CHANGES, tables=request.tables, ops=request.ops)
+        try:
+            page = self.reader.page(after, PAGE_CHANGES, tables=request.tables, ops=request.ops)
+        except ChangeLogError:  # closed: NOT_FOUND if the feed was deleted while streaming
+            self.supervisor.check_reader(request.feed, self.reader)
+            raise
         # Retention may have trimmed past ``after`` while the stream ran: checked after the read,
         # so a read that returned is known to have missed nothing.
         self.reader.resolve(after)

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from clients._cursor import Cursor, CursorError, parse_cursor
 from service.assembler.model import Op
+from service.changelog.base import ChangeLogError
 from service.feeds.reader import FeedReader, parse_ops
 from service.feeds.supervisor import Supervisor
 from service.http_api import encode
@@ -23,8 +24,8 @@ from service.http_api.encode import Encoded
 from service.http_api.errors import ApiError, bad_parameter
 from service.http_api.readahead import ReadAhead
 
-__all__ = ["Answer", "PageRequest", "parse_cursor_param", "parse_names", "parse_ops_param",
-           "parse_tables", "serve_page"]
+__all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
+           "parse_ops_param", "parse_tables", "serve_page"]
 
 Format = Literal["json", "arrow"]
 CursorParam = Cursor | Literal["latest"]
@@ -32,7 +33,13 @@ CursorParam = Cursor | Literal["latest"]
 
 # -- query parameters ------------------------------------------------------------------------------
 
+MAX_CURSOR_LENGTH = 64  # the longest valid cursor, LSN:seq, is 36 characters
+
+
 def parse_cursor_param(name: str, text: str, *, where: str = "query parameter") -> CursorParam:
+    if len(text) > MAX_CURSOR_LENGTH:
+        raise ApiError(400, "invalid_cursor", f"{where} {name!r}: malformed cursor of {len(text)} "
+                       f"characters (at most {MAX_CURSOR_LENGTH}): expected {CursorError.expected}")
     try:
         return parse_cursor(text)
     except CursorError as exc:
@@ -114,7 +121,8 @@ async def serve_page(supervisor: Supervisor, feed: str, request: PageRequest,
         page = out.page
         head = max(head, page.head)
         remaining = deadline - loop.time()
-        if out.change_count or page.next < reading.bound(head) or remaining <= 0:
+        if out.change_count or page.next < reading.bound(head) or remaining <= 0 \
+                or reading.done(page.next):
             break
         head = max(head, await supervisor.notifier(feed).wait_beyond(head, remaining))
         out = await run_in_threadpool(reading.read, page.next)
@@ -153,6 +161,11 @@ class _Reading:
             self.to = Cursor(head) if request.to == "latest" else request.to
         return after, head
 
+    def done(self, after: Cursor) -> bool:
+        """Has a reader at ``after`` read all of ``(after, to]``? Then no commit can add to it
+        and a long-poll has nothing to wait for."""
+        return self.to is not None and after >= self.to
+
     def bound(self, head: int) -> Cursor:
         return Cursor(head) if self.to is None else min(Cursor(head), self.to)
 
@@ -168,9 +181,13 @@ class _Reading:
     def read(self, after: Cursor) -> Encoded:
         assert self.reader is not None
         request = self.request
-        page = self.reader.page(after, request.limit, tables=request.tables, ops=request.ops,
-                                to=self.to, max_transactions=request.transactions,
-                                whole_transactions=request.transactions is not None)
+        try:
+            page = self.reader.page(after, request.limit, tables=request.tables, ops=request.ops,
+                                    to=self.to, max_transactions=request.transactions,
+                                    whole_transactions=request.transactions is not None)
+        except ChangeLogError:  # closed: 404 if the feed was deleted meanwhile (a long-poll)
+            self.supervisor.check_reader(self.feed, self.reader)
+            raise
         if request.fmt == "arrow":
             catalog = self.supervisor.catalog(self.feed) if self.typed_table else None
             return encode.arrow_page(page, self.typed_table, catalog)

@@ -15,6 +15,7 @@ from service.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, Superviso
 from service.http_api.encode import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from service.http_api.errors import ApiError
 from service.http_api.paging import (
+    MAX_CURSOR_LENGTH,
     Answer,
     PageRequest,
     parse_cursor_param,
@@ -33,12 +34,13 @@ MAX_TRANSACTIONS = 10_000
 MAX_SPLITS = 1000
 
 FeedName = Annotated[str, Path(min_length=1, max_length=200, description="The feed's name")]
-# Cursor parameters document their grammar; parse_cursor_param checks it and explains a mistake.
-_CURSOR_DOC = {"pattern": CURSOR_PATTERN}
+# Cursor parameters document their grammar and length; parse_cursor_param checks both, so that a
+# malformed cursor of any length is answered with the expected form (not a generic length error).
+_CURSOR_DOC = {"pattern": CURSOR_PATTERN, "maxLength": MAX_CURSOR_LENGTH}
 _OP = "(insert|update|delete|truncate|message)"
 _OPS_DOC = {"items": {"type": "string", "pattern": f"^{_OP}(,{_OP})*$"}}
 _TABLES_DOC = {"items": {"type": "string", "maxLength": 200, "pattern": r"^[^,]*[^,\s][^,]*(,[^,]*[^,\s][^,]*)*$"}}
-After = Annotated[str, Query(max_length=64, json_schema_extra=_CURSOR_DOC, description="Cursor: `16/B374D848`, "
+After = Annotated[str, Query(json_schema_extra=_CURSOR_DOC, description="Cursor: `16/B374D848`, "
                              "`16/B374D848:41`, `earliest` or `latest`; the page starts after it")]
 Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                               description="Long-poll: when nothing is there yet, wait up to this "
@@ -76,7 +78,7 @@ async def changes(
                                            "insert, update, delete, truncate, message "
                                            "(comma-separated or repeated)")] = None,
     wait: Wait = 0.0,
-    to: Annotated[str | None, Query(max_length=64, json_schema_extra=_CURSOR_DOC, description="Stop at this cursor "
+    to: Annotated[str | None, Query(json_schema_extra=_CURSOR_DOC, description="Stop at this cursor "
                                     "(inclusive); `latest` is the head when the request arrives")] = None,
     fmt: FormatParam = "json",
 ) -> Response:
@@ -114,10 +116,10 @@ async def transactions(
 @router.get("/{feed}/splits", response_model=SplitsOut, summary="Cut a range into parts")
 def splits(
     feed: FeedName, supervisor: SupervisorDep,
-    start: Annotated[str, Query(alias="from", max_length=64, json_schema_extra=_CURSOR_DOC,
+    start: Annotated[str, Query(alias="from", json_schema_extra=_CURSOR_DOC,
                                 description="Cursor the range starts "
                                 "after")] = "earliest",
-    to: Annotated[str, Query(max_length=64, json_schema_extra=_CURSOR_DOC,
+    to: Annotated[str, Query(json_schema_extra=_CURSOR_DOC,
                              description="Cursor the range ends at (inclusive)")] = "latest",
     n: Annotated[int, Query(ge=1, le=MAX_SPLITS, description="Number of parts")] = 2,
 ) -> Response:

@@ -18,6 +18,7 @@ from service.http_api.errors import ApiError
 from service.http_api.routes.changes import FeedName
 from service.http_api.schemas import (
     ConsumerOut,
+    ErrorBody,
     FeedCreate,
     FeedList,
     FeedOptionsOut,
@@ -76,7 +77,10 @@ def _spec(body: FeedCreate) -> FeedSpec:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedPublic,
-             summary="Create a feed")
+             summary="Create a feed", responses={
+                 409: {"model": ErrorBody, "description": "A feed of that name exists"},
+                 422: {"model": ErrorBody, "description": "Invalid request body, or the source "
+                                                          "refused the feed"}})
 def create_feed(body: FeedCreate, supervisor: SupervisorDep, response: Response) -> FeedPublic:
     """Set up the source (a publication and a slot pgfeed creates and owns, unless existing
     ones are named) and start capturing. 409 if the name is taken; 422 if the request is
@@ -138,7 +142,9 @@ def update_feed(feed: FeedName, body: FeedUpdate, supervisor: SupervisorDep) -> 
 
 
 @router.delete("/{feed}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               summary="Delete a feed")
+               summary="Delete a feed", responses={
+                   422: {"model": ErrorBody, "description": "The source cannot drop the slot or "
+                                                            "publication (the feed is kept)"}})
 def delete_feed(feed: FeedName, supervisor: SupervisorDep,
                 force: bool = Query(False, description="Delete even if the source cannot drop the "
                                                         "slot and publication (they are left behind)"),
