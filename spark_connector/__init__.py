@@ -4,9 +4,16 @@
 from spark_connector._datasource import PgFeedDataSource
 from spark_connector._mirror import latest_rows
 from spark_connector._options import FeedOptions
-from spark_connector._schema import METADATA_COLUMNS, change_schema, spark_type, table_schema
+from spark_connector._schema import (
+    KEY_COLUMN,
+    METADATA_COLUMNS,
+    change_schema,
+    spark_type,
+    table_schema,
+)
 
 __all__ = [
+    "KEY_COLUMN",
     "METADATA_COLUMNS",
     "FeedOptions",
     "PgFeedDataSource",

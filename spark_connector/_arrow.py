@@ -44,11 +44,23 @@ def _convert(array: Any, target: pa.DataType) -> pa.Array:
         if array.type == target:
             return array
     source = array.type
+    if pa.types.is_struct(target) and pa.types.is_struct(source):
+        return _struct(array, target)
     if pa.types.is_integer(target) and (pa.types.is_string(source) or pa.types.is_large_string(source)):
         return lsn_to_int64(array).cast(target)
     if pa.types.is_timestamp(target) and pa.types.is_timestamp(source):
         return pc.cast(array, target, safe=False)  # naive <-> UTC keep the wall clock; ns -> us
     return pc.cast(array, target)
+
+
+def _struct(array: pa.StructArray, target: pa.StructType) -> pa.StructArray:
+    """Fields matched by name and converted like top-level columns (absent: NULL, extra: dropped),
+    keeping which structs are NULL: a server's struct may differ in order, types or fields."""
+    names = {array.type.field(i).name: i for i in range(array.type.num_fields)}
+    children = [_convert(array.field(names[f.name]), f.type) if f.name in names
+                else pa.nulls(len(array), f.type) for f in target]
+    mask = array.is_null() if array.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
 
 
 def conform(batch: pa.RecordBatch, target: pa.Schema,

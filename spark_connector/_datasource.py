@@ -21,8 +21,9 @@ class PgFeedDataSource(DataSource):
 
     Without ``table`` rows follow the raw change schema (``change_schema()``); with
     ``table=schema.name`` they carry the table's typed columns plus ``_op``, ``_lsn``, ``_seq``,
-    ``_commit_lsn``, ``_commit_ts``, ``_xid`` and ``_unchanged_toast`` (see ``FeedOptions`` for
-    every option).
+    ``_commit_lsn``, ``_commit_ts``, ``_xid``, ``_unchanged_toast`` and, when the table has key
+    columns, ``_key`` (a struct of them: the key before the change; see ``table_schema``). See
+    ``FeedOptions`` for every option.
     """
 
     @classmethod

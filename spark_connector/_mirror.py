@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from spark_connector._schema import METADATA_COLUMNS
+from spark_connector._schema import KEY_COLUMN, METADATA_NAMES
 
 __all__ = ["latest_rows"]
 
@@ -21,10 +21,11 @@ def latest_rows(df: DataFrame, key_columns: Sequence[str], *,
     columns too with ``keep_metadata``).
 
     An update that changes the key also removes the old key (named by ``_key``), as a delete at
-    the same position: otherwise the row would live on under the key it left."""
+    the same position: a typed row shows only the new image, so without it the row would live
+    on under the key it left. Without a ``_key`` column, key changes are not seen."""
     if not key_columns:
         raise ValueError("latest_rows needs the table's key columns")
-    events = df.unionByName(_left_keys(df, key_columns)) if "_key" in df.columns else df
+    events = df.unionByName(_left_keys(df, key_columns)) if KEY_COLUMN in df.columns else df
     order = Window.partitionBy(*key_columns).orderBy(F.col("_commit_lsn").desc(),
                                                     F.col("_seq").desc())
     latest = (events.withColumn("__pgfeed_rank", F.row_number().over(order))
@@ -32,18 +33,24 @@ def latest_rows(df: DataFrame, key_columns: Sequence[str], *,
                     .drop("__pgfeed_rank"))
     if keep_metadata:
         return latest
-    return latest.drop(*(m.name for m in METADATA_COLUMNS))
+    return latest.drop(*(c for c in latest.columns if c in METADATA_NAMES))
 
 
 def _left_keys(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
     """A delete of the old key for every update whose ``_key`` differs from its new key."""
-    old = F.from_json(F.col("_key"), StructType([df.schema[k] for k in key_columns]))
+    key_type = df.schema[KEY_COLUMN].dataType
+    missing = [k for k in key_columns
+               if not isinstance(key_type, StructType) or k not in key_type.fieldNames()]
+    if missing:
+        raise ValueError(f"{KEY_COLUMN} ({key_type.simpleString()}) does not hold the key columns "
+                         f"{missing}: pass the replica-identity columns, or drop {KEY_COLUMN} "
+                         "to ignore key changes")
+    old = F.col(KEY_COLUMN)
     same = reduce(Column.__and__, [F.col(k).eqNullSafe(old.getField(k)) for k in key_columns])
-    moved = df.where((F.col("_op") == F.lit("update")) & F.col("_key").isNotNull() & ~same)
-    metadata = {m.name for m in METADATA_COLUMNS}
+    moved = df.where((F.col("_op") == F.lit("update")) & old.isNotNull() & ~same)
     return moved.select(*[
         (old.getField(f.name) if f.name in key_columns
          else F.lit("delete") if f.name == "_op"
-         else F.col(f.name) if f.name in metadata
+         else F.col(f.name) if f.name in METADATA_NAMES
          else F.lit(None).cast(f.dataType)).alias(f.name)
         for f in df.schema.fields])

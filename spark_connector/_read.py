@@ -12,7 +12,7 @@ from clients import Change, Cursor, FeedClient, parse_cursor
 from spark_connector._arrow import arrow_schema, conform, rows_to_batch
 from spark_connector._options import FeedOptions
 from spark_connector._partition import LsnRange
-from spark_connector._schema import METADATA_COLUMNS, json_converter, raw_row, typed_row
+from spark_connector._schema import KEY_COLUMN, METADATA_NAMES, json_converter, raw_row, typed_row
 
 __all__ = ["read_range"]
 
@@ -83,12 +83,19 @@ def _read_json(client: FeedClient, opts: FeedOptions, part: LsnRange, schema: St
                target: pa.Schema) -> Iterator[pa.RecordBatch]:
     if opts.table:
         by_name = {c.name: c for c in opts.columns}
-        meta = {m.name for m in METADATA_COLUMNS}
-        names = [f.name for f in schema.fields if f.name not in meta]
+        names = [f.name for f in schema.fields if f.name not in METADATA_NAMES]
         converters = [json_converter(by_name[n].type_name, by_name[n].typmod, by_name[n].type_oid)
-                      if n in by_name else (lambda v: v) for n in names]
+                      if n in by_name else _same for n in names]
+        convert = dict(zip(names, converters))
+        key_type = schema[KEY_COLUMN].dataType if KEY_COLUMN in schema.fieldNames() else None
+        key = ([(f.name, convert.get(f.name, _same)) for f in key_type.fields]
+               if isinstance(key_type, StructType) else None)
         for changes in _changes(client, opts, part):
-            yield rows_to_batch([typed_row(c, names, converters) for c in changes], target)
+            yield rows_to_batch([typed_row(c, names, converters, key) for c in changes], target)
     else:
         for changes in _changes(client, opts, part):
             yield rows_to_batch([raw_row(c) for c in changes], target)
+
+
+def _same(v: object) -> object:
+    return v

@@ -32,8 +32,8 @@ from pyspark.sql.types import (
 from clients import Change, TableInfo, parse_lsn
 
 __all__ = [
-    "METADATA_COLUMNS", "change_schema", "json_converter", "numeric_precision", "raw_row",
-    "spark_type", "table_schema", "typed_row",
+    "KEY_COLUMN", "METADATA_COLUMNS", "METADATA_NAMES", "change_schema", "json_converter",
+    "numeric_precision", "raw_row", "spark_type", "table_schema", "typed_row",
 ]
 
 _SCALARS: dict[str, DataType] = {
@@ -58,7 +58,9 @@ _OID_NAMES = {
 _JSON_TYPES = frozenset({"json", "jsonb"})
 
 # Metadata of every typed row: which change, where in the log, and which columns were unchanged
-# TOAST (their value is NULL here but was not changed to NULL).
+# TOAST (their value is NULL here but was not changed to NULL). Then KEY_COLUMN, when the table
+# has key columns: a struct of them (same names and types), the contract's ``key`` (the key
+# before the change), which is how a key-changing update names the key it left.
 METADATA_COLUMNS: tuple[StructField, ...] = (
     StructField("_op", StringType()),
     StructField("_lsn", LongType()),
@@ -67,10 +69,9 @@ METADATA_COLUMNS: tuple[StructField, ...] = (
     StructField("_commit_ts", TimestampType()),
     StructField("_xid", LongType()),
     StructField("_unchanged_toast", ArrayType(StringType())),
-    # The change's key (replica identity as it was before the change) as JSON text: how a
-    # key-changing update names the key it left (``latest_rows`` relies on it).
-    StructField("_key", StringType()),
 )
+KEY_COLUMN = "_key"
+METADATA_NAMES = frozenset({m.name for m in METADATA_COLUMNS} | {KEY_COLUMN})
 
 _CHANGE_SCHEMA = StructType([
     StructField("lsn", LongType()),
@@ -143,14 +144,18 @@ def spark_type(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> Da
 
 
 def table_schema(table: TableInfo) -> StructType:
-    """Typed schema of one table: its columns (``spark_type``) then ``METADATA_COLUMNS``."""
+    """Typed schema of one table: its columns (``spark_type``), ``METADATA_COLUMNS``, then
+    ``_key`` (a struct of the key columns, as typed above) unless the table has no key columns
+    (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key)."""
     fields = [StructField(c.name, spark_type(c.type_name, c.typmod, c.type_oid))
               for c in table.columns]
-    clash = {f.name for f in fields} & {m.name for m in METADATA_COLUMNS}
+    clash = {f.name for f in fields} & METADATA_NAMES
     if clash:
         raise ValueError(f"{table.qualified_name} has columns named like pgfeed's metadata: "
                          f"{sorted(clash)}")
-    return StructType(fields + list(METADATA_COLUMNS))
+    keys = [f for f, c in zip(fields, table.columns) if c.key]
+    key = [StructField(KEY_COLUMN, StructType(keys))] if keys else []
+    return StructType(fields + list(METADATA_COLUMNS) + key)
 
 
 # -- contract JSON values -> Spark's Python values ------------------------------------------------
@@ -240,19 +245,24 @@ def json_converter(type_name: str | None, typmod: int = -1, type_oid: int = 0) -
     return _str
 
 
-def typed_row(change: Change, names: Sequence[str],
-              converters: Sequence[Converter]) -> tuple[Any, ...]:
+def typed_row(change: Change, names: Sequence[str], converters: Sequence[Converter],
+              key: Sequence[tuple[str, Converter]] | None = None) -> tuple[Any, ...]:
     """One change -> a row of ``table_schema``: the new image for inserts and updates, the old
     one (whole or key) for deletes; unchanged TOAST columns are NULL and named in
-    ``_unchanged_toast`` (unless the service filled them: ``toast_filled``)."""
+    ``_unchanged_toast`` (unless the service filled them: ``toast_filled``). With ``key`` (the
+    ``_key`` fields and their converters) the row ends with the change's key as a tuple."""
     op = change.op
     image = (change.after if op in ("insert", "update") else change.before or change.key) or {}
     toast = change.unchanged_toast
     hidden = set(toast).difference(change.toast_filled or ()) if toast else ()
     values = [None if name in hidden else conv(image.get(name))
               for name, conv in zip(names, converters)]
-    return (*values, op, parse_lsn(change.lsn), change.seq, parse_lsn(change.commit_lsn),
-            change.commit_ts, change.xid, list(toast), _json_text(change.key))
+    row = (*values, op, parse_lsn(change.lsn), change.seq, parse_lsn(change.commit_lsn),
+           change.commit_ts, change.xid, list(toast))
+    if key is None:
+        return row
+    old = change.key
+    return (*row, None if old is None else tuple(conv(old.get(n)) for n, conv in key))
 
 
 def raw_row(change: Change) -> tuple[Any, ...]:

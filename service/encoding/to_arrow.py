@@ -16,8 +16,13 @@ changes encodes in tens of milliseconds. The typed mapping mirrors
   else -> string: a JSON string value as is, any other value as its JSON text.
 
 Unchanged-TOAST columns (not filled by ``toast=reselect``) are null and listed in
-``_unchanged_toast``. LSNs are 64-bit integers in Arrow (numerically ordered); the JSON API
-writes them as ``16/B374D848`` (``clients.format_lsn``).
+``_unchanged_toast``. ``_key``, last, is a struct of the replica-identity columns (the Relation's
+key flags; every column under FULL) typed as the table's: the contract's ``key``, i.e. the old key
+of an update or delete, so a key-changing update says which key it left. A table without key
+columns has no ``_key`` column.
+
+LSNs are 64-bit integers in Arrow (numerically ordered); the JSON API writes them as
+``16/B374D848`` (``clients.format_lsn``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from service.encoding.to_json import dumps
 
 __all__ = [
     "ARROW_MEDIA_TYPE",
+    "KEY_FIELD",
     "METADATA_FIELDS",
     "ArrowColumn",
     "arrow_type",
@@ -85,7 +91,8 @@ _CHANGE_FIELDS: tuple[pa.Field, ...] = (
 )
 _CHANGE_SCHEMA = pa.schema(list(_CHANGE_FIELDS))
 
-# Metadata columns of a typed row, after the table's columns (names as spark_connector's).
+# Metadata columns of a typed row, after the table's columns (names as spark_connector's), then
+# KEY_FIELD (a struct whose fields depend on the table; absent when it has no key columns).
 METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_op", pa.string()),
     pa.field("_lsn", pa.int64()),
@@ -94,11 +101,9 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_commit_ts", _TS_UTC),
     pa.field("_xid", pa.int64()),
     pa.field("_unchanged_toast", _STRINGS),
-    # The contract's `key` (replica identity before the change) as JSON text: a key-changing
-    # update names its old key here, which the new image alone cannot show.
-    pa.field("_key", pa.string()),
 )
-_METADATA_NAMES = frozenset(f.name for f in METADATA_FIELDS)
+KEY_FIELD = "_key"
+_METADATA_NAMES = frozenset({f.name for f in METADATA_FIELDS} | {KEY_FIELD})
 
 
 def change_schema() -> pa.Schema:
@@ -168,6 +173,7 @@ class ArrowColumn:
     type_name: str | None
     typmod: int = -1
     type_oid: int = 0
+    key: bool = False  # a replica-identity column (the Relation message's key flag)
 
     @property
     def is_json(self) -> bool:
@@ -184,12 +190,15 @@ class ArrowColumn:
 
 
 def typed_schema(columns: Sequence[ArrowColumn]) -> pa.Schema:
-    """The table's columns (``arrow_type``) then ``METADATA_FIELDS``."""
+    """The table's columns (``arrow_type``), ``METADATA_FIELDS``, then ``_key`` when the table
+    has key columns."""
     clash = sorted({c.name for c in columns} & _METADATA_NAMES)
     if clash:
         raise ValueError(f"the table has columns named like pgfeed's metadata columns: {clash}; "
                          "read it without a single-table filter (generic schema)")
-    return pa.schema([pa.field(c.name, c.arrow) for c in columns] + list(METADATA_FIELDS))
+    fields = [pa.field(c.name, c.arrow) for c in columns] + list(METADATA_FIELDS)
+    keys = [pa.field(c.name, c.arrow) for c in columns if c.key]
+    return pa.schema(fields + [pa.field(KEY_FIELD, pa.struct(keys))] if keys else fields)
 
 
 # -- values -> column arrays -----------------------------------------------------------------------
@@ -328,7 +337,20 @@ def typed_batch(transactions: Sequence[Transaction], columns: Sequence[ArrowColu
                     column_values[i] = None
     arrays = [_column(values[col.name], col, schema.field(col.name).type) for col in columns]
     arrays.extend(_metadata(transactions, changes, toast_lists))
+    if KEY_FIELD in schema.names:
+        arrays.append(_key_struct(changes, columns, schema.field(KEY_FIELD).type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _key_struct(changes: list[Change], columns: Sequence[ArrowColumn],
+                t: pa.StructType) -> pa.StructArray:
+    """Each change's ``key`` as a struct, its values converted as the table's columns are; null
+    where the change has no key."""
+    by_name = {c.name: c for c in columns}
+    keys = [c.key or _EMPTY for c in changes]
+    children = [_column([k.get(f.name) for k in keys], by_name[f.name], f.type) for f in t]
+    mask = pa.array([c.key is None for c in changes], pa.bool_())
+    return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
 
 
 def _metadata(transactions: Sequence[Transaction], changes: list[Change],
@@ -341,7 +363,6 @@ def _metadata(transactions: Sequence[Transaction], changes: list[Change],
         pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_US), pa.int64()).cast(_TS_UTC),
         pa.array(_repeated(transactions, lambda t: t.xid), pa.int64()),
         pa.array(toast_lists, _STRINGS),
-        pa.array([None if c.key is None else dumps(c.key).decode() for c in changes], pa.string()),
     ]
 
 

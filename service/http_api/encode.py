@@ -97,7 +97,8 @@ def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | N
 
 
 def table_columns(catalog: RelationCatalog, table: str) -> Sequence[ArrowColumn]:
-    """The newest shape of ``table`` (``schema.table``) the feed has seen; none yet: no columns."""
+    """The newest shape of ``table`` (``schema.table``) the feed has seen, key flags included (they
+    shape ``_key``); none yet: no columns."""
     from service.encoding.to_arrow import ArrowColumn
 
     found: dict[str, Any] | None = None
@@ -107,5 +108,5 @@ def table_columns(catalog: RelationCatalog, table: str) -> Sequence[ArrowColumn]
             found = info
     if found is None:
         return []
-    return [ArrowColumn(c["name"], c["type_name"], c["typmod"], c["type_oid"])
+    return [ArrowColumn(c["name"], c["type_name"], c["typmod"], c["type_oid"], bool(c.get("key")))
             for c in found["columns"]]

@@ -21,12 +21,21 @@ from pyspark.sql.types import (
     LongType,
     ShortType,
     StringType,
+    StructField,
+    StructType,
     TimestampNTZType,
     TimestampType,
 )
 
 from clients import Change, ColumnInfo, TableInfo
-from spark_connector import METADATA_COLUMNS, FeedOptions, change_schema, spark_type, table_schema
+from spark_connector import (
+    KEY_COLUMN,
+    METADATA_COLUMNS,
+    FeedOptions,
+    change_schema,
+    spark_type,
+    table_schema,
+)
 from spark_connector._arrow import arrow_schema, conform, lsn_to_int64, rows_to_batch
 from spark_connector._partition import LsnRange, plan_ranges
 from spark_connector._schema import json_converter, numeric_precision, raw_row, typed_row
@@ -88,6 +97,7 @@ def test_table_schema_has_columns_then_metadata() -> None:
     schema = table_schema(TABLE)
     assert schema.fieldNames() == [c.name for c in TABLE.columns] + [
         "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast", "_key"]
+    assert schema["_key"].dataType == StructType([StructField("id", LongType())])
     assert schema["amount"].dataType == DecimalType(12, 3)
     assert schema["_unchanged_toast"].dataType == ArrayType(StringType())
     assert all(f.nullable for f in schema.fields)
@@ -125,7 +135,7 @@ def test_typed_row_converts_contract_json_values() -> None:
         datetime(2026, 11, 22, 10, 0, 0, 500000, tzinfo=UTC), datetime(2026, 11, 22, 10, 0),
         date(2026, 11, 22), ["a", None], [1, 2], b"\x00\x01", '{"a":[1,"x"]}', "hi")
     assert row[12:] == ("insert", 0x16B1A20, 3, 0x1_016B1B00,
-                        datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC), 749, [], '{"id":1}')
+                        datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC), 749, [])
 
 
 def test_values_spark_cannot_hold_become_null() -> None:
@@ -142,7 +152,7 @@ def test_unchanged_toast_is_null_and_named_never_confused_with_null() -> None:
     row = typed_row(_change(op="update", after={"id": 1, "body": "__pgfeed_unchanged__",
                                                 "doc": None},
                             unchanged_toast=["body"]), names, convs)
-    assert row[names.index("body")] is None and row[-2] == ["body"]  # _unchanged_toast
+    assert row[names.index("body")] is None and row[-1] == ["body"]  # _unchanged_toast
     assert row[names.index("doc")] is None  # a real NULL: not listed
     filled = typed_row(_change(op="update", after={"id": 1, "body": "kept"},
                                unchanged_toast=["body"], toast_filled=["body"]), names, convs)
@@ -167,7 +177,7 @@ def test_raw_row_and_batch_match_the_change_schema() -> None:
                                                 options={"cascade": False}))], target)
     assert batch.schema.equals(target) and batch.num_rows == 2
     assert batch.column("options").to_pylist() == [None, '{"cascade":false}']
-    typed = rows_to_batch([typed_row(_change(after={"id": 1}), *_converters())],
+    typed = rows_to_batch([typed_row(_change(after={"id": 1}), *_converters(), [("id", int)])],
                           arrow_schema(table_schema(TABLE)))
     assert typed.schema.equals(arrow_schema(table_schema(TABLE)))
 
@@ -238,7 +248,8 @@ def test_options() -> None:
 
 def test_metadata_columns_are_the_documented_ones() -> None:
     assert [m.name for m in METADATA_COLUMNS] == [
-        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast", "_key"]
+        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast"]
+    assert KEY_COLUMN == "_key"  # last, after these, when the table has key columns
 
 
 def test_arrow_rows_past_the_range_end_are_cut() -> None:
@@ -252,8 +263,3 @@ def test_arrow_rows_past_the_range_end_are_cut() -> None:
     assert _cut(batch, Cursor(0x20, 0), "commit_lsn", "seq").num_rows == 3
     assert _cut(batch, Cursor(0x10), "commit_lsn", "seq").num_rows == 2
 
-
-def test_a_key_changing_update_names_its_old_key() -> None:
-    names, convs = _converters()
-    row = typed_row(_change(op="update", key={"id": 7}, after={"id": 8, "body": "moved"}), names, convs)
-    assert row[names.index("id")] == 8 and row[-1] == '{"id":7}' and row[-8] == "update"
