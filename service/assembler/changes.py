@@ -35,7 +35,7 @@ from service.pgoutput.messages import (
     UpdateMessage,
 )
 
-__all__ = ["DEFAULT_PLACEHOLDER", "ToastMode", "TransactionDecoder"]
+__all__ = ["DEFAULT_PLACEHOLDER", "RawChange", "ToastMode", "TransactionDecoder"]
 
 ToastMode = Literal["omit", "placeholder", "reselect"]
 DEFAULT_PLACEHOLDER = "__pgfeed_unchanged_toast__"
@@ -60,10 +60,11 @@ _UT = UNCHANGED_TOAST
 class _Plan:
     """What decoding a row of one relation version needs, computed once per version."""
 
-    __slots__ = ("key_names", "key_of", "load", "name", "schema", "wire_row")
+    __slots__ = ("cache", "key_names", "key_of", "load", "name", "schema", "wire_row")
 
     def __init__(self, schema: RelationSchema) -> None:
         self.schema = schema
+        self.cache: dict[str, Any] = {}  # what encoders derive from this version (transcode.py)
         self.name = schema.qualified_name
         oids = [c.value_oid for c in schema.columns]
         self.load: RowLoader = row_loader(oids, schema.column_names)
@@ -128,6 +129,36 @@ def _wire_row(value_oids: tuple[int, ...], names: tuple[str, ...]) -> WireRow:
         _WIRE_ROWS.clear()
     _WIRE_ROWS[key] = fn
     return fn
+
+
+class RawChange:
+    """A row change still in wire form (``decode(..., lazy=True)``): encoders that can write it
+    straight from the bytes do (``encoding.transcode``), anything else calls ``load``."""
+
+    __slots__ = ("buf", "commit_lsn", "decoder", "lsn", "op", "plan", "seq", "tag")
+
+    def __init__(self, lsn: int, seq: int, op: Op, tag: int, buf: bytes, plan: _Plan,
+                 commit_lsn: int, decoder: TransactionDecoder) -> None:
+        self.lsn = lsn
+        self.seq = seq
+        self.op = op
+        self.tag = tag
+        self.buf = buf
+        self.plan = plan
+        self.commit_lsn = commit_lsn
+        self.decoder = decoder
+
+    @property
+    def schema(self) -> str:
+        return self.plan.schema.schema
+
+    @property
+    def table(self) -> str:
+        return self.plan.schema.table
+
+    def load(self) -> Change:
+        """The decoded Change (SchemaError when the bytes do not fit the relation version)."""
+        return self.decoder._row(self.tag, self.buf, self.plan, self.lsn, self.seq, self.commit_lsn)
 
 
 Rows = tuple[dict[str, Any] | None, dict[str, Any] | None, int | None]  # new, old, old kind
@@ -214,8 +245,12 @@ class TransactionDecoder:
 
     def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
                max_changes: int | None = None, tables: set[str] | None = None,
-               ops: set[Op] | None = None) -> Transaction:
+               ops: set[Op] | None = None, lazy: bool = False) -> Transaction:
         """Decode changes ``first_seq`` onwards of ``stored``.
+
+        ``lazy`` leaves row changes as ``RawChange`` (wire bytes and their relation version) for
+        encoders that write them without loading values; ignored in ``reselect`` mode, where
+        decoding every row in order is what keeps the image cache right.
 
         ``max_changes`` bounds the changes *scanned* (seq ``first_seq`` to
         ``first_seq + max_changes - 1``), not the ones returned: ``tables`` (``"schema.table"``
@@ -233,6 +268,7 @@ class TransactionDecoder:
         last = first_seq - 1
         if max_changes is not None and max_changes <= 0:
             stop = first_seq
+        lazy = lazy and self._images is None
         payload = stored.payload
         pos, end = 0, len(payload)
         plans: dict[int, _Plan] = {}  # relation_id -> plan in force at this point of the payload
@@ -282,7 +318,10 @@ class TransactionDecoder:
                     plan = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
                 if tables is not None and plan.name not in tables:
                     continue
-                append(self._row(tag, buf, plan, lsn, seq, commit_lsn))
+                if lazy:
+                    append(RawChange(lsn, seq, op, tag, buf, plan, commit_lsn, self))
+                else:
+                    append(self._row(tag, buf, plan, lsn, seq, commit_lsn))
             elif tag == TAG_TRUNCATE:
                 trunc = decode(buf)
                 assert isinstance(trunc, TruncateMessage)

@@ -18,10 +18,20 @@ from decimal import Decimal
 from typing import Any
 
 from clients._cursor import Cursor, format_lsn
+from service.assembler.changes import RawChange, _Plan
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
 from service.assembler.values import Interval, JsonNumber, SpecialFloat, TimeTz
+from service.encoding.protowire import HEADS as _HEADS
+from service.encoding.protowire import SMALL as _SMALL
+from service.encoding.protowire import V as _V
+from service.encoding.protowire import VC as _VC
+from service.encoding.protowire import MapColumn as _Column
+from service.encoding.protowire import map_column as _column
+from service.encoding.protowire import timestamp_field as _timestamp
+from service.encoding.protowire import varint
 from service.encoding.to_json import dumps as json_dumps
+from service.encoding.transcode import proto_change
 
 __all__ = [
     "FRAME_BYTES",
@@ -45,32 +55,7 @@ _JSON_OIDS = frozenset({114, 3802})
 _JSON_ARRAY_OIDS = frozenset({199, 3807})
 ColumnKinds = Mapping[tuple[str, str], Mapping[str, str]]  # (schema, table) -> {column: kind}
 
-# -- wire primitives ---------------------------------------------------------------------------------
-
-_SMALL = 1 << 14
-# _V[n]: varint of n < 2**14; _VC[n]: the two-byte group form of n < 2**14 with the continuation
-# bit on both bytes, to prefix the higher groups of a larger number.
-_V = [bytes((n,)) if n < 128 else bytes((n & 0x7F | 0x80, n >> 7)) for n in range(_SMALL)]
-_VC = [bytes((n & 0x7F | 0x80, n >> 7 | 0x80)) for n in range(_SMALL)]
-
-
-def varint(n: int) -> bytes:
-    """Protobuf base-128 varint; negative numbers as 64-bit two's complement (int64)."""
-    if n < 0:
-        n += 1 << 64
-    if n < _SMALL:
-        return _V[n]
-    if n < 1 << 28:
-        return _VC[n & 0x3FFF] + _V[n >> 14]
-    if n < 1 << 42:
-        return _VC[n & 0x3FFF] + _VC[n >> 14 & 0x3FFF] + _V[n >> 28]
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
+# -- wire primitives: protowire.py ------------------------------------------------------------------
 
 def _tag(field: int, wire_type: int) -> bytes:
     return varint(field << 3 | wire_type)
@@ -138,19 +123,6 @@ def _v_decimal(v: Decimal) -> bytes:
     if "E" in text:  # 1E+3, 1E-7: write plain notation, as the JSON does
         text = format(v, "f")
     return _text(_NUMERIC, text)
-
-
-def _timestamp(field: bytes, seconds: int, micros: int) -> bytes:
-    """A google.protobuf.Timestamp field: seconds (int64), nanos (int32); zeros are left out."""
-    if (1 << 28) <= seconds < (1 << 35):  # 1978-07-04 .. 3058: five bytes
-        body = b"\x08" + _VC[seconds & 0x3FFF] + _VC[seconds >> 14 & 0x3FFF] + _V[seconds >> 28]
-    else:
-        body = b"\x08" + varint(seconds) if seconds else b""
-    if micros:
-        nanos = micros * 1000
-        body += b"\x10" + (_VC[nanos & 0x3FFF] + _VC[nanos >> 14 & 0x3FFF] + _V[nanos >> 28]
-                           if nanos >= 1 << 28 else varint(nanos))
-    return field + _V[len(body)] + body
 
 
 def _v_datetime(v: datetime) -> bytes:
@@ -232,45 +204,7 @@ def value_bytes(v: Any, kind: str | None = None) -> bytes:
 
 # -- rows: map<string, Value> ------------------------------------------------------------------------
 
-_HEADS = 128  # precomputed entry heads for Value payloads shorter than this
-
-
-class _Column:
-    """Precomputed bytes of one column's map entries in one map field.
-
-    ``head[m]`` is everything before a Value of ``m`` bytes: field tag, entry length, the key,
-    the value tag and length. ``text_head[n]`` also covers the string_value tag and length of an
-    ``n``-byte string, so a short text value costs one lookup."""
-
-    __slots__ = ("head", "prefix", "tag", "text_head")
-
-    def __init__(self, tag: bytes, name: str) -> None:
-        key = name.encode()
-        self.tag = tag
-        self.prefix = b"\x0a" + varint(len(key)) + key + b"\x12"
-        self.head = [self._head(m) for m in range(_HEADS)]
-        self.text_head = [self.head[n + 2] + _STRING + _V[n] for n in range(_HEADS - 2)]
-
-    def _head(self, m: int) -> bytes:
-        entry = len(self.prefix) + len(varint(m)) + m
-        return self.tag + varint(entry) + self.prefix + varint(m)
-
-    def entry(self, value: bytes) -> bytes:
-        m = len(value)
-        return (self.head[m] if m < _HEADS else self._head(m)) + value
-
-
-_COLUMNS: dict[tuple[bytes, str], _Column] = {}
 _TEXT_HEADS = _HEADS - 2
-
-
-def _column(tag: bytes, name: str) -> _Column:
-    col = _COLUMNS.get((tag, name))
-    if col is None:
-        if len(_COLUMNS) > 20_000:
-            _COLUMNS.clear()
-        col = _COLUMNS[(tag, name)] = _Column(tag, name)
-    return col
 
 
 def _row(tag: bytes, row: dict[str, Any], out: list[bytes],
@@ -278,7 +212,7 @@ def _row(tag: bytes, row: dict[str, Any], out: list[bytes],
     """Append the map entries of ``row`` (field ``tag``) to ``out``: the reference path, for any
     row; ``_RowEncoder`` is the fast path for rows shaped like the ones before."""
     for name, v in row.items():
-        col = _COLUMNS.get((tag, name)) or _column(tag, name)
+        col = _column(tag, name)
         if kinds is not None and name in kinds:
             out.append(col.entry(_BY_KIND[kinds[name]](v)))
         else:
@@ -318,9 +252,11 @@ class _RowEncoder:
                 lines.append(f"    e{i} = G{i}(v)")
             elif t is str:
                 env[f"C{i}"], env[f"TH{i}"] = {}, col.text_head
-                lines += [f"    e{i} = C{i}.get(v)",
-                          f"    if e{i} is None:",
-                          "        if v.__class__ is str:",
+                # the type test first: a column seen as text may hold a list (a refused array
+                # element keeps text), and a list is no dict key
+                lines += ["    if v.__class__ is str:",
+                          f"        e{i} = C{i}.get(v)",
+                          f"        if e{i} is None:",
                           "            b = v.encode()",
                           f"            if len(b) < {_TEXT_HEADS}:",
                           f"                e{i} = TH{i}[len(b)] + b",
@@ -328,8 +264,8 @@ class _RowEncoder:
                           f"                    C{i}[v] = e{i}",
                           "            else:",
                           f"                e{i} = G{i}(v)",
-                          "        else:",
-                          f"            e{i} = G{i}(v)"]
+                          "    else:",
+                          f"        e{i} = G{i}(v)"]
             elif t is bool:
                 env[f"T{i}"], env[f"F{i}"] = col.head[2] + _TRUE, col.head[2] + _FALSE
                 lines.append(f"    e{i} = T{i} if v is True else F{i} if v is False else G{i}(v)")
@@ -506,31 +442,48 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
     frames: list[bytes] = []
     parts: list[bytes] = [header]
     size = count = 0
-    previous = None
+    previous_seq = -1
     scratch: list[bytes] = []
     change_parts, join, small, table_kinds = _change_parts, b"".join, _SMALL, None
     for change in txn.changes:
-        if kinds:
+        seq = change.seq
+        if type(change) is RawChange:
+            try:
+                body = proto_change(change)
+            except Exception:  # noqa: BLE001 - outside the fast path: load it, as below
+                table_kinds = _plan_kinds(change.plan)
+                change = change.load()
+            else:
+                change = None
+        elif kinds:
             table_kinds = kinds.get((change.schema or "", change.table or "")) or None
-        change_parts(change, table_kinds, scratch)
-        body = join(scratch)
-        scratch.clear()
+        if change is not None:
+            change_parts(change, table_kinds, scratch)
+            body = join(scratch)
+            scratch.clear()
         n = len(body)
         item_size = n + 3 if n < small else n + 11
         if count and (size + item_size > budget or count >= frame_changes):
-            assert previous is not None
-            parts.append(_tail(f"{lsn_text}:{previous.seq}", False))
+            parts.append(_tail(f"{lsn_text}:{previous_seq}", False))
             frames.append(join(parts))
             parts, size, count = [header], 0, 0
         parts.append(b"\x32" + (_V[n] if n < small else varint(n)))
         parts.append(body)
         size += item_size
         count += 1
-        previous = change
+        previous_seq = seq
     cursor = lsn_text if whole else f"{lsn_text}:{last_seq}"
     parts.append(_tail(cursor, whole))
     frames.append(b"".join(parts))
     return frames
+
+
+def _plan_kinds(plan: _Plan) -> dict[str, str] | None:
+    """The json/jsonb columns of a change's own relation version (``json_columns``' rule)."""
+    found = plan.cache.get("json_kinds")
+    if found is None:
+        found = plan.cache["json_kinds"] = _json_kinds(plan.schema.columns)
+    return found or None
 
 
 @dataclass(slots=True)
@@ -587,10 +540,15 @@ def json_columns(catalog: RelationCatalog) -> dict[tuple[str, str], dict[str, st
         if not versions:
             continue
         newest = versions[-1]
-        kinds = out.setdefault((newest.schema, newest.table), {})
-        for col in newest.columns:
-            if col.value_oid in _JSON_OIDS:
-                kinds[col.name] = "json"
-            elif col.value_oid in _JSON_ARRAY_OIDS:
-                kinds[col.name] = "json[]"
+        out[(newest.schema, newest.table)] = _json_kinds(newest.columns)
     return out
+
+
+def _json_kinds(columns: Iterable[Any]) -> dict[str, str]:
+    kinds = {}
+    for col in columns:
+        if col.value_oid in _JSON_OIDS:
+            kinds[col.name] = "json"
+        elif col.value_oid in _JSON_ARRAY_OIDS:
+            kinds[col.name] = "json[]"
+    return kinds

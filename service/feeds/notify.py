@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 
 class HeadNotifier:
@@ -16,7 +17,7 @@ class HeadNotifier:
     def __init__(self, head: int = 0) -> None:
         self._head = head
         self._lock = threading.Lock()
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[int]]] = []
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[int | None]]] = []
         self._closed = False
 
     @property
@@ -43,24 +44,36 @@ class HeadNotifier:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_resolve, fut, self._head)
 
-    async def wait_beyond(self, lsn: int, timeout: float) -> int:
+    async def wait_beyond(self, lsn: int, timeout: float,
+                          stop: asyncio.Future[Any] | None = None) -> int:
         """Return the head as soon as it is > ``lsn`` (or the notifier is closed), or the current
-        head after ``timeout`` seconds."""
+        head after ``timeout`` seconds or once ``stop`` is done.
+
+        One future and one timer a wait: a live subscriber waits once per commit it follows."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._head > lsn or timeout <= 0 or self._closed:
+            if self._head > lsn or timeout <= 0 or self._closed or (stop is not None and stop.done()):
                 return self._head
-            fut: asyncio.Future[int] = loop.create_future()
+            fut: asyncio.Future[int | None] = loop.create_future()
             self._waiters.append((loop, fut))
+        timer = loop.call_later(timeout, _resolve, fut, None)
+        wake = None
+        if stop is not None:
+            def wake(_: object) -> None:
+                _resolve(fut, None)
+            stop.add_done_callback(wake)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
-            return self._head
+            woken = await fut
         finally:
-            with self._lock:
-                self._waiters = [(lp, f) for lp, f in self._waiters if f is not fut]
+            timer.cancel()
+            if wake is not None:
+                stop.remove_done_callback(wake)  # type: ignore[union-attr]
+            if not fut.done() or fut.cancelled() or fut.result() is None:
+                with self._lock:  # not woken by publish: still listed
+                    self._waiters = [(lp, f) for lp, f in self._waiters if f is not fut]
+        return self._head if woken is None else max(woken, self._head)
 
 
-def _resolve(fut: asyncio.Future[int], head: int) -> None:
+def _resolve(fut: asyncio.Future[int | None], head: int | None) -> None:
     if not fut.done():
         fut.set_result(head)

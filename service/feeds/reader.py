@@ -20,7 +20,7 @@ from service.assembler.relations import RelationCatalog
 from service.changelog.base import ChangeLog
 from service.errors import RetentionError
 
-__all__ = ["FeedReader", "Page", "parse_ops"]
+__all__ = ["FeedReader", "Page", "ReaderBusy", "parse_ops"]
 
 _OPS = {op.value: op for op in Op}
 
@@ -33,6 +33,10 @@ def parse_ops(names: Collection[str] | None) -> frozenset[Op] | None:
     if unknown:
         raise ValueError(f"unknown op {unknown[0]!r}: expected some of {', '.join(_OPS)}")
     return frozenset(_OPS[n] for n in names)
+
+
+class ReaderBusy(Exception):
+    """``page(..., block=False)`` found another page of the feed being read."""
 
 
 @dataclass(slots=True)
@@ -51,8 +55,8 @@ class Page:
 
 
 class FeedReader:
-    """Pages one feed's change log. Thread-safe: decoding is serialised (the decoder's caches and
-    the ``reselect`` image LRU are per feed), log reads are not."""
+    """Pages one feed's change log. Thread-safe: pages are read one at a time (the decoder's
+    caches, the ``reselect`` image LRU and the transaction being paged by seq are per feed)."""
 
     def __init__(self, changelog: ChangeLog, catalog: Callable[[], RelationCatalog], *,
                  toast: ToastMode = "placeholder", placeholder: str = DEFAULT_PLACEHOLDER) -> None:
@@ -80,16 +84,31 @@ class FeedReader:
 
     def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
              ops: Collection[Op] | None = None, to: Cursor | None = None,
-             max_transactions: int | None = None, whole_transactions: bool = False) -> Page:
+             max_transactions: int | None = None, whole_transactions: bool = False,
+             lazy: bool = False, block: bool = True) -> Page:
         """Up to ``limit`` changes scanned after ``after`` (and up to ``to`` inclusive).
 
         ``max_transactions`` additionally stops after that many transactions (the
         ``/transactions`` endpoint); a transaction is still sliced at ``limit`` changes.
         ``whole_transactions`` ends the page before a transaction that would not fit in what is
-        left of ``limit``, so only a page's first transaction is ever sliced.
+        left of ``limit``, so only a page's first transaction is ever sliced. ``lazy`` leaves row
+        changes in wire form for the encoders (``TransactionDecoder.decode``). Pages of one feed
+        are read one at a time; with ``block=False`` a page that would wait for another raises
+        ReaderBusy instead (an event loop reading a small page inline must not stall).
         """
         if limit < 1:
             raise ValueError("limit must be at least 1")
+        if not self._lock.acquire(blocking=block):
+            raise ReaderBusy("another page of this feed is being read")
+        try:
+            return self._page(after, limit, tables, ops, to, max_transactions, whole_transactions,
+                              lazy)
+        finally:
+            self._lock.release()
+
+    def _page(self, after: Cursor, limit: int, tables: Collection[str] | None,
+              ops: Collection[Op] | None, to: Cursor | None, max_transactions: int | None,
+              whole_transactions: bool, lazy: bool) -> Page:
         table_set = set(tables) if tables else None
         op_set = set(ops) if ops else None
         head = self.changelog.head()
@@ -120,10 +139,9 @@ class FeedReader:
             budget = min(remaining, last_wanted - first + 1)
             if budget <= 0:  # the reader already holds everything up to ``to``
                 break
-            with self._lock:
-                self._decoder.catalog = catalog
-                txn = self._decoder.decode(stored, first_seq=first, max_changes=budget,
-                                           tables=table_set, ops=op_set)
+            self._decoder.catalog = catalog
+            txn = self._decoder.decode(stored, first_seq=first, max_changes=budget,
+                                       tables=table_set, ops=op_set, lazy=lazy)
             scanned = txn.last_seq - first + 1
             remaining -= scanned
             count += 1

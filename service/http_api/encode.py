@@ -13,7 +13,7 @@ from clients._cursor import Cursor, format_lsn, parse_lsn
 from service.assembler.model import Transaction
 from service.assembler.relations import RelationCatalog
 from service.encoding import ARROW_MEDIA_TYPE
-from service.encoding.to_json import change_to_dict, dumps, transaction_to_dict
+from service.encoding.to_json import change_events, transaction_json
 from service.feeds.reader import Page
 from service.http_api.errors import ApiError
 
@@ -54,8 +54,9 @@ class Encoded:
 
 
 def json_changes(page: Page) -> Encoded:
-    changes = [change_to_dict(c, t) for t in page.transactions for c in t.changes]
-    return Encoded(b'{"changes":' + dumps(changes) + b",", "application/json", page, len(changes))
+    events = [e for t in page.transactions for e in change_events(t)]
+    return Encoded(b'{"changes":[' + b",".join(events) + b"],", "application/json", page,
+                   len(events))
 
 
 def cursor_after(txn: Transaction) -> str:
@@ -67,14 +68,10 @@ def cursor_after(txn: Transaction) -> str:
 
 
 def json_transactions(page: Page) -> Encoded:
-    items = []
-    count = 0
-    for txn in page.transactions:
-        item = transaction_to_dict(txn)
-        item["cursor"] = cursor_after(txn)
-        count += len(txn.changes)
-        items.append(item)
-    return Encoded(b'{"transactions":' + dumps(items) + b",", "application/json", page, count)
+    items = [transaction_json(txn, cursor_after(txn)) for txn in page.transactions]
+    count = sum(len(txn.changes) for txn in page.transactions)
+    return Encoded(b'{"transactions":[' + b",".join(items) + b"],", "application/json", page,
+                   count)
 
 
 def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | None) -> Encoded:

@@ -184,7 +184,8 @@ class _Reading:
         try:
             page = self.reader.page(after, request.limit, tables=request.tables, ops=request.ops,
                                     to=self.to, max_transactions=request.transactions,
-                                    whole_transactions=request.transactions is not None)
+                                    whole_transactions=request.transactions is not None,
+                                    lazy=request.fmt == "json")
         except ChangeLogError:  # closed: 404 if the feed was deleted meanwhile (a long-poll)
             self.supervisor.check_reader(self.feed, self.reader)
             raise

@@ -65,6 +65,19 @@ class LogWriter:
             if self._error is not None:
                 continue  # keep draining so a blocked submit wakes up; nothing is stored now
             transactions, confirmed = batch
+            # Group commit: whatever queued up during the last fsync goes into this append, so
+            # under load one fsync covers many commits and nothing waits behind a queue of them.
+            stop = False
+            while not stop:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                else:
+                    transactions = [*transactions, *more[0]]
+                    confirmed = max(confirmed, more[1])
             try:
                 if transactions:
                     changelog.append(transactions, confirmed_lsn=confirmed)
@@ -73,5 +86,7 @@ class LogWriter:
                     changelog.set_confirmed_lsn(confirmed)
             except BaseException as exc:  # noqa: BLE001 - re-raised on the capture thread
                 self._error = exc
-                continue
-            self._durable = max(self._durable, confirmed)
+            else:
+                self._durable = max(self._durable, confirmed)
+            if stop:
+                break

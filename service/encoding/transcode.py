@@ -1,0 +1,345 @@
+"""Row changes straight from pgoutput bytes to JSON and protobuf bytes, with no Python values.
+
+The read path's cost is per column: decoding a value into a Python object (psycopg's loaders)
+only for an encoder to turn it back into text. For the common types the text PostgreSQL sent is
+already, or nearly, what the contract wants — an int8 is a JSON number as it stands, a numeric the
+string, a timestamptz needs a ``T`` and ``:00`` — so these encoders work on the text.
+
+The replication session pins ``DateStyle=ISO``, ``TimeZone=UTC`` and ``extra_float_digits=3``
+(``replication.stream.SESSION_OPTIONS``), which is what makes the text forms predictable.
+
+Each relation version gets a generated function per format that walks TupleData (pgoutput's
+``'n'``/``'t'`` columns) and converts every column inline. Anything outside the fast path raises:
+a type not listed in ``_KINDS``, a ``'u'`` (unchanged TOAST) or ``'b'`` (binary) column, a value
+ISO 8601 cannot hold (``infinity``, BC, years past 9999), an odd layout. The caller then loads the
+change the reference way (``RawChange.load``) and encodes that, so both paths give the same
+events; ``tests/unit/encoding/test_transcode.py`` holds them to it.
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+import struct
+from collections.abc import Callable
+from datetime import date
+from typing import Any
+
+import orjson
+
+from service.assembler.changes import RawChange, _Plan
+from service.assembler.model import Op
+from service.assembler.values import TEXT_OID, loader_oid
+from service.encoding.protowire import SMALL as _SMALL
+from service.encoding.protowire import V as _V
+from service.encoding.protowire import VC as _VC
+from service.encoding.protowire import map_column as _column
+from service.encoding.protowire import timestamp_field as _timestamp
+from service.encoding.protowire import varint
+
+__all__ = ["json_event", "proto_change"]
+
+_u16_at = struct.Struct(">H").unpack_from
+_u32_at = struct.Struct(">I").unpack_from
+
+# value kinds the fast path handles, by the loader OID the reference path would use
+_KINDS = {TEXT_OID: "text", 16: "bool", 17: "bytea", 20: "int", 21: "int", 23: "int",
+          114: "json", 3802: "json", 700: "float", 701: "float", 1700: "numeric",
+          1082: "date", 1083: "time", 1114: "timestamp", 1184: "timestamptz"}
+
+_INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
+_NEW, _KEY, _OLD = ord("N"), ord("K"), ord("O")
+
+
+class _Unsupported(Exception):
+    """A relation version with a column type the fast path does not know (cached per plan)."""
+
+
+def _kinds(plan: _Plan) -> list[str]:
+    kinds = []
+    for col in plan.schema.columns:
+        kind = _KINDS.get(loader_oid(col.value_oid))
+        if kind is None:
+            raise _Unsupported(col.name)
+        kinds.append(kind)
+    return kinds
+
+
+# -- text forms (DateStyle ISO) ----------------------------------------------------------------------
+# Python's isoformat (and orjson) write microseconds as six digits, or none when zero; PostgreSQL
+# trims trailing zeros. Keyed by the text's length: the zeros to append (a missing key: not a shape
+# the fast path knows).
+_TSTZ_PAD = {22: b"", 24: b"00000", 25: b"0000", 26: b"000", 27: b"00", 28: b"0", 29: b""}
+_TS_PAD = {19: b"", 21: b"00000", 22: b"0000", 23: b"000", 24: b"00", 25: b"0", 26: b""}
+_TIME_PAD = {8: b"", 10: b"00000", 11: b"0000", 12: b"000", 13: b"00", 14: b"0", 15: b""}
+_MICRO_SCALE = (1, 100_000, 10_000, 1000, 100, 10, 1)
+_UNIX_DAY0 = date(1970, 1, 1).toordinal()
+_MINUTES: dict[bytes, int] = {}
+
+
+def _unix_seconds(t: bytes) -> tuple[int, int]:
+    """``YYYY-MM-DD HH:MM:SS[.ffffff]`` (a prefix of ``t``, checked by the caller) -> seconds since
+    1970 and microseconds, as Python's datetime arithmetic would give them. The seconds of each
+    minute are cached: timestamps of one table cluster in time."""
+    minute = t[:16]
+    base = _MINUTES.get(minute)
+    if base is None:
+        days = date(int(t[:4]), int(t[5:7]), int(t[8:10])).toordinal() - _UNIX_DAY0
+        base = days * 86400 + int(t[11:13]) * 3600 + int(t[14:16]) * 60
+        if len(_MINUTES) > 100_000:
+            _MINUTES.clear()
+        _MINUTES[minute] = base
+    if len(t) > 19:
+        if t[19] != 46:  # '.'
+            raise ValueError("not a timestamp")
+        digits = t[20:26]
+        return base + int(t[17:19]), int(digits) * _MICRO_SCALE[len(digits)]
+    return base + int(t[17:19]), 0
+
+
+def _proto_tstz(t: bytes) -> bytes:
+    if t[-3:] != b"+00" or t[4] != 45 or t[10] != 32 or len(t) not in _TSTZ_PAD:
+        raise ValueError("not a UTC timestamptz")
+    return _timestamp(b"\x42", *_unix_seconds(t[:-3]))
+
+
+def _proto_ts(t: bytes) -> bytes:
+    if t[4] != 45 or t[10] != 32 or len(t) not in _TS_PAD:
+        raise ValueError("not a timestamp")
+    return _timestamp(b"\x5a", *_unix_seconds(t))
+
+
+def _ld(field: bytes, payload: bytes) -> bytes:
+    n = len(payload)
+    return field + (_V[n] if n < _SMALL else varint(n)) + payload
+
+
+# -- generated code ----------------------------------------------------------------------------------
+# Per relation version, format and message (Insert, Update, Delete) one function walks the
+# TupleData (pgoutput's ``'n'``/``'t'`` columns: kind byte, then for 't' a 4-byte length and the
+# text) into locals and writes the whole change with one formatting operation. The statements
+# below turn a column's text ``t`` into this format's bytes ``{v}``.
+#
+# Guards: a text of another shape raises. PostgreSQL trims trailing zeros of a fraction, so a
+# fraction ending in '0' is not its output (and would not match isoformat's); '24:00:00' is valid
+# SQL that Python's time cannot hold; a year past 9999 moves the '-' (t[4]); BC ends in 'C'.
+_JSON_CODE = {
+    "int": ["{v} = t if t.isdigit() and t[0] != 48 else b'%d' % int(t)"],  # canonical, checked
+    "float": ["{v} = dumps(float(t)) if t[-1] != 121 and t[-1] != 78 else b'\"' + t + b'\"'"],
+    "numeric": ["{v} = b'\"' + t + b'\"' if t.isascii() and ESC(t) is None else dumps(t.decode())"],
+    "bool": ["{v} = TRUE if t == b't' else FALSE if t == b'f' else BAD()"],
+    "text": ["{v} = b'\"' + t + b'\"' if t.isascii() and ESC(t) is None else dumps(t.decode())"],
+    "json": ["{v} = t"],
+    "bytea": ["if t[:2] != b'\\\\x': raise VE",
+              "{v} = b'\"' + B64(UNHEX(t[2:]), newline=False) + b'\"'"],
+    "date": ["if len(t) != 10: raise VE",
+             "{v} = b'\"' + t + b'\"'"],
+    "time": ["if (t[0] == 50 and t[1] == 52) or (len(t) > 8 and t[-1] == 48): raise VE",
+             "{v} = b'\"%s%s\"' % (t, TIME_PAD[len(t)])"],
+    "timestamp": ["if t[4] != 45 or t[10] != 32 or (len(t) > 19 and t[-1] in b'0C'): raise VE",
+                  "{v} = b'\"%sT%s%s\"' % (t[:10], t[11:], TS_PAD[len(t)])"],
+    "timestamptz": ["if t[4] != 45 or t[10] != 32 or t[-3:] != b'+00' or (len(t) > 22 and t[-4] == 48):",
+                    "    raise VE",
+                    "{v} = b'\"%sT%s%s+00:00\"' % (t[:10], t[11:-3], TSTZ_PAD[len(t)])"],
+}
+# Protobuf: ``{v}`` is the serialized Value. Strings of under 128 bytes take a precomputed head.
+_PROTO_CODE = {
+    "int": ["v = int(t)",
+            "{v} = (SI[v] if v < 16384 else INT + VC[v & 0x3FFF] + V[v >> 14]) "
+            "if -1 < v < 268435456 else INT + VARINT(v)"],
+    "float": ["{v} = DOUBLE(0x21, float(t))"],
+    "numeric": ["{v} = NUMERIC[len(t)] + t if len(t) < 128 else LD(b'\\x3a', t)"],
+    "bool": ["{v} = PTRUE if t == b't' else PFALSE if t == b'f' else BAD()"],
+    "text": ["if not t.isascii(): t.decode()",  # protobuf strings must be valid UTF-8
+             "{v} = STRING[len(t)] + t if len(t) < 128 else LD(b'\\x2a', t)"],
+    "json": ["{v} = NULL if t == b'null' else JSON[len(t)] + t if len(t) < 128 "
+             "else LD(b'\\x4a', t)"],
+    "bytea": ["if t[:2] != b'\\\\x': raise VE",
+              "{v} = LD(b'\\x32', UNHEX(t[2:]))"],
+    "date": ["if len(t) != 10: raise VE",
+             "{v} = DATE + t"],
+    "time": ["if (t[0] == 50 and t[1] == 52) or (len(t) > 8 and t[-1] == 48): raise VE",
+             "{v} = LD(b'\\x6a', t + TIME_PAD[len(t)])"],
+    "timestamp": ["if t[-1] == 67: raise VE",
+                  "{v} = TS(t)"],
+    "timestamptz": ["{v} = TSTZ(t)"],
+}
+
+
+def _heads(tag: int) -> list[bytes]:
+    return [bytes((tag,)) + _V[n] for n in range(128)]
+
+
+def _bad() -> bytes:
+    raise ValueError("not the text form the fast path expects")
+
+
+_ENV: dict[str, Any] = {
+    "BAD": _bad, "u16": _u16_at, "u32": _u32_at, "VE": ValueError, "ESC": re.compile(rb'["\\\x00-\x1f]').search,
+    "dumps": orjson.dumps, "TRUE": b"true", "FALSE": b"false", "B64": binascii.b2a_base64,
+    "UNHEX": binascii.a2b_hex, "TIME_PAD": _TIME_PAD, "TS_PAD": _TS_PAD, "TSTZ_PAD": _TSTZ_PAD,
+    "SI": [b"\x18" + _V[n] for n in range(_SMALL)], "INT": b"\x18", "VARINT": varint,
+    "DOUBLE": struct.Struct("<Bd").pack, "LD": _ld, "NUMERIC": _heads(0x3a),
+    "STRING": _heads(0x2a), "JSON": _heads(0x4a), "DATE": b"\x62\x0a", "NULL": b"\x08\x00",
+    "PTRUE": b"\x10\x01", "PFALSE": b"\x10\x00", "TS": _proto_ts, "TSTZ": _proto_tstz,
+    "SEQ": [b""] + [b"\x10" + _V[n] for n in range(1, _SMALL)], "V": _V, "VC": _VC,
+    "LSN": lambda lsn: b"\x08" + varint(lsn) if lsn else b"",
+}
+
+
+def _walk(kinds: list[str], code: dict[str, list[str]], null: str, prefix: str) -> list[str]:
+    """Statements (at function level) that read the TupleData at ``pos`` into ``{prefix}{i}``."""
+    lines = [f"    if u16(data, pos)[0] != {len(kinds)}: raise VE",
+             "    pos += 2"]
+    for i, kind in enumerate(kinds):
+        var = f"{prefix}{i}"
+        lines += ["    k = data[pos]",
+                  "    if k == 116:",  # 't'
+                  "        n = u32(data, pos + 1)[0]",
+                  "        pos += 5",
+                  "        t = data[pos:pos + n]",
+                  "        pos += n"]
+        lines += [f"        {stmt.format(v=var)}" for stmt in code[kind]]
+        lines += ["    elif k == 110:",  # 'n'
+                  f"        {var} = {null}",
+                  "        pos += 1",
+                  "    else:",  # 'u' (unchanged TOAST), 'b' (binary): the reference path
+                  "        raise VE"]
+    return lines
+
+
+def _functions(kinds: list[str], code: dict[str, list[str]], null: str,
+               result: Callable[[str, str, str], str], env: dict[str, Any]) -> dict[int, Any]:
+    """``{tag: f(data, lsn, seq, middle, tail) -> bytes}`` for Insert, Update and Delete.
+
+    ``result(op, key_from, old_kind)`` is the expression written for a change whose key comes
+    from the ``n`` (new) or ``o`` (old) columns, with ``old_kind`` "K", "O" or "" (no old row).
+    Layouts follow pgoutput's Insert ('N' tuple), Update (optional 'K'/'O' tuple, then 'N') and
+    Delete ('K' or 'O' tuple) messages."""
+    new, old = _walk(kinds, code, null, "n"), _walk(kinds, code, null, "o")
+    end = ["    if pos != len(data): raise VE"]
+    sig = "(data, lsn, seq, middle, tail):"
+    lines = ["def insert" + sig,
+             "    if data[5] != 78: raise VE",  # 'N'
+             "    pos = 6", *new, *end,
+             f"    return {result('insert', 'n', '')}",
+             "def update" + sig,
+             "    m = data[5]",
+             "    pos = 6",
+             "    if m == 78:", *("    " + x for x in (*new, *end)),
+             f"        return {result('update', 'n', '')}",
+             "    if m != 75 and m != 79: raise VE",  # 'K', 'O'
+             *old,
+             "    if data[pos] != 78: raise VE",
+             "    pos += 1", *new, *end,
+             "    if m == 75:",
+             f"        return {result('update', 'o', 'K')}",
+             f"    return {result('update', 'o', 'O')}",
+             "def delete" + sig,
+             "    m = data[5]",
+             "    if m != 75 and m != 79: raise VE",
+             "    pos = 6", *old, *end,
+             "    if m == 75:",
+             f"        return {result('delete', 'o', 'K')}",
+             f"    return {result('delete', 'o', 'O')}"]
+    scope = {**_ENV, **env}
+    exec("\n".join(lines), scope)  # noqa: S102 - generated from the kind tables and positions only
+    return {_INSERT: scope["insert"], _UPDATE: scope["update"], _DELETE: scope["delete"]}
+
+
+def _cached(plan: _Plan, name: str, build: Callable[[_Plan], dict[int, Any]]) -> dict[int, Any]:
+    found = plan.cache.get(name)
+    if found is None:
+        try:
+            found = build(plan)
+        except _Unsupported:
+            found = {}
+        plan.cache[name] = found
+    return found  # type: ignore[no-any-return]
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+
+def _json_functions(plan: _Plan) -> dict[int, Any]:
+    kinds = _kinds(plan)
+    names = plan.schema.column_names
+    index = {n: i for i, n in enumerate(names)}
+    schema = plan.schema
+    where = b',"schema":%s,"table":%s,' % (orjson.dumps(schema.schema), orjson.dumps(schema.table))
+    templates: dict[str, bytes] = {}
+    env: dict[str, Any] = {"T": templates}
+
+    def obj(cols: tuple[str, ...]) -> bytes:
+        return b"{" + b",".join(orjson.dumps(c).replace(b"%", b"%%") + b":%s"
+                                for c in cols) + b"}"
+
+    def result(op: str, key_from: str, old_kind: str) -> str:
+        fmt = b'{"lsn":"%X/%X","seq":%d,%s"op":"' + op.encode() + b'"' + where.replace(b"%", b"%%")
+        fmt += b'"key":' + (obj(plan.key_names) if plan.key_names else b"null") + b","
+        args = [f"{key_from}{index[k]}" for k in plan.key_names]
+        if old_kind == "O":
+            fmt += b'"before":' + obj(names) + b","
+            args += [f"o{i}" for i in range(len(names))]
+        if op != "delete":
+            fmt += b'"after":' + obj(names) + b","
+            args += [f"n{i}" for i in range(len(names))]
+        name = f"{op}{key_from}{old_kind}"
+        templates[name] = fmt + b"%s"
+        return (f"T[{name!r}] % (lsn >> 32, lsn & 0xFFFFFFFF, seq, middle, "
+                f"{''.join(a + ', ' for a in args)}tail)")
+
+    return _functions(kinds, _JSON_CODE, "b'null'", result, env)
+
+
+def json_event(change: RawChange, middle: bytes, tail: bytes) -> bytes:
+    """One change event as ``to_json.change_to_dict`` + ``dumps`` would write it (json values as
+    PostgreSQL wrote them). ``middle`` is the transaction's ``"commit_lsn":…,"commit_ts":…,``
+    part, ``tail`` its ``"unchanged_toast":[],"origin":…}``. Raises when the change needs the
+    reference path."""
+    write = _cached(change.plan, "json", _json_functions).get(change.tag)
+    if write is None:
+        raise ValueError(f"{change.plan.name}: a column type outside the fast path")
+    return write(change.buf, change.lsn, change.seq, middle, tail)  # type: ignore[no-any-return]
+
+
+# -- protobuf --------------------------------------------------------------------------------------
+
+def _proto_functions(plan: _Plan) -> dict[int, Any]:
+    kinds = _kinds(plan)
+    names = plan.schema.column_names
+    index = {n: i for i, n in enumerate(names)}
+    schema = plan.schema
+    env: dict[str, Any] = {}
+    for field, tag, cols in (("K", b"\x32", plan.key_names), ("B", b"\x3a", names),
+                             ("A", b"\x42", names)):
+        for i, col in enumerate(cols):
+            env[f"{field}{i}"] = _column(tag, col)
+    where = _ld(b"\x22", schema.schema.encode()) + _ld(b"\x2a", schema.table.encode())
+    env.update(INSERT=b"\x18\x01" + where, UPDATE=b"\x18\x02" + where, DELETE=b"\x18\x03" + where)
+
+    def entries(field: str, variables: list[str]) -> list[str]:
+        # a map entry: precomputed head for a Value of under 128 bytes
+        return [f"({field}{i}.head[len({v})] + {v} if len({v}) < 128 else {field}{i}.entry({v}))"
+                for i, v in enumerate(variables)]
+
+    def result(op: str, key_from: str, old_kind: str) -> str:
+        parts = [op.upper(), "(b'\\x08' + VC[lsn & 0x3FFF] + VC[lsn >> 14 & 0x3FFF] + V[lsn >> 28] "
+                 "if 268435456 <= lsn < 4398046511104 else LSN(lsn))",
+                 "(SEQ[seq] if seq < 16384 else b'\\x10' + VARINT(seq))"]
+        parts += entries("K", [f"{key_from}{index[k]}" for k in plan.key_names])
+        if old_kind == "O":
+            parts += entries("B", [f"o{i}" for i in range(len(names))])
+        if op != "delete":
+            parts += entries("A", [f"n{i}" for i in range(len(names))])
+        return "b''.join((" + ", ".join(parts) + ",))"
+
+    return _functions(kinds, _PROTO_CODE, "NULL", result, env)
+
+
+def proto_change(change: RawChange) -> bytes:
+    """The serialized ``pgfeed.v1.Change`` that ``to_proto.change_bytes`` gives for the loaded
+    change (json values as PostgreSQL wrote them). Raises when it needs the reference path."""
+    write = _cached(change.plan, "proto", _proto_functions).get(change.tag)
+    if write is None:
+        raise ValueError(f"{change.plan.name}: a column type outside the fast path")
+    return write(change.buf, change.lsn, change.seq, b"", b"")  # type: ignore[no-any-return]

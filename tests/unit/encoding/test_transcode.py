@@ -1,0 +1,300 @@
+"""The wire-form fast path (``encoding.transcode``) against the reference path (load the values,
+then ``change_to_dict`` + ``dumps`` / ``to_proto``): for every row change the two give the same
+events, whichever path a change takes. Values are written as PostgreSQL's output functions write
+them (DateStyle ISO, TimeZone UTC), plus the shapes the fast path must hand over: infinity, BC,
+years past 9999, 24:00:00, unchanged TOAST, binary columns, types it does not know."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from datetime import UTC, date, datetime, time
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pgfeed.v1 import feed_pb2
+from service.assembler.changes import RawChange, TransactionDecoder
+from service.assembler.model import StoredTransaction, frame
+from service.assembler.relations import RelationCatalog
+from service.encoding.to_json import change_events, change_to_dict, dumps
+from service.encoding.to_proto import json_columns, transaction_frames
+from service.encoding.transcode import json_event, proto_change
+
+RELID = 16400
+COMMIT = 0x5000_0000
+
+# -- PostgreSQL text forms -----------------------------------------------------------------------------
+
+
+def _fraction(micro: int) -> str:
+    return f".{micro:06d}".rstrip("0") if micro else ""
+
+
+def _date(d: date) -> str:
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
+
+
+def _time(t: time) -> str:
+    return f"{t.hour:02d}:{t.minute:02d}:{t.second:02d}{_fraction(t.microsecond)}"
+
+
+def _float(f: float) -> str:
+    if math.isnan(f):
+        return "NaN"
+    if math.isinf(f):
+        return "Infinity" if f > 0 else "-Infinity"
+    return repr(f).removesuffix(".0") if f != 0 or math.copysign(1, f) > 0 else "-0"
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.text(max_size=8)
+                     | st.floats(allow_nan=False, allow_infinity=False),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
+_datetimes = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31))
+
+# type OID -> values as PostgreSQL's output function writes them
+VALUES: dict[int, st.SearchStrategy[str]] = {
+    20: st.integers(-2**63, 2**63 - 1).map(str),
+    21: st.integers(-2**15, 2**15 - 1).map(str),
+    23: st.integers(-2**31, 2**31 - 1).map(str),
+    16: st.sampled_from(["t", "f"]),
+    701: st.floats().map(_float),
+    700: st.floats(width=32).map(_float),
+    1700: st.decimals(allow_nan=False, allow_infinity=False, places=3).map(lambda d: format(d, "f"))
+    | st.sampled_from(["NaN", "Infinity", "-Infinity", "0", "-0.00"]),
+    25: _text,
+    1043: _text,
+    2950: st.uuids().map(str),
+    114: _json.map(lambda v: json.dumps(v, separators=(",", ":"))),
+    3802: _json.map(json.dumps),  # jsonb's output: ", " and ": "
+    17: st.binary(max_size=12).map(lambda b: "\\x" + b.hex()),
+    1082: st.dates().map(_date) | st.sampled_from(["infinity", "-infinity", "0044-03-15 BC",
+                                                   "10000-01-01"]),
+    1083: st.times().map(_time) | st.just("24:00:00"),
+    1114: _datetimes.map(lambda d: f"{_date(d)} {_time(d.time())}")
+    | st.sampled_from(["infinity", "-infinity", "0044-03-15 12:00:00 BC", "10000-01-01 00:00:00"]),
+    1184: _datetimes.map(lambda d: f"{_date(d)} {_time(d.time())}+00")
+    | st.sampled_from(["infinity", "0044-03-15 12:00:00+00 BC", "10000-01-01 00:00:00+00"]),
+    1186: st.sampled_from(["1 day 02:00:00", "-00:00:01", "1 year"]),  # interval: not fast
+    1009: st.sampled_from(["{a,b}", "{}", "{NULL,\"x y\"}"]),  # text[]: not fast
+}
+
+
+def _s(text: str) -> bytes:
+    return text.encode() + b"\0"
+
+
+def relation(columns: list[tuple[str, int, bool]]) -> bytes:
+    out = b"R" + struct.pack(">I", RELID) + _s("public") + _s("t%") + b"d"
+    out += struct.pack(">H", len(columns))
+    for name, oid, key in columns:
+        out += struct.pack(">B", 1 if key else 0) + _s(name) + struct.pack(">Ii", oid, -1)
+    return out
+
+
+def tuple_data(values: list[str | None | bytes]) -> bytes:
+    """None: 'n'; ``b"u"``: unchanged TOAST; ``b"b..."``: a binary value; str: 't'."""
+    out = struct.pack(">H", len(values))
+    for v in values:
+        if v is None:
+            out += b"n"
+        elif v == b"u":
+            out += b"u"
+        elif isinstance(v, bytes):
+            out += b"b" + struct.pack(">I", len(v) - 1) + v[1:]
+        else:
+            raw = v.encode()
+            out += b"t" + struct.pack(">I", len(raw)) + raw
+    return out
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> list[tuple[str, int, bool]]:
+    oids = draw(st.lists(st.sampled_from(sorted(VALUES)), min_size=1, max_size=6))
+    keys = draw(st.lists(st.booleans(), min_size=len(oids), max_size=len(oids)))
+    suffixes = ["", "%s", "é", ' "q']  # names the JSON and %-templates must escape
+    names = [f"c{i}{draw(st.sampled_from(suffixes))}" for i in range(len(oids))]
+    return list(zip(names, oids, keys))
+
+
+@st.composite
+def messages(draw: st.DrawFn, columns: list[tuple[str, int, bool]]) -> bytes:
+    def row(kind: str) -> bytes:
+        values: list[str | None | bytes] = []
+        for _, oid, key in columns:
+            if kind == "K" and not key:
+                values.append(None)
+                continue
+            choice = draw(st.integers(0, 19))
+            if choice == 0:
+                values.append(None)
+            elif choice == 1 and kind == "N":
+                values.append(b"u")
+            elif choice == 2:
+                values.append(b"b\x00\x01")
+            else:
+                values.append(draw(VALUES[oid]))
+        return tuple_data(values)
+
+    rel = struct.pack(">I", RELID)
+    shape = draw(st.sampled_from(["I", "UN", "UK", "UO", "DK", "DO"]))
+    if shape == "I":
+        return b"I" + rel + b"N" + row("N")
+    if shape == "UN":
+        return b"U" + rel + b"N" + row("N")
+    if shape in ("UK", "UO"):
+        return b"U" + rel + shape[1].encode() + row(shape[1]) + b"N" + row("N")
+    return b"D" + rel + shape[1].encode() + row(shape[1])
+
+
+def stored(payload_messages: list[bytes]) -> StoredTransaction:
+    frames = [frame(COMMIT - 0x1000 + 0x40 * i, m) for i, m in enumerate(payload_messages)]
+    return StoredTransaction(xid=77, commit_lsn=COMMIT, end_lsn=COMMIT + 8,
+                             commit_ts=830_000_000_123_456, origin="o\"rigin",
+                             change_count=len(frames), payload=b"".join(frames))
+
+
+def decoder(columns: list[tuple[str, int, bool]], toast: str = "placeholder") -> TransactionDecoder:
+    catalog = RelationCatalog()
+    catalog.add(COMMIT - 0x2000, relation(columns))
+    return TransactionDecoder(catalog, toast=toast)  # type: ignore[arg-type]
+
+
+def _normalized(frames: list[bytes]) -> list[Any]:
+    """Transactions parsed, json values re-serialized (the fast path passes PostgreSQL's text)."""
+    out = []
+    for raw in frames:
+        txn = feed_pb2.Transaction.FromString(raw)
+        for change in txn.changes:
+            for row in (change.key, change.before, change.after):
+                for value in row.values():
+                    if value.WhichOneof("kind") == "json_value":
+                        value.json_value = orjson.dumps(orjson.loads(value.json_value)).decode()
+        out.append(txn)
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), toast=st.sampled_from(["omit", "placeholder"]))
+def test_fast_and_reference_paths_give_the_same_events(data: st.DataObject, toast: str) -> None:
+    columns = data.draw(tables())
+    payload = data.draw(st.lists(messages(columns), min_size=1, max_size=6))
+    dec = decoder(columns, toast)
+    reference = dec.decode(stored(payload))
+    lazy = dec.decode(stored(payload), lazy=True)
+    assert all(type(c) is RawChange for c in lazy.changes)
+
+    expected = [orjson.loads(dumps(change_to_dict(c, reference))) for c in reference.changes]
+    assert [orjson.loads(e) for e in change_events(lazy)] == expected
+    kinds = json_columns(dec.catalog)  # what the gRPC servicer passes for loaded changes
+    assert _normalized(transaction_frames(lazy)) == _normalized(
+        transaction_frames(reference, kinds=kinds))
+
+
+ALL_FAST = [("id", 20, True), ("small", 21, False), ("n", 23, False), ("flag", 16, False),
+            ("f8", 701, False), ("f4", 700, False), ("amount", 1700, False), ("name", 25, False),
+            ("v", 1043, False), ("u", 2950, False), ("j", 114, False), ("jb", 3802, False),
+            ("raw", 17, False), ("d", 1082, False), ("t", 1083, False), ("ts", 1114, False),
+            ("tstz", 1184, False)]
+ROW = ["9000000000", "-7", "0", "t", "1e+100", "-0", "12.340", 'say "hi"\n', "héllo",
+       "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", '{"a": [1, 2.50, null]}', '{"b": 1e-400}',
+       "\\x00ff10", "0099-01-02", "12:00:00.5", "2026-11-22 10:00:00.000001",
+       "2026-11-22 10:00:00+00"]
+
+
+@pytest.mark.parametrize("shape", ["I", "UN", "UK", "UO", "DK", "DO"])
+def test_postgresql_shaped_rows_take_the_fast_path(shape: str) -> None:
+    """Every kind the fast path knows, in each message layout: written without the reference
+    path (``json_event``/``proto_change`` do not raise) and equal to it."""
+    rel = struct.pack(">I", RELID)
+    new, key = tuple_data(list(ROW)), tuple_data([ROW[0]] + [None] * (len(ROW) - 1))
+    old = key if shape.endswith("K") else new
+    message = {"I": b"I" + rel + b"N" + new, "UN": b"U" + rel + b"N" + new,
+               "UK": b"U" + rel + b"K" + old + b"N" + new, "UO": b"U" + rel + b"O" + old + b"N" + new,
+               "DK": b"D" + rel + b"K" + old, "DO": b"D" + rel + b"O" + old}[shape]
+    dec = decoder(ALL_FAST)
+    (change,) = dec.decode(stored([message]), lazy=True).changes
+    assert isinstance(change, RawChange)
+    event = orjson.loads(json_event(change, b'"commit_lsn":"0/1",', b'"origin":null}'))
+    loaded = change.load()
+    reference = orjson.loads(dumps(change_to_dict(loaded, dec.decode(stored([message])))))
+    for field in ("key", "before", "after"):
+        assert event.get(field) == reference.get(field)
+    assert event["op"] == loaded.op and event["seq"] == 0 and event["table"] == "t%"
+    if shape != "DK":
+        row = event.get("after") or event["before"]
+        assert row["tstz"] == "2026-11-22T10:00:00+00:00" and row["ts"] == "2026-11-22T10:00:00.000001"
+        assert row["amount"] == "12.340" and row["raw"] == "AP8Q" and row["j"] == {"a": [1, 2.5, None]}
+        assert row["t"] == "12:00:00.500000" and row["f4"] == 0.0 and row["id"] == 9_000_000_000
+    parsed = feed_pb2.Change.FromString(proto_change(change))
+    assert parsed.key["id"].int_value == 9_000_000_000
+    if shape != "DK":
+        row = parsed.after if shape[0] != "D" else parsed.before
+        assert row["tstz"].timestamp_value.seconds == _unix(datetime(2026, 11, 22, 10, tzinfo=UTC))
+        assert row["ts"].local_timestamp_value.nanos == 1000
+        assert row["amount"].numeric_value == "12.340" and row["flag"].bool_value is True
+        assert row["jb"].json_value == '{"b": 1e-400}'  # as PostgreSQL wrote it: exact
+
+
+def _unix(at: datetime) -> int:
+    delta = at - datetime(1970, 1, 1, tzinfo=UTC)
+    return delta.days * 86400 + delta.seconds
+
+
+def test_rows_the_fast_path_cannot_write_are_loaded() -> None:
+    """Unchanged TOAST, a binary column, a type it does not know: the reference path writes
+    them (the fast functions raise), and the page still comes out whole and in order."""
+    rel = struct.pack(">I", RELID)
+    columns = [("id", 20, True), ("body", 25, False)]
+    toast = b"U" + rel + b"N" + tuple_data(["1", b"u"])
+    plain = b"I" + rel + b"N" + tuple_data(["2", "x"])
+    dec = decoder(columns)
+    lazy = dec.decode(stored([toast, plain]), lazy=True)
+    with pytest.raises(ValueError):
+        json_event(lazy.changes[0], b"", b"}")
+    events = [orjson.loads(e) for e in change_events(lazy)]
+    assert [e["key"] for e in events] == [{"id": 1}, {"id": 2}]
+    assert events[0]["unchanged_toast"] == ["body"]
+    assert events[0]["after"]["body"] == "__pgfeed_unchanged_toast__"
+
+    interval = decoder([("id", 20, True), ("span", 1186, False)])
+    (change,) = interval.decode(stored([b"I" + rel + b"N" + tuple_data(["3", "1 day"])]),
+                                lazy=True).changes
+    with pytest.raises(ValueError):
+        proto_change(change)
+    (event,) = change_events(interval.decode(stored([b"I" + rel + b"N" + tuple_data(["3", "1 day"])]),
+                                             lazy=True))
+    assert orjson.loads(event)["after"] == {"id": 3, "span": "P1D"}
+
+
+def test_reselect_mode_never_leaves_changes_in_wire_form() -> None:
+    """toast=reselect keeps an image per key as rows are decoded in order: no lazy rows there."""
+    rel = struct.pack(">I", RELID)
+    dec = decoder([("id", 20, True)], toast="reselect")
+    (change,) = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1"])]), lazy=True).changes
+    assert type(change) is not RawChange and change.after == {"id": 1}
+
+
+def test_fast_path_handles_values_exactly() -> None:
+    """Seconds since 1970 for old and new timestamps (Python's datetime arithmetic is the
+    reference), microseconds, and numerics that do not fit a double."""
+    rel = struct.pack(">I", RELID)
+    dec = decoder([("id", 20, True), ("at", 1184, False), ("amount", 1700, False)])
+    for stamp, amount in (("1900-02-28 23:59:59.999999+00", "12345678901234567890.123456789"),
+                          ("0001-01-01 00:00:00+00", "-0.000001"),
+                          ("2262-04-11 23:47:16.85+00", "NaN")):
+        (change,) = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", stamp, amount])]),
+                               lazy=True).changes
+        expected = datetime.fromisoformat(stamp.replace(" ", "T") + ":00")
+        after = feed_pb2.Change.FromString(proto_change(change)).after
+        assert after["at"].timestamp_value.seconds == _unix(expected)
+        assert after["at"].timestamp_value.nanos == expected.microsecond * 1000
+        assert after["amount"].numeric_value == amount
+        event = orjson.loads(json_event(change, b"", b'"origin":null}'))
+        assert event["after"] == {"id": 1, "at": expected.isoformat(), "amount": amount}
