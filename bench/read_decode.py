@@ -1,9 +1,10 @@
 """Read-path benchmark: stored (wire-form) transactions -> decoded Changes -> contract JSON bytes.
 
 1,000,000 synthetic changes (400k insert, 400k update, 200k delete; 10k rows a transaction), the
-mix of FIELD-NOTES' reference table. Prints changes/s for decode alone and for decode + JSON.
+mix of FIELD-NOTES' reference table. Prints changes/s, in one process, for: decoding with values
+loaded (``load``), that plus the reference JSON encoder (``load+JSON``), and the wire-form fast
+paths to JSON and protobuf (``encoding/transcode.py``, the serving path).
 Run: .venv/bin/python bench/read_decode.py [--changes N] [--repeat R]
-Recorded (2 shared cores, Python 3.11, psycopg 3.3.9 binary): decode 348k/s, decode+JSON 243k/s.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.assembler.changes import TransactionDecoder
 from service.assembler.model import StoredTransaction, frame
 from service.assembler.relations import RelationCatalog
-from service.encoding.to_json import change_to_dict, dumps
+from service.encoding.to_json import change_events, change_to_dict, dumps
+from service.encoding.to_proto import transaction_frames
 
 RELID = 16384
 # id int8 (key), customer text, amount numeric, status text, created_at timestamptz, paid bool
@@ -82,17 +84,22 @@ def build(n_changes: int, per_txn: int = 10_000) -> list[StoredTransaction]:
     return txns
 
 
-def run(txns: list[StoredTransaction], catalog: RelationCatalog, with_json: bool,
+def run(txns: list[StoredTransaction], catalog: RelationCatalog, mode: str,
         page: int = 1000) -> tuple[float, int]:
     decoder = TransactionDecoder(catalog)
     total, nbytes = 0, 0
+    lazy = mode.startswith("transcode")
     t0 = time.perf_counter()
     for stored in txns:
         for first in range(0, stored.change_count, page):  # pages, as the HTTP API serves them
-            txn = decoder.decode(stored, first_seq=first, max_changes=page)
+            txn = decoder.decode(stored, first_seq=first, max_changes=page, lazy=lazy)
             total += len(txn.changes)
-            if with_json:
+            if mode == "load+JSON":
                 nbytes += len(dumps({"changes": [change_to_dict(c, txn) for c in txn.changes]}))
+            elif mode == "transcode JSON":
+                nbytes += len(b",".join(change_events(txn)))
+            elif mode == "transcode proto":
+                nbytes += sum(len(f) for f in transaction_frames(txn))
     return total / (time.perf_counter() - t0), nbytes
 
 
@@ -106,13 +113,13 @@ def main() -> None:
     txns = build(args.changes)
     print(f"{args.changes:,} changes in {len(txns)} transactions, "
           f"{sum(len(t.payload) for t in txns) / args.changes:.0f} payload bytes a change")
-    for label, with_json in (("decode", False), ("decode+JSON", True)):
+    for mode in ("load", "load+JSON", "transcode JSON", "transcode proto"):
         rates = []
         for _ in range(args.repeat):
-            rate, nbytes = run(txns, catalog, with_json)
+            rate, nbytes = run(txns, catalog, mode)
             rates.append(rate)
-        extra = f", {nbytes / args.changes:.0f} JSON bytes a change" if with_json else ""
-        print(f"{label:12s} median {statistics.median(rates) / 1000:7.1f}k changes/s "
+        extra = f", {nbytes / args.changes:.0f} bytes a change" if nbytes else ""
+        print(f"{mode:16s} median {statistics.median(rates) / 1000:7.1f}k changes/s "
               f"(runs: {', '.join(f'{r / 1000:.0f}k' for r in rates)}){extra}")
 
 

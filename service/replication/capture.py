@@ -33,6 +33,9 @@ log = logging.getLogger("pgfeed.capture")
 
 PG_EPOCH_UNIX = 946_684_800  # 2000-01-01 in Unix seconds
 FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sender_timeout is 60 s)
+# A durable advance is reported at most this often: one status update per commit at thousands of
+# commits a second cost both this loop and the walsender CPU, and moved the slot no sooner.
+ADVANCE_INTERVAL = 0.01
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 # In-memory buffers of open transactions before the largest spills to disk; a spilled transaction
 # goes to the change log piece by piece, so this bounds capture's memory whatever the size of a
@@ -166,7 +169,9 @@ class Capture:
                 writer.raise_if_failed()
                 durable = writer.durable_lsn
                 now = time.monotonic()
-                if reply or durable > reported or protocol.feedback_due(now, last_feedback, FEEDBACK_INTERVAL):
+                if reply or (durable > reported and protocol.feedback_due(
+                        now, last_feedback, ADVANCE_INTERVAL)) or protocol.feedback_due(
+                        now, last_feedback, FEEDBACK_INTERVAL):
                     stream.send_feedback(received, durable, durable, reply=False)
                     reported, last_feedback = durable, now
                 heartbeat.maybe_emit()
