@@ -80,27 +80,19 @@ _TICK = os.sysconf("SC_CLK_TCK")
 # -- CPU accounting ----------------------------------------------------------------------------------
 
 
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of one process."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def cluster_cpu(postmaster: int) -> float:
-    """CPU seconds of one PostgreSQL cluster: the postmaster, its live children, and its reaped
-    children (``cutime``/``cstime``: backends that exited, such as the writer's)."""
+def tree_cpu(root: int) -> float:
+    """CPU seconds of a process and its children: the process, its live children, and its reaped
+    children (``cutime``/``cstime``): a PostgreSQL cluster (backends that exited, such as the
+    writer's), or a pgfeed server (capture processes)."""
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(stat.parent.name) == postmaster:
+        if int(stat.parent.name) == root:
             total += sum(int(f) for f in fields[11:15]) / _TICK
-        elif int(fields[1]) == postmaster:
+        elif int(fields[1]) == root:
             total += (int(fields[11]) + int(fields[12])) / _TICK
     return total
 
@@ -131,13 +123,13 @@ class Cpu:
     @contextlib.contextmanager
     def measure(cls, server_pid: int, postmaster: int) -> Iterator[Cpu]:
         cpu = cls()
-        s0, p0, c0 = proc_cpu(server_pid), cluster_cpu(postmaster), client_cpu()
+        s0, p0, c0 = tree_cpu(server_pid), tree_cpu(postmaster), client_cpu()
         m0, t0 = machine_cpu(), time.monotonic()
         try:
             yield cpu
         finally:
-            cpu.server = proc_cpu(server_pid) - s0
-            cpu.postgres = cluster_cpu(postmaster) - p0
+            cpu.server = tree_cpu(server_pid) - s0
+            cpu.postgres = tree_cpu(postmaster) - p0
             cpu.clients = client_cpu() - c0
             cpu.machine = machine_cpu() - m0
             cpu.seconds = time.monotonic() - t0

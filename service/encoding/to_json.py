@@ -17,7 +17,7 @@ from clients._cursor import format_lsn
 from service.assembler.changes import RawChange
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.values import Interval, JsonNumber, SpecialFloat, TimeTz
-from service.encoding.transcode import json_event
+from service.encoding.transcode import json_writers
 
 __all__ = ["change_events", "change_to_dict", "commit_ts_iso", "dumps", "transaction_json",
            "transaction_to_dict"]
@@ -124,13 +124,20 @@ def change_events(txn: Transaction) -> list[bytes]:
     tail = b'"unchanged_toast":[],"origin":' + orjson.dumps(txn.origin) + b"}"
     out = []
     append = out.append
+    plan = writers = None
     for change in txn.changes:
         if type(change) is RawChange:
-            try:
-                append(json_event(change, middle, tail))
-                continue
-            except Exception:  # noqa: BLE001 - outside the fast path: load it, as below
-                change = change.load()
+            if change.plan is not plan:
+                plan = change.plan
+                writers = json_writers(plan)
+            write = writers.get(change.tag)  # type: ignore[union-attr]
+            if write is not None:
+                try:
+                    append(write(change.buf, change.lsn, change.seq, middle, tail))
+                    continue
+                except Exception:  # noqa: BLE001 - outside the fast path: load it, as below
+                    pass
+            change = change.load()
         append(dumps(change_to_dict(change, txn)))
     return out
 

@@ -31,7 +31,7 @@ from service.encoding.protowire import map_column as _column
 from service.encoding.protowire import timestamp_field as _timestamp
 from service.encoding.protowire import varint
 from service.encoding.to_json import dumps as json_dumps
-from service.encoding.transcode import proto_change
+from service.encoding.transcode import proto_writers
 
 __all__ = [
     "FRAME_BYTES",
@@ -445,11 +445,18 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
     previous_seq = -1
     scratch: list[bytes] = []
     change_parts, join, small, table_kinds = _change_parts, b"".join, _SMALL, None
+    plan = writers = None
     for change in txn.changes:
         seq = change.seq
         if type(change) is RawChange:
+            if change.plan is not plan:
+                plan = change.plan
+                writers = proto_writers(plan)
+            write = writers.get(change.tag)  # type: ignore[union-attr]
             try:
-                body = proto_change(change)
+                if write is None:
+                    raise ValueError("outside the fast path")
+                body = write(change.buf, change.lsn, seq, b"", b"")
             except Exception:  # noqa: BLE001 - outside the fast path: load it, as below
                 table_kinds = _plan_kinds(change.plan)
                 change = change.load()

@@ -34,10 +34,9 @@ from service.encoding.protowire import SMALL as _SMALL
 from service.encoding.protowire import V as _V
 from service.encoding.protowire import VC as _VC
 from service.encoding.protowire import map_column as _column
-from service.encoding.protowire import timestamp_field as _timestamp
 from service.encoding.protowire import varint
 
-__all__ = ["json_event", "proto_change"]
+__all__ = ["json_event", "json_writers", "proto_change", "proto_writers"]
 
 _u16_at = struct.Struct(">H").unpack_from
 _u32_at = struct.Struct(">I").unpack_from
@@ -72,41 +71,35 @@ def _kinds(plan: _Plan) -> list[str]:
 _TSTZ_PAD = {22: b"", 24: b"00000", 25: b"0000", 26: b"000", 27: b"00", 28: b"0", 29: b""}
 _TS_PAD = {19: b"", 21: b"00000", 22: b"0000", 23: b"000", 24: b"00", 25: b"0", 26: b""}
 _TIME_PAD = {8: b"", 10: b"00000", 11: b"0000", 12: b"000", 13: b"00", 14: b"0", 15: b""}
-_MICRO_SCALE = (1, 100_000, 10_000, 1000, 100, 10, 1)
+_NANO_SCALE = (1, 100_000_000, 10_000_000, 1_000_000, 100_000, 10_000, 1000)
 _UNIX_DAY0 = date(1970, 1, 1).toordinal()
 _MINUTES: dict[bytes, int] = {}
 
 
-def _unix_seconds(t: bytes) -> tuple[int, int]:
-    """``YYYY-MM-DD HH:MM:SS[.ffffff]`` (a prefix of ``t``, checked by the caller) -> seconds since
-    1970 and microseconds, as Python's datetime arithmetic would give them. The seconds of each
-    minute are cached: timestamps of one table cluster in time."""
-    minute = t[:16]
-    base = _MINUTES.get(minute)
+def _stamp(field: bytes, t: bytes) -> bytes:
+    """``YYYY-MM-DD HH:MM:SS[.ffffff]`` (checked by the caller) -> a google.protobuf.Timestamp
+    Value field, seconds since 1970 as Python's datetime arithmetic gives them. The seconds of each
+    minute are cached: the timestamps of a table cluster in time."""
+    base = _MINUTES.get(t[:16])
     if base is None:
         days = date(int(t[:4]), int(t[5:7]), int(t[8:10])).toordinal() - _UNIX_DAY0
         base = days * 86400 + int(t[11:13]) * 3600 + int(t[14:16]) * 60
         if len(_MINUTES) > 100_000:
             _MINUTES.clear()
-        _MINUTES[minute] = base
+        _MINUTES[t[:16]] = base
+    seconds = base + int(t[17:19])
+    if (1 << 28) <= seconds < (1 << 35):  # 1978-07-04 .. 3058: five bytes
+        body = b"\x08" + _VC[seconds & 0x3FFF] + _VC[seconds >> 14 & 0x3FFF] + _V[seconds >> 28]
+    else:
+        body = b"\x08" + varint(seconds) if seconds else b""
     if len(t) > 19:
         if t[19] != 46:  # '.'
             raise ValueError("not a timestamp")
         digits = t[20:26]
-        return base + int(t[17:19]), int(digits) * _MICRO_SCALE[len(digits)]
-    return base + int(t[17:19]), 0
-
-
-def _proto_tstz(t: bytes) -> bytes:
-    if t[-3:] != b"+00" or t[4] != 45 or t[10] != 32 or len(t) not in _TSTZ_PAD:
-        raise ValueError("not a UTC timestamptz")
-    return _timestamp(b"\x42", *_unix_seconds(t[:-3]))
-
-
-def _proto_ts(t: bytes) -> bytes:
-    if t[4] != 45 or t[10] != 32 or len(t) not in _TS_PAD:
-        raise ValueError("not a timestamp")
-    return _timestamp(b"\x5a", *_unix_seconds(t))
+        nanos = int(digits) * _NANO_SCALE[len(digits)]
+        if nanos:
+            body += b"\x10" + varint(nanos)
+    return field + _V[len(body)] + body
 
 
 def _ld(field: bytes, payload: bytes) -> bytes:
@@ -160,9 +153,11 @@ _PROTO_CODE = {
              "{v} = DATE + t"],
     "time": ["if (t[0] == 50 and t[1] == 52) or (len(t) > 8 and t[-1] == 48): raise VE",
              "{v} = LD(b'\\x6a', t + TIME_PAD[len(t)])"],
-    "timestamp": ["if t[-1] == 67: raise VE",
-                  "{v} = TS(t)"],
-    "timestamptz": ["{v} = TSTZ(t)"],
+    "timestamp": ["if t[4] != 45 or t[10] != 32 or t[-1] == 67 or len(t) not in TS_PAD: raise VE",
+                  "{v} = STAMP(b'\\x5a', t)"],
+    "timestamptz": ["if t[4] != 45 or t[10] != 32 or t[-3:] != b'+00' or len(t) not in TSTZ_PAD:",
+                    "    raise VE",
+                    "{v} = STAMP(b'\\x42', t[:-3])"],
 }
 
 
@@ -181,7 +176,7 @@ _ENV: dict[str, Any] = {
     "SI": [b"\x18" + _V[n] for n in range(_SMALL)], "INT": b"\x18", "VARINT": varint,
     "DOUBLE": struct.Struct("<Bd").pack, "LD": _ld, "NUMERIC": _heads(0x3a),
     "STRING": _heads(0x2a), "JSON": _heads(0x4a), "DATE": b"\x62\x0a", "NULL": b"\x08\x00",
-    "PTRUE": b"\x10\x01", "PFALSE": b"\x10\x00", "TS": _proto_ts, "TSTZ": _proto_tstz,
+    "PTRUE": b"\x10\x01", "PFALSE": b"\x10\x00", "STAMP": _stamp,
     "SEQ": [b""] + [b"\x10" + _V[n] for n in range(1, _SMALL)], "V": _V, "VC": _VC,
     "LSN": lambda lsn: b"\x08" + varint(lsn) if lsn else b"",
 }
@@ -291,6 +286,12 @@ def _json_functions(plan: _Plan) -> dict[int, Any]:
     return _functions(kinds, _JSON_CODE, "b'null'", result, env)
 
 
+def json_writers(plan: _Plan) -> dict[int, Any]:
+    """``{message tag: write(data, lsn, seq, middle, tail) -> event bytes}`` for one relation
+    version (empty when it has a column type outside the fast path); see ``json_event``."""
+    return _cached(plan, "json", _json_functions)
+
+
 def json_event(change: RawChange, middle: bytes, tail: bytes) -> bytes:
     """One change event as ``to_json.change_to_dict`` + ``dumps`` would write it (json values as
     PostgreSQL wrote them). ``middle`` is the transaction's ``"commit_lsn":…,"commit_ts":…,``
@@ -313,13 +314,14 @@ def _proto_functions(plan: _Plan) -> dict[int, Any]:
     for field, tag, cols in (("K", b"\x32", plan.key_names), ("B", b"\x3a", names),
                              ("A", b"\x42", names)):
         for i, col in enumerate(cols):
-            env[f"{field}{i}"] = _column(tag, col)
+            env[f"{field}{i}"] = entry = _column(tag, col)
+            env[f"{field}H{i}"] = entry.head
     where = _ld(b"\x22", schema.schema.encode()) + _ld(b"\x2a", schema.table.encode())
     env.update(INSERT=b"\x18\x01" + where, UPDATE=b"\x18\x02" + where, DELETE=b"\x18\x03" + where)
 
     def entries(field: str, variables: list[str]) -> list[str]:
         # a map entry: precomputed head for a Value of under 128 bytes
-        return [f"({field}{i}.head[len({v})] + {v} if len({v}) < 128 else {field}{i}.entry({v}))"
+        return [f"({field}H{i}[ln] + {v} if (ln := len({v})) < 128 else {field}{i}.entry({v}))"
                 for i, v in enumerate(variables)]
 
     def result(op: str, key_from: str, old_kind: str) -> str:
@@ -334,6 +336,12 @@ def _proto_functions(plan: _Plan) -> dict[int, Any]:
         return "b''.join((" + ", ".join(parts) + ",))"
 
     return _functions(kinds, _PROTO_CODE, "NULL", result, env)
+
+
+def proto_writers(plan: _Plan) -> dict[int, Any]:
+    """``{message tag: write(data, lsn, seq, b"", b"") -> Change bytes}`` for one relation
+    version (empty when it has a column type outside the fast path); see ``proto_change``."""
+    return _cached(plan, "proto", _proto_functions)
 
 
 def proto_change(change: RawChange) -> bytes:
