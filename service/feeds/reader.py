@@ -36,7 +36,7 @@ def parse_ops(names: Collection[str] | None) -> frozenset[Op] | None:
 
 
 class ReaderBusy(Exception):
-    """``page(..., block=False)`` found another page of the feed being read."""
+    """``page(..., block=False)`` found another reader of the feed decoding."""
 
 
 @dataclass(slots=True)
@@ -55,8 +55,8 @@ class Page:
 
 
 class FeedReader:
-    """Pages one feed's change log. Thread-safe: pages are read one at a time (the decoder's
-    caches, the ``reselect`` image LRU and the transaction being paged by seq are per feed)."""
+    """Pages one feed's change log. Thread-safe: decoding is serialised (the decoder's caches and
+    the ``reselect`` image LRU are per feed), log reads are not."""
 
     def __init__(self, changelog: ChangeLog, catalog: Callable[[], RelationCatalog], *,
                  toast: ToastMode = "placeholder", placeholder: str = DEFAULT_PLACEHOLDER) -> None:
@@ -92,23 +92,13 @@ class FeedReader:
         ``/transactions`` endpoint); a transaction is still sliced at ``limit`` changes.
         ``whole_transactions`` ends the page before a transaction that would not fit in what is
         left of ``limit``, so only a page's first transaction is ever sliced. ``lazy`` leaves row
-        changes in wire form for the encoders (``TransactionDecoder.decode``). Pages of one feed
-        are read one at a time; with ``block=False`` a page that would wait for another raises
-        ReaderBusy instead (an event loop reading a small page inline must not stall).
+        changes in wire form for the encoders (``TransactionDecoder.decode``). Transactions are
+        decoded one at a time per feed; with ``block=False`` a page that would wait for another
+        reader's transaction ends there instead, or raises ReaderBusy before its first one (an
+        event loop reading a small page inline must not stall).
         """
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        if not self._lock.acquire(blocking=block):
-            raise ReaderBusy("another page of this feed is being read")
-        try:
-            return self._page(after, limit, tables, ops, to, max_transactions, whole_transactions,
-                              lazy)
-        finally:
-            self._lock.release()
-
-    def _page(self, after: Cursor, limit: int, tables: Collection[str] | None,
-              ops: Collection[Op] | None, to: Cursor | None, max_transactions: int | None,
-              whole_transactions: bool, lazy: bool) -> Page:
         table_set = set(tables) if tables else None
         op_set = set(ops) if ops else None
         head = self.changelog.head()
@@ -139,9 +129,16 @@ class FeedReader:
             budget = min(remaining, last_wanted - first + 1)
             if budget <= 0:  # the reader already holds everything up to ``to``
                 break
-            self._decoder.catalog = catalog
-            txn = self._decoder.decode(stored, first_seq=first, max_changes=budget,
-                                       tables=table_set, ops=op_set, lazy=lazy)
+            if not self._lock.acquire(blocking=block):
+                if count:
+                    break  # the page ends here: ``next`` covers what was scanned
+                raise ReaderBusy("another reader of this feed is decoding")
+            try:
+                self._decoder.catalog = catalog
+                txn = self._decoder.decode(stored, first_seq=first, max_changes=budget,
+                                           tables=table_set, ops=op_set, lazy=lazy)
+            finally:
+                self._lock.release()
             scanned = txn.last_seq - first + 1
             remaining -= scanned
             count += 1

@@ -34,3 +34,21 @@ def test_returns_at_once_when_already_beyond_and_times_out_otherwise():
     assert immediate == 10 and timed_out == 10 and waited >= 0.05
     notifier.publish(5)  # never moves backward
     assert notifier.head == 10
+
+
+def test_a_done_stop_future_ends_the_wait_and_leaves_no_waiter_behind():
+    notifier = HeadNotifier(head=10)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        stop = loop.create_future()
+        loop.call_later(0.05, stop.set_result, None)
+        start = time.perf_counter()
+        head = await notifier.wait_beyond(10, timeout=5, stop=stop)
+        waited = time.perf_counter() - start
+        already = await notifier.wait_beyond(10, timeout=5, stop=stop)  # stop is done: at once
+        return head, waited, already
+
+    head, waited, already = asyncio.run(scenario())
+    assert head == 10 and already == 10 and 0.04 < waited < 1
+    assert notifier._waiters == []  # timed-out and stopped waits unregister themselves

@@ -78,3 +78,22 @@ def test_the_starting_durable_position_is_the_logs() -> None:
     writer = LogWriter(log, lambda _: None)
     writer.close()
     assert writer.durable_lsn == 508
+
+
+def test_batches_queued_during_an_append_share_the_next_one() -> None:
+    """Group commit: what arrives while an fsync runs goes into one append, in order."""
+    log = GatedLog()
+    appends: list[list[int]] = []
+    writer = LogWriter(log, lambda stored: appends.append(lsns(list(stored))), depth=8)
+    try:
+        writer.submit([txn(100)], 108)
+        assert log.entered.wait(5)  # the first append is under way (held at the gate)
+        for i in range(2, 6):
+            writer.submit([txn(i * 100)], i * 100 + 8)
+        log.gate.set()
+        writer.close()
+        assert appends == [[100], [200, 300, 400, 500]]
+        assert lsns(log.read(EARLIEST, 100)) == [100, 200, 300, 400, 500]
+        assert writer.durable_lsn == log.confirmed_lsn() == 508
+    finally:
+        writer.close()

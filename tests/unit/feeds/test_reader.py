@@ -1,0 +1,58 @@
+"""FeedReader.page without blocking: the event loop's inline tail read never waits for another
+reader's decode; it gets ReaderBusy, or a page that ends early with a cursor that loses nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from clients._cursor import EARLIEST, Cursor
+from service.assembler.relations import RelationCatalog
+from service.changelog.memory import MemoryChangeLog
+from service.feeds.reader import FeedReader, ReaderBusy
+from tests.unit.changelog.txns import relation_frame, txn
+
+
+def _reader() -> FeedReader:
+    log = MemoryChangeLog()
+    log.append([txn(0x1000, 2, schema=True), txn(0x2000, 2), txn(0x3000, 2)])
+    catalog = RelationCatalog()
+    catalog.add(0x100, relation_frame(0x100)[12:])  # the frame's message, past lsn and length
+    return FeedReader(log, lambda: catalog)
+
+
+def test_a_busy_reader_is_reported_not_waited_for() -> None:
+    reader = _reader()
+    with reader._lock:  # another thread decoding this feed's page (held here, for the test)
+        with pytest.raises(ReaderBusy):
+            reader.page(EARLIEST, 10, block=False)
+    page = reader.page(EARLIEST, 10, block=False, lazy=True)
+    assert [t.commit_lsn for t in page.transactions] == [0x1000, 0x2000, 0x3000]
+    assert page.next == Cursor(0x3000) and not page.has_more
+
+
+class _FreeFor:
+    """A lock that another reader takes after ``free`` acquisitions (non-blocking ones then fail)."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+
+    def acquire(self, blocking: bool = True) -> bool:
+        if self.free:
+            self.free -= 1
+            return True
+        assert not blocking, "a blocking page would wait here"
+        return False
+
+    def release(self) -> None:
+        pass
+
+
+def test_a_page_that_meets_a_busy_reader_ends_with_a_cursor_that_loses_nothing() -> None:
+    reader = _reader()
+    reader._lock = _FreeFor(1)  # type: ignore[assignment]
+    first = reader.page(EARLIEST, 10, block=False, lazy=True)
+    assert [t.commit_lsn for t in first.transactions] == [0x1000]
+    assert first.next == Cursor(0x1000) and first.has_more
+    reader._lock = _FreeFor(10)  # type: ignore[assignment]
+    rest = reader.page(first.next, 10, block=False)
+    assert [t.commit_lsn for t in rest.transactions] == [0x2000, 0x3000] and not rest.has_more
