@@ -170,7 +170,8 @@ def _bad() -> bytes:
 
 
 _ENV: dict[str, Any] = {
-    "BAD": _bad, "u16": _u16_at, "u32": _u32_at, "VE": ValueError, "ESC": re.compile(rb'["\\\x00-\x1f]').search,
+    "BAD": _bad, "u16": _u16_at, "u32": _u32_at, "VE": ValueError,
+    "ESC": re.compile(rb'["\\\x00-\x1f]').search,
     "dumps": orjson.dumps, "TRUE": b"true", "FALSE": b"false", "B64": binascii.b2a_base64,
     "UNHEX": binascii.a2b_hex, "TIME_PAD": _TIME_PAD, "TS_PAD": _TS_PAD, "TSTZ_PAD": _TSTZ_PAD,
     "SI": [b"\x18" + _V[n] for n in range(_SMALL)], "INT": b"\x18", "VARINT": varint,
@@ -297,7 +298,7 @@ def json_event(change: RawChange, middle: bytes, tail: bytes) -> bytes:
     PostgreSQL wrote them). ``middle`` is the transaction's ``"commit_lsn":…,"commit_ts":…,``
     part, ``tail`` its ``"unchanged_toast":[],"origin":…}``. Raises when the change needs the
     reference path."""
-    write = _cached(change.plan, "json", _json_functions).get(change.tag)
+    write = json_writers(change.plan).get(change.tag)
     if write is None:
         raise ValueError(f"{change.plan.name}: a column type outside the fast path")
     return write(change.buf, change.lsn, change.seq, middle, tail)  # type: ignore[no-any-return]
@@ -347,7 +348,7 @@ def proto_writers(plan: _Plan) -> dict[int, Any]:
 def proto_change(change: RawChange) -> bytes:
     """The serialized ``pgfeed.v1.Change`` that ``to_proto.change_bytes`` gives for the loaded
     change (json values as PostgreSQL wrote them). Raises when it needs the reference path."""
-    write = _cached(change.plan, "proto", _proto_functions).get(change.tag)
+    write = proto_writers(change.plan).get(change.tag)
     if write is None:
         raise ValueError(f"{change.plan.name}: a column type outside the fast path")
     return write(change.buf, change.lsn, change.seq, b"", b"")  # type: ignore[no-any-return]
