@@ -68,9 +68,9 @@ def serve(data_dir: Path, port: int, read_ahead: bool = True) -> None:
     from service.feeds.supervisor import Supervisor
     from service.http_api.app import create_app
 
-    from service.runtime import tune_gc
+    from service.runtime import tune_interpreter
 
-    tune_gc()
+    tune_interpreter()
     supervisor = Supervisor(data_dir, capture=False)
     supervisor.start()
     app = create_app(supervisor, Settings(data_dir=data_dir))

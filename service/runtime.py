@@ -36,7 +36,7 @@ GC_THRESHOLDS = (50_000, 20, 100)
 SWITCH_INTERVAL = 0.001
 
 
-def tune_gc() -> None:
+def tune_interpreter() -> None:
     """Process-wide interpreter settings for serving (called once by ``Runtime.serve``): GC
     thresholds, and the GIL switch interval."""
     gc.set_threshold(*GC_THRESHOLDS)
@@ -67,7 +67,7 @@ class Runtime:
         from service.http_api.app import create_app
 
         settings = self.settings
-        tune_gc()
+        tune_interpreter()
         await asyncio.to_thread(self.supervisor.start)
         app = create_app(self.supervisor, settings, self.metrics)
         self.http = _HttpServer(uvicorn.Config(app, host=settings.http_host, port=settings.http_port,
