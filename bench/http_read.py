@@ -67,7 +67,6 @@ def serve(data_dir: Path, port: int, read_ahead: bool = True) -> None:
     from service.config import Settings
     from service.feeds.supervisor import Supervisor
     from service.http_api.app import create_app
-
     from service.runtime import tune_interpreter
 
     tune_interpreter()

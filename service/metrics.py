@@ -118,7 +118,7 @@ class FeedCollector(Collector):
     def _figures(self, name: str) -> tuple[FeedStatus, Any] | None:
         try:
             return self._status(name), self.supervisor.changelog(name).stats()
-        except Exception as exc:  # a feed deleted mid-scrape, a closed log: skip it
+        except Exception as exc:  # noqa: BLE001 - a feed deleted mid-scrape, a closed log: skip it
             log.debug("metrics: feed %s skipped: %s", name, exc)
             return None
 

@@ -3,7 +3,7 @@ google.protobuf.Timestamp fields and precomputed ``map<string, Value>`` entry he
 
 from __future__ import annotations
 
-__all__ = ["HEADS", "SMALL", "V", "VC", "MapColumn", "map_column", "timestamp_field", "varint"]
+__all__ = ["HEADS", "SMALL", "VC", "MapColumn", "V", "map_column", "timestamp_field", "varint"]
 
 _STRING = b"\x2a"  # Value.string_value
 

@@ -6,6 +6,7 @@ Values come from ``assembler.values``; what orjson cannot write natively goes th
 from __future__ import annotations
 
 import base64
+import contextlib
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -131,12 +132,13 @@ def change_events(txn: Transaction) -> list[bytes]:
                 plan = change.plan
                 writers = json_writers(plan)
             write = writers.get(change.tag)  # type: ignore[union-attr]
+            event = None
             if write is not None:
-                try:
-                    append(write(change.buf, change.lsn, change.seq, middle, tail))
-                    continue
-                except Exception:  # noqa: BLE001 - outside the fast path: load it, as below
-                    pass
+                with contextlib.suppress(Exception):  # outside the fast path: loaded, below
+                    event = write(change.buf, change.lsn, change.seq, middle, tail)
+            if event is not None:
+                append(event)
+                continue
             change = change.load()
         append(dumps(change_to_dict(change, txn)))
     return out

@@ -24,9 +24,9 @@ from service.assembler.relations import RelationCatalog
 from service.assembler.values import Interval, JsonNumber, SpecialFloat, TimeTz
 from service.encoding.protowire import HEADS as _HEADS
 from service.encoding.protowire import SMALL as _SMALL
-from service.encoding.protowire import V as _V
 from service.encoding.protowire import VC as _VC
 from service.encoding.protowire import MapColumn as _Column
+from service.encoding.protowire import V as _V
 from service.encoding.protowire import map_column as _column
 from service.encoding.protowire import timestamp_field as _timestamp
 from service.encoding.protowire import varint

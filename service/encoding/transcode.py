@@ -28,11 +28,10 @@ from typing import Any
 import orjson
 
 from service.assembler.changes import RawChange, _Plan
-from service.assembler.model import Op
 from service.assembler.values import TEXT_OID, loader_oid
 from service.encoding.protowire import SMALL as _SMALL
-from service.encoding.protowire import V as _V
 from service.encoding.protowire import VC as _VC
+from service.encoding.protowire import V as _V
 from service.encoding.protowire import map_column as _column
 from service.encoding.protowire import varint
 
@@ -138,15 +137,15 @@ _JSON_CODE = {
 # Protobuf: ``{v}`` is the serialized Value. Strings of under 128 bytes take a precomputed head.
 _PROTO_CODE = {
     "int": ["v = int(t)",
-            "{v} = (SI[v] if v < 16384 else INT + VC[v & 0x3FFF] + V[v >> 14]) "
-            "if -1 < v < 268435456 else INT + VARINT(v)"],
+            ("{v} = (SI[v] if v < 16384 else INT + VC[v & 0x3FFF] + V[v >> 14]) "
+             "if -1 < v < 268435456 else INT + VARINT(v)")],
     "float": ["{v} = DOUBLE(0x21, float(t))"],
     "numeric": ["{v} = NUMERIC[len(t)] + t if len(t) < 128 else LD(b'\\x3a', t)"],
     "bool": ["{v} = PTRUE if t == b't' else PFALSE if t == b'f' else BAD()"],
     "text": ["if not t.isascii(): t.decode()",  # protobuf strings must be valid UTF-8
              "{v} = STRING[len(t)] + t if len(t) < 128 else LD(b'\\x2a', t)"],
-    "json": ["{v} = NULL if t == b'null' else JSON[len(t)] + t if len(t) < 128 "
-             "else LD(b'\\x4a', t)"],
+    "json": [("{v} = NULL if t == b'null' else JSON[len(t)] + t if len(t) < 128 "
+              "else LD(b'\\x4a', t)")],
     "bytea": ["if t[:2] != b'\\\\x': raise VE",
               "{v} = LD(b'\\x32', UNHEX(t[2:]))"],
     "date": ["if len(t) != 10: raise VE",
@@ -326,8 +325,9 @@ def _proto_functions(plan: _Plan) -> dict[int, Any]:
                 for i, v in enumerate(variables)]
 
     def result(op: str, key_from: str, old_kind: str) -> str:
-        parts = [op.upper(), "(b'\\x08' + VC[lsn & 0x3FFF] + VC[lsn >> 14 & 0x3FFF] + V[lsn >> 28] "
-                 "if 268435456 <= lsn < 4398046511104 else LSN(lsn))",
+        parts = [op.upper(),
+                 ("(b'\\x08' + VC[lsn & 0x3FFF] + VC[lsn >> 14 & 0x3FFF] + V[lsn >> 28] "
+                  "if 268435456 <= lsn < 4398046511104 else LSN(lsn))"),
                  "(SEQ[seq] if seq < 16384 else b'\\x10' + VARINT(seq))"]
         parts += entries("K", [f"{key_from}{index[k]}" for k in plan.key_names])
         if old_kind == "O":

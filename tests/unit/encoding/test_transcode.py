@@ -16,8 +16,8 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from pgfeed.v1 import feed_pb2
+
 from service.assembler.changes import RawChange, TransactionDecoder
 from service.assembler.model import StoredTransaction, frame
 from service.assembler.relations import RelationCatalog

@@ -22,9 +22,9 @@ def _reader() -> FeedReader:
 
 def test_a_busy_reader_is_reported_not_waited_for() -> None:
     reader = _reader()
-    with reader._lock:  # another thread decoding this feed's page (held here, for the test)
-        with pytest.raises(ReaderBusy):
-            reader.page(EARLIEST, 10, block=False)
+    # another thread decoding this feed's page (its lock held here, for the test)
+    with reader._lock, pytest.raises(ReaderBusy):
+        reader.page(EARLIEST, 10, block=False)
     page = reader.page(EARLIEST, 10, block=False, lazy=True)
     assert [t.commit_lsn for t in page.transactions] == [0x1000, 0x2000, 0x3000]
     assert page.next == Cursor(0x3000) and not page.has_more

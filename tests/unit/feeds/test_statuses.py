@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from service.feeds import supervisor as supervisor_module
 from service.feeds.catalogue import Catalogue
 from service.feeds.model import FeedSpec
-from service.feeds import supervisor as supervisor_module
 from service.feeds.supervisor import Supervisor
 from service.metrics import Metrics
 
