@@ -273,6 +273,19 @@ def test_rows_the_fast_path_cannot_write_are_loaded() -> None:
     assert orjson.loads(event)["after"] == {"id": 3, "span": "P1D"}
 
 
+def test_deeply_nested_json_is_left_to_the_reference_path() -> None:
+    """A page must stay parseable: json nested past a client parser's depth limit (orjson: 1024)
+    is not pasted into it."""
+    rel = struct.pack(">I", RELID)
+    deep = "[" * 2000 + "]" * 2000
+    dec = decoder([("id", 20, True), ("doc", 3802, False)])
+    txn = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", deep])]), lazy=True)
+    with pytest.raises(ValueError):
+        json_event(txn.changes[0], b"", b"}")
+    (event,) = change_events(txn)
+    assert orjson.loads(event)["after"]["id"] == 1  # whatever the reference wrote, it parses
+
+
 def test_reselect_mode_never_leaves_changes_in_wire_form() -> None:
     """toast=reselect keeps an image per key as rows are decoded in order: no lazy rows there."""
     rel = struct.pack(">I", RELID)
