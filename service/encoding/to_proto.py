@@ -10,6 +10,7 @@ since a json value may load as any Python type.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -453,15 +454,15 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
                 plan = change.plan
                 writers = proto_writers(plan)
             write = writers.get(change.tag)  # type: ignore[union-attr]
-            try:
-                if write is None:
-                    raise ValueError("outside the fast path")
-                body = write(change.buf, change.lsn, seq, b"", b"")
-            except Exception:  # noqa: BLE001 - outside the fast path: load it, as below
+            fast = None
+            if write is not None:
+                with contextlib.suppress(Exception):  # outside the fast path: loaded, below
+                    fast = write(change.buf, change.lsn, seq, b"", b"")
+            if fast is not None:
+                body, change = fast, None
+            else:
                 table_kinds = _plan_kinds(change.plan)
                 change = change.load()
-            else:
-                change = None
         elif kinds:
             table_kinds = kinds.get((change.schema or "", change.table or "")) or None
         if change is not None:

@@ -6,7 +6,6 @@ are created before the shared workloads run; each protocol version is then compa
 
 from __future__ import annotations
 
-import base64
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,11 +23,10 @@ from tests.fixtures.fix_testdecoding import (
     IntervalIso,
     TableInfo,
     TdUnit,
-    canon,
+    comparable_event,
     exact_json_loads,
     expected_change,
     group_units,
-    normalise_json_value,
     peek_test_decoding,
     table_info,
 )
@@ -127,23 +125,13 @@ def pgfeed_units(txns: list[Transaction], tables: dict[str, TableInfo]) -> tuple
 
 def _comparable(event: dict[str, Any], lsn: int, tables: dict[str, TableInfo],
                 problems: list[str]) -> dict[str, Any]:
+    """``comparable_event``, plus the structural checks test_decoding cannot make (recorded in
+    ``problems``)."""
     op = event["op"]
-    if op == "message":
-        return {"lsn": lsn, "op": op, "prefix": event["prefix"],
-                "content": base64.b64decode(event["content"]), "transactional": event["transactional"]}
-    if op == "truncate":
-        opts = event["options"]
-        return {"lsn": lsn, "op": op, "tables": event["tables"], "cascade": opts["cascade"],
-                "restart_identity": opts["restart_identity"]}
+    if op in ("message", "truncate"):
+        return comparable_event(event, lsn, tables)
     name = f"{event['schema']}.{event['table']}"
     info = tables[name]
-
-    def values(row: dict[str, Any] | None, drop_null: bool) -> Any:
-        if row is None:
-            return None
-        row = {k: normalise_json_value(info.columns.get(k, ""), v) for k, v in row.items()}
-        return canon({k: v for k, v in row.items() if not (drop_null and v is None)})
-
     where = f"{op} {name} at {lsn:X}"
     if name in EVOLVING:  # its shape changes during the workloads: types from test_decoding only
         info = TableInfo({}, frozenset(), info.identity, info.key)
@@ -156,11 +144,7 @@ def _comparable(event: dict[str, Any], lsn: int, tables: dict[str, TableInfo],
         problems.append(f"{where}: before present under replica identity {info.identity!r}")
     if event["key"] is not None and set(event["key"]) != set(info.key) and not event["unchanged_toast"]:
         problems.append(f"{where}: key columns {sorted(event['key'])}, identity is {info.key}")
-    return {"lsn": lsn, "op": op, "table": name,
-            "key": values(event["key"], True) if event["key"] is not None else None,
-            "before": values(event.get("before"), True),
-            "after": values(event.get("after"), False),
-            "unchanged_toast": sorted(event["unchanged_toast"])}
+    return comparable_event(event, lsn, {**tables, name: info})
 
 
 def only_tables(units: list[dict[str, Any]], keep: Any) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ every error answer, bearer tokens on HTTP and gRPC, the ops endpoints, and schem
 
 from __future__ import annotations
 
-import base64
 import itertools
 import threading
 import time
@@ -41,10 +40,9 @@ from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.fixtures.fix_service import FeedFactory, Service, current_lsn, run_service, wait_until
 from tests.fixtures.fix_testdecoding import (
     TableInfo,
-    canon,
+    comparable_event,
     expected_change,
     group_units,
-    normalise_json_value,
     peek_test_decoding,
     table_info,
 )
@@ -158,31 +156,6 @@ def _cursor(text: str) -> Cursor:
     return parsed
 
 
-def _comparable(event: dict[str, Any], tables: dict[str, TableInfo]) -> dict[str, Any]:
-    """A served JSON change event in ``expected_change``'s form."""
-    lsn, op = parse_lsn(event["lsn"]), event["op"]
-    if op == "message":
-        return {"lsn": lsn, "op": op, "prefix": event["prefix"],
-                "content": base64.b64decode(event["content"]), "transactional": event["transactional"]}
-    if op == "truncate":
-        return {"lsn": lsn, "op": op, "tables": event["tables"],
-                "cascade": event["options"]["cascade"],
-                "restart_identity": event["options"]["restart_identity"]}
-    name = f"{event['schema']}.{event['table']}"
-    info = tables[name]
-
-    def values(row: dict[str, Any] | None, drop_null: bool) -> Any:
-        if row is None:
-            return None
-        row = {k: normalise_json_value(info.columns.get(k, ""), v) for k, v in row.items()}
-        return canon({k: v for k, v in row.items() if not (drop_null and v is None)})
-
-    return {"lsn": lsn, "op": op, "table": name,
-            "key": values(event["key"], True) if event["key"] is not None else None,
-            "before": values(event.get("before"), True), "after": values(event.get("after"), False),
-            "unchanged_toast": sorted(event["unchanged_toast"])}
-
-
 def _units(changes: list[dict[str, Any]], tables: dict[str, TableInfo]) -> list[dict[str, Any]]:
     """Consecutive changes of one commit -> a unit, as test_decoding groups them."""
     units: list[dict[str, Any]] = []
@@ -190,7 +163,7 @@ def _units(changes: list[dict[str, Any]], tables: dict[str, TableInfo]) -> list[
         if not units or units[-1]["commit_lsn"] != event["commit_lsn"]:
             units.append({"xid": event["xid"], "commit_lsn": event["commit_lsn"], "changes": []})
         assert units[-1]["xid"] == event["xid"]
-        units[-1]["changes"].append(_comparable(event, tables))
+        units[-1]["changes"].append(comparable_event(event, parse_lsn(event["lsn"]), tables))
     return [{"xid": u["xid"], "changes": u["changes"]} for u in units]
 
 

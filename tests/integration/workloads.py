@@ -149,7 +149,7 @@ WORKLOADS: tuple[Workload, ...] = (
            '{}', '{Infinity}', '{}', '{infinity}', '{}', '(,)', '-0.0', 'xyz', B'000', -1),
           (3, 'ok', NULL, '-00:00:00.000001', '23:59:59.999999', NULL, NULL, '(,)', NULL, NULL,
            NULL, '{"294276-12-31 23:59:59+00"}', NULL, NULL, 'null', NULL, NULL, NULL),
-          (4, NULL, NULL, '0', NULL, NULL, NULL, NULL, '{{1,2},{3,4}}', NULL, NULL, NULL, NULL,
+          (4, NULL, NULL, '0', '00:00:00.01', NULL, NULL, NULL, '{{1,2},{3,4}}', NULL, NULL, NULL, NULL,
            NULL, '[]', NULL, NULL, NULL)""",
         "UPDATE more_types SET iv = iv * 2, m = 'sad' WHERE id = 1",
         "DELETE FROM more_types WHERE id = 3",
