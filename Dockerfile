@@ -7,12 +7,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PGFEED_DATA_DIR=/data
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY service ./service
 COPY clients ./clients
 COPY protos ./protos
 COPY spark_connector ./spark_connector
-RUN pip install . \
+# gcc only for the build: the compiled transcoder (service/encoding/_transcode.c)
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null \
+ && pip install . \
+ && python -c "import service.encoding._transcode" \
+ && apt-get purge -y -qq gcc libc6-dev >/dev/null && apt-get autoremove -y -qq >/dev/null \
+ && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /data pgfeed \
  && mkdir -p /data && chown pgfeed /data
 

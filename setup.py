@@ -1,0 +1,10 @@
+"""The optional compiled transcoder (service/encoding/_transcode.c); everything else is in
+pyproject.toml. Without a C compiler the build skips it and pgfeed uses the pure-Python encoders."""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("service.encoding._transcode", ["service/encoding/_transcode.c"],
+                             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra",
+                                                 "-Wno-unused-parameter",
+                                                 "-Wno-missing-field-initializers"],
+                             optional=True)])
