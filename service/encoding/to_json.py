@@ -6,7 +6,6 @@ Values come from ``assembler.values``; what orjson cannot write natively goes th
 from __future__ import annotations
 
 import base64
-import contextlib
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -134,8 +133,10 @@ def change_events(txn: Transaction) -> list[bytes]:
             write = writers.get(change.tag)  # type: ignore[union-attr]
             event = None
             if write is not None:
-                with contextlib.suppress(Exception):  # outside the fast path: loaded, below
+                try:
                     event = write(change.buf, change.lsn, change.seq, middle, tail)
+                except Exception:  # noqa: BLE001, S110 - outside the fast path: loaded, below
+                    pass
             if event is not None:
                 append(event)
                 continue

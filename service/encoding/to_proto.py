@@ -10,7 +10,6 @@ since a json value may load as any Python type.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -456,8 +455,10 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
             write = writers.get(change.tag)  # type: ignore[union-attr]
             fast = None
             if write is not None:
-                with contextlib.suppress(Exception):  # outside the fast path: loaded, below
+                try:  # (try costs nothing here; contextlib.suppress cost ~0.3 µs a change)
                     fast = write(change.buf, change.lsn, seq, b"", b"")
+                except Exception:  # noqa: BLE001, S110 - outside the fast path: loaded, below
+                    pass
             if fast is not None:
                 body, change = fast, None
             else:
