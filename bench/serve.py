@@ -927,14 +927,12 @@ machine, these Python HTTP and gRPC stacks and these clients allow.
   pgfeed's own work a change ({grpc_rate.server_us():.1f} µs; {1e6 / GRPC_TARGET:.1f} µs would do).
 
 Decode happens on read. Row changes go straight from their pgoutput bytes to JSON or protobuf
-(`encoding/transcode.py`: one generated function per relation version, format and message that
-walks the TupleData and converts each column's text inline; no Python value is built), which cut
-the server's CPU a change by about a third against loading values with psycopg and encoding them.
-What remains is per column and per change Python (py-spy: the generated functions ~45-65% of
-the samples, the decoder's frame scan ~15-20%): on this machine one column costs ~0.3-0.5 µs. The
-gRPC target needs the per-change work cut about three-fold again: encoding each transaction once
-and keeping the bytes (log pages never change), or a compiled transcoder. Arrow
-({arrow_rate.best:,.0f}/s) still loads values through psycopg (typed columns need them).
+(`encoding/transcode.py`: per relation version, the column texts are converted inline and no
+Python value is built), compiled in `encoding/_transcode.c` (~0.5 µs a change in process, the
+generated Python ~5-7 µs). What remains on the read path is the decoder's frame scan (~1.5 µs a
+change, Python), SQLite and the transports; run to run this machine varies by up to a third
+(compare the reference rows of earlier runs). Arrow ({arrow_rate.best:,.0f}/s) still loads
+values through psycopg (typed columns need them).
 
 **What it means: latency.** p50 {_p50s(latencies)}; {_trend(lat)}; the writer's own commit
 round trip is {lat.pct(50, lat.commit_ms):.2f} ms. At {args.rate:,.0f}/s the server used
