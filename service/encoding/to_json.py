@@ -17,7 +17,7 @@ from clients._cursor import format_lsn
 from service.assembler.changes import RawChange
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.values import Interval, JsonNumber, SpecialFloat, TimeTz
-from service.encoding.transcode import json_writers
+from service.encoding.transcode import json_writers, transcoded
 
 __all__ = ["change_events", "change_to_dict", "commit_ts_iso", "dumps", "transaction_json",
            "transaction_to_dict"]
@@ -122,7 +122,7 @@ def change_events(txn: Transaction) -> list[bytes]:
     middle = b'"commit_lsn":"%s","xid":%d,"commit_ts":"%s",' % (
         commit_lsn.encode(), xid, commit_ts.encode())
     tail = b'"unchanged_toast":[],"origin":' + orjson.dumps(txn.origin) + b"}"
-    out = []
+    out: list[bytes] = []
     append = out.append
     plan = writers = None
     for change in txn.changes:
@@ -130,13 +130,7 @@ def change_events(txn: Transaction) -> list[bytes]:
             if change.plan is not plan:
                 plan = change.plan
                 writers = json_writers(plan)
-            write = writers.get(change.tag)  # type: ignore[union-attr]
-            event = None
-            if write is not None:
-                try:
-                    event = write(change.buf, change.lsn, change.seq, middle, tail)
-                except Exception:  # noqa: BLE001, S110 - outside the fast path: loaded, below
-                    pass
+            event = transcoded(writers, change, middle, tail)
             if event is not None:
                 append(event)
                 continue

@@ -31,7 +31,7 @@ from service.encoding.protowire import map_column as _column
 from service.encoding.protowire import timestamp_field as _timestamp
 from service.encoding.protowire import varint
 from service.encoding.to_json import dumps as json_dumps
-from service.encoding.transcode import proto_writers
+from service.encoding.transcode import proto_writers, transcoded
 
 __all__ = [
     "FRAME_BYTES",
@@ -452,13 +452,7 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
             if change.plan is not plan:
                 plan = change.plan
                 writers = proto_writers(plan)
-            write = writers.get(change.tag)  # type: ignore[union-attr]
-            fast = None
-            if write is not None:
-                try:  # (try costs nothing here; contextlib.suppress cost ~0.3 µs a change)
-                    fast = write(change.buf, change.lsn, seq, b"", b"")
-                except Exception:  # noqa: BLE001, S110 - outside the fast path: loaded, below
-                    pass
+            fast = transcoded(writers, change, b"", b"")
             if fast is not None:
                 body, change = fast, None
             else:
