@@ -39,6 +39,7 @@ import ctypes
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -147,6 +148,34 @@ class Cpu:
                 f"clients {self.share(self.clients)}, other {self.share(self.other)} (of a core)")
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of a process, by thread id."""
+    out = {}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+def thread_names(pid: int, exe: str) -> dict[int, str]:
+    """Python thread names by thread id, from ``py-spy dump`` (empty without py-spy); threads that
+    run no Python (grpc's pollers) are not named."""
+    try:
+        text = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    names = {}
+    for line in text.splitlines():
+        m = re.match(r'Thread (0x[0-9a-fA-F]+|\d+) \(\w+\): "(.*)"', line)
+        if m:
+            names[int(m.group(1), 0)] = m.group(2)
+    return names
+
+
 # -- results -----------------------------------------------------------------------------------------
 
 
@@ -185,6 +214,12 @@ class Latency:
     seconds: float
     missing: int  # committed, never received
     cpu: Cpu
+    threads: list[tuple[str, float]] = field(default_factory=list)  # server CPU s by thread
+
+    def thread_text(self) -> str:
+        """Server CPU µs a transaction by thread, busiest first."""
+        n = max(self.total_commits, 1)
+        return ", ".join(f"{name} {seconds / n * 1e6:.0f}" for name, seconds in self.threads)
 
     @property
     def rate(self) -> float:
@@ -642,12 +677,14 @@ def latency(server: Server, dsn: str, rate: float, seconds: float, connections: 
     try:
         time.sleep(0.5)  # the subscription has resolved ``latest`` before the first commit
         out = work / "writer.json"
+        before = thread_cpu(server.proc.pid)
         with server.cpu() as cpu:
             writer = subprocess.Popen([sys.executable, __file__, "--writer-child", json.dumps(
                 {"dsn": dsn, "rate": rate, "seconds": seconds, "connections": connections,
                  "first_id": first_id, "out": str(out)})],
                 stderr=subprocess.PIPE, text=True)
             _, err = writer.communicate(timeout=seconds + WARMUP_SECONDS + 120)
+        threads = _by_thread(server.proc.pid, before)
         if writer.returncode != 0:
             raise RuntimeError(f"writer failed ({writer.returncode}): {err.strip()[-2000:]}")
         data = json.loads(out.read_text())
@@ -674,7 +711,21 @@ def latency(server: Server, dsn: str, rate: float, seconds: float, connections: 
                    commit_ms=[(commit - t) * 1000 for _, t, commit in rows],
                    committed=len(rows), total_commits=len(data["rows"]),
                    seconds=rows[-1][2] - rows[0][1] if rows else 0.0,
-                   missing=len(rows) - len(got), cpu=cpu)
+                   missing=len(rows) - len(got), cpu=cpu, threads=threads)
+
+
+def _by_thread(pid: int, before: dict[int, float]) -> list[tuple[str, float]]:
+    """Server CPU seconds since ``before`` per thread (named by py-spy where it can), busiest
+    first; threads that ran no Python are summed as grpc's (its pollers and event engine)."""
+    exe = os.environ.get("PY_SPY") or shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    names = thread_names(pid, exe)
+    totals: dict[str, float] = {}
+    for tid, seconds in thread_cpu(pid).items():
+        name = names.get(tid, "grpc/native threads" if names else f"thread {tid}")
+        if name == "MainThread":
+            name = "event loop"
+        totals[name] = totals.get(name, 0.0) + seconds - before.get(tid, 0.0)
+    return sorted(((k, v) for k, v in totals.items() if v > 0), key=lambda kv: -kv[1])
 
 
 # -- main --------------------------------------------------------------------------------------------
@@ -831,7 +882,8 @@ def _print_latency(lat: Latency) -> None:
           f"on {lat.connections} connections: p50 {lat.pct(50):.2f} ms, p90 {lat.pct(90):.2f} ms, "
           f"p99 {lat.pct(99):.2f} ms, max {lat.worst:.2f} ms; median first/last tenth {first:.1f}/"
           f"{last:.1f} ms; missing {lat.missing}; commit round trip p50 "
-          f"{lat.pct(50, lat.commit_ms):.2f} ms; {lat.cpu.text()}", flush=True)
+          f"{lat.pct(50, lat.commit_ms):.2f} ms; {lat.cpu.text()}; server CPU µs a transaction "
+          f"by thread: {lat.thread_text()}", flush=True)
 
 
 def _section(args: argparse.Namespace, r: dict[str, Any]) -> str:

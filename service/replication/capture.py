@@ -41,6 +41,9 @@ BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 # goes to the change log piece by piece, so this bounds capture's memory whatever the size of a
 # transaction (a 1M-row one: bench/RESULTS.md, Capture).
 ASSEMBLER_MEMORY = 16 << 20
+# Batches up to this size are appended on the capture thread when the writer thread is idle (live
+# commits: no hand-over on their way to subscribers); bigger ones overlap with receiving.
+INLINE_APPEND_BYTES = 256 << 10
 
 
 @dataclass
@@ -139,7 +142,8 @@ class Capture:
         assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir),
                                          memory_limit=ASSEMBLER_MEMORY)
         feed_batch = assembler.feed_batch
-        writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.spec.name}")
+        writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.spec.name}",
+                           inline_bytes=INLINE_APPEND_BYTES)
         submitted = received = writer.durable_lsn  # highest position handed to the writer
         reported = -1  # flush position last sent to PostgreSQL
         last_feedback = 0.0
@@ -184,10 +188,12 @@ class Capture:
             heartbeat.close()
 
     def _durable(self, stored: Sequence[StoredTransaction]) -> None:
-        """On the writer's thread, once ``stored`` is durable: counters, and wake the readers."""
+        """Once ``stored`` is durable (on the writer's or the capture thread): counters, and wake the
+        readers. The new head is the newest commit stored (older ones, replays the log skipped,
+        do not move the notifier), so no read of the log is needed."""
         self.stats.last_commit_ts = stored[-1].commit_ts or self.stats.last_commit_ts
         self.stats.count(sum(t.change_count for t in stored), sum(len(t.payload) for t in stored))
-        self.notifier.publish(self.changelog.head())
+        self.notifier.publish(max(t.commit_lsn for t in stored))
 
 
 class _Heartbeat:

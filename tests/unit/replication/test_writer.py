@@ -9,8 +9,8 @@ import pytest
 
 from clients._cursor import EARLIEST
 from service.assembler.model import StoredTransaction
-from service.changelog.memory import MemoryChangeLog
 from service.changelog.base import ChangeLogError
+from service.changelog.memory import MemoryChangeLog
 from service.replication.writer import LogWriter
 from tests.unit.changelog.txns import lsns, txn
 
@@ -95,5 +95,54 @@ def test_batches_queued_during_an_append_share_the_next_one() -> None:
         assert appends == [[100], [200, 300, 400, 500]]
         assert lsns(log.read(EARLIEST, 100)) == [100, 200, 300, 400, 500]
         assert writer.durable_lsn == log.confirmed_lsn() == 508
+    finally:
+        writer.close()
+
+
+def test_a_small_batch_is_stored_on_the_caller_when_the_thread_is_idle() -> None:
+    """Inline appends: durable when submit returns, on the submitting thread, in order."""
+    log = MemoryChangeLog()
+    threads: list[str] = []
+    writer = LogWriter(log, lambda _: threads.append(threading.current_thread().name),
+                       name="writer-thread", inline_bytes=1 << 20)
+    try:
+        writer.submit([txn(100)], 108)
+        assert writer.durable_lsn == 108 and lsns(log.read(EARLIEST, 10)) == [100]  # no wait
+        writer.submit([], 150)  # a keepalive position still goes through the thread
+        writer.submit([txn(200)], 208)  # queued behind it: stored by the thread, after it
+        writer.close()
+        assert threads[0] == threading.current_thread().name and threads[1] == "writer-thread"
+        assert lsns(log.read(EARLIEST, 10)) == [100, 200] and writer.durable_lsn == 208
+    finally:
+        writer.close()
+
+
+def test_a_batch_over_the_inline_size_or_behind_queued_ones_goes_through_the_thread() -> None:
+    log = GatedLog()
+    threads: list[str] = []
+    writer = LogWriter(log, lambda _: threads.append(threading.current_thread().name),
+                       name="writer-thread", inline_bytes=1)
+    try:
+        writer.submit([txn(100)], 108)  # larger than one byte: handed over (held at the gate)
+        assert log.entered.wait(5) and writer.durable_lsn == 0
+        log.gate.set()
+        writer.close()
+        assert threads == ["writer-thread"] and writer.durable_lsn == 108
+    finally:
+        writer.close()
+
+
+def test_an_inline_append_that_fails_is_raised_by_submit_and_stops_durability() -> None:
+    log = GatedLog()
+    log.fail = ChangeLogError("disk full")
+    log.gate.set()
+    writer = LogWriter(log, lambda _: None, inline_bytes=1 << 20)
+    try:
+        with pytest.raises(ChangeLogError, match="disk full"):
+            writer.submit([txn(100)], 108)
+        log.fail = None
+        with pytest.raises(ChangeLogError, match="disk full"):
+            writer.submit([txn(200)], 208)  # nothing after a failure is stored
+        assert writer.durable_lsn == 0 and log.read(EARLIEST, 10) == []
     finally:
         writer.close()
