@@ -963,7 +963,7 @@ gRPC {verdict(grpc_rate.best >= GRPC_TARGET)} its target at {grpc_rate.best / GR
 {args.rate:,.0f} transactions/s ({lat.rate:,.0f} achieved) the latency p50 {verdict(p50 <= P50_TARGET_MS)}
 its target ({p50:.1f} ms) and p99 {verdict(p99 <= P99_TARGET_MS)} its target ({p99:.1f} ms).
 {_disturbed(rates, latencies, replay)}
-**What it means: reads.** Every pgfeed read is bound by the server process, which ran at
+**What it means: reads.** The server process ran at
 {_cores(json_rate)}, {_cores(arrow_rate)} and {_cores(grpc_rate)} of a core in the best JSON, Arrow
 and gRPC runs: {json_rate.server_us():.1f}, {arrow_rate.server_us():.1f} and {grpc_rate.server_us():.1f} µs of
 server CPU a change. The reference rows are the same clients reading pgfeed's own bytes (its first
@@ -991,20 +991,25 @@ round trip is {lat.pct(50, lat.commit_ms):.2f} ms. At {args.rate:,.0f}/s the ser
 {lat.cpu.share(lat.cpu.server)} of a core, {lat.cpu.server / max(lat.total_commits, 1) * 1e6:.0f} µs
 of server CPU a transaction, while PostgreSQL, the writer and the subscriber took
 {lat.cpu.share(lat.cpu.postgres + lat.cpu.clients)} of a core: the two cores are close to full,
-and the transactions queue for them. Each takes three steps in the server: receive and assemble
-it (capture thread, ~40% of the GIL-holding samples in a `--py-spy DIR` profile with
-`PY_SPY_ARGS='--gil'`), append it with an fsync (writer thread, ~10%: a one-transaction append
-costs ~0.2 ms of CPU here, half of it the fsync, and commits that queue up during an fsync share
-the next one) and send it as one gRPC message after a page read (event loop, ~45%, mostly
-grpc.aio's own callbacks: ~0.1-0.2 ms of CPU a message). The Subscribe path alone, replaying the
-same one-row transactions from the log, reaches {replay.best:,.0f} transactions/s at
-{replay.server_us():.0f} µs of server CPU each. Sharing one GIL is not what holds it back: running
-each feed's capture in a process of its own gave the same p50 in three A/B runs (22.8, 27.6 and
-42.0 ms with, 24.8, 27.7 and 46.2 ms without). So close to full, the figure swings between runs
-on shared cores (p50 from ~8 to ~75 ms at 2,000/s in the runs made while changing this code);
-{_lower_rates(latencies[:-1])}. Meeting {P50_TARGET_MS:.0f} ms p50 at 2,000/s here
-needs the server's CPU a transaction cut to about a third: live transactions handed to
-subscribers from memory (no log read), and a cheaper send than grpc.aio's ~0.15 ms a message.
+and the transactions queue for them. Server CPU a transaction by thread (from /proc): {lat.thread_text()}
+µs. The capture thread receives and assembles each transaction and, while the writer thread is
+idle, appends it itself (`replication/writer.py`, `inline_bytes`): a one-transaction append with
+its fsync costs ~0.3 ms of CPU here, two thirds of it in the kernel and none of it holding the
+GIL, and commits that arrive meanwhile share the next fsync. The event loop then reads what is
+new and sends each transaction as one gRPC message, awaiting each send before the next; under
+this load a message takes ~0.35 ms of wall time (p50; ~0.1 ms on an idle machine), so at 2,000/s
+the sends are where the queue forms (a per-hop trace put ~80% of the latency between the append
+and the client). A bare grpc.aio stream that sends one message per wake-up costs ~0.14 ms of
+loop CPU and ~0.2 ms in all a message here, and its own p50 goes from 0.3 ms to 1-2 ms when two
+other Python threads each hold the GIL 40% of the time (grpc's synchronous server does worse
+under the same contention). The Subscribe path alone, replaying the same one-row transactions
+from the log, reaches {replay.best:,.0f} transactions/s at {replay.server_us():.0f} µs of server
+CPU each. Running each feed's capture in a process of its own gave the same p50 in three A/B runs
+(22.8, 27.6 and 42.0 ms with, 24.8, 27.7 and 46.2 ms without). So close to full, the figure
+swings between runs on shared cores (p50 from ~6 to ~200 ms at 2,000/s in the runs made while
+changing this code); {_lower_rates(latencies[:-1])}. Meeting {P50_TARGET_MS:.0f} ms p50 at
+2,000/s on these two shared cores needs a gRPC send well below what grpc.aio's Python server
+costs a message, or fewer messages than one a transaction (which the contract does not allow).
 """
 
 
