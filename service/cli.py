@@ -16,13 +16,14 @@ import httpx
 
 def _serve(args: argparse.Namespace) -> int:
     from service.config import Settings
-    from service.runtime import Runtime
+    from service.runtime import Runtime, new_event_loop
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
                              changelog=args.changelog)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(Runtime(settings).serve())
+    with asyncio.Runner(loop_factory=lambda: new_event_loop(settings.event_loop)) as runner:
+        runner.run(Runtime(settings).serve())
     return 0
 
 

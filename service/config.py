@@ -26,6 +26,8 @@ class Settings(BaseSettings):
     read_tokens: list[SecretStr] = Field(default_factory=list)
     admin_tokens: list[SecretStr] = Field(default_factory=list)
     retention_check_seconds: float = 60.0
+    # uvloop when it is installed ("auto"): the event loop runs every HTTP answer and gRPC message.
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     log_level: str = "INFO"
 
     @classmethod

@@ -6,7 +6,6 @@ The live view reads the feed through the public HTTP API, like any client would.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
 import tempfile
@@ -24,7 +23,7 @@ from rich.table import Table
 from service.config import Settings
 from service.feeds.model import FeedOptions, FeedSpec
 from service.localpg import LocalCluster, available_versions
-from service.runtime import Runtime
+from service.runtime import Runtime, new_event_loop
 
 SCHEMA = """
 CREATE TABLE customers (id bigserial PRIMARY KEY, name text NOT NULL, email text);
@@ -94,7 +93,7 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
 
     settings = Settings(data_dir=data_dir, http_port=http_port, grpc_port=grpc_port, log_level="WARNING")
     runtime = Runtime(settings)
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop(settings.event_loop)
     server = threading.Thread(target=loop.run_until_complete, args=(runtime.serve(),), daemon=True)
     server.start()
     deadline = time.monotonic() + 30
