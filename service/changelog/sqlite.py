@@ -238,7 +238,8 @@ class SqliteChangeLog:
                     schema_rows.extend((t.commit_lsn, f) for f in t.schema_frames)
             if fresh:
                 conn.executemany("INSERT INTO txn VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", txn_rows)
-                conn.executemany("INSERT INTO schema_frame (commit_lsn, frame) VALUES (?, ?)", schema_rows)
+                if schema_rows:
+                    conn.executemany("INSERT INTO schema_frame (commit_lsn, frame) VALUES (?, ?)", schema_rows)
                 head = fresh[-1].commit_lsn
             new_confirmed = confirmed if confirmed_lsn is None else max(confirmed, confirmed_lsn)
             if fresh or new_confirmed != confirmed:

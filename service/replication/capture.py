@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,15 +58,21 @@ class CaptureStats:
     proto_version: int | None = None
     last_commit_ts: int = 0  # microseconds since 2000-01-01 of the newest stored commit
     reconnects: int = 0
-    _window: list[tuple[float, int]] = field(default_factory=list)
+    # (time, changes) samples at least 0.1 s apart (the newest one moves): ~100 for the 10 s rate,
+    # where one per append kept ~10,000 at 1,000 appends/s and shifted them all on every append.
+    _window: deque[tuple[float, int]] = field(default_factory=deque)
 
     def count(self, changes: int, nbytes: int) -> None:
         self.changes += changes
         self.bytes += nbytes
         now = time.monotonic()
-        self._window.append((now, self.changes))
-        while len(self._window) > 2 and now - self._window[0][0] > 10:
-            self._window.pop(0)
+        window = self._window
+        if len(window) > 1 and now - window[-2][0] < 0.1:
+            window[-1] = (now, self.changes)
+        else:
+            window.append((now, self.changes))
+        while len(window) > 2 and now - window[0][0] > 10:
+            window.popleft()
 
     def rate(self) -> float:
         """Changes per second over the last ~10 s (0 when idle)."""

@@ -1,0 +1,35 @@
+"""CaptureStats: the changes/s a feed's status reports, from a bounded window of samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.replication import capture
+from service.replication.capture import CaptureStats
+
+
+def test_rate_over_the_last_ten_seconds_from_a_bounded_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(capture.time, "monotonic", lambda: clock[0])
+    stats = CaptureStats()
+    for _ in range(30_000):  # 30 s of appends of 3 changes each, 1,000 appends a second
+        stats.count(3, 300)
+        clock[0] += 0.001
+    assert stats.changes == 90_000 and stats.bytes == 9_000_000
+    assert stats.rate() == pytest.approx(3_000, rel=0.02)
+    assert len(stats._window) <= 102  # one sample per 0.1 s, not one per append
+    clock[0] += 11  # idle for longer than the window
+    assert stats.rate() == 0.0
+
+
+def test_a_burst_then_a_slower_pace_shows_the_recent_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(capture.time, "monotonic", lambda: clock[0])
+    stats = CaptureStats()
+    for _ in range(200):  # 20 s at 100 changes every 0.1 s (1,000/s) ...
+        stats.count(100, 1)
+        clock[0] += 0.1
+    for _ in range(200):  # ... then 20 s at 10 every 0.1 s (100/s)
+        stats.count(10, 1)
+        clock[0] += 0.1
+    assert stats.rate() == pytest.approx(100, rel=0.05)
