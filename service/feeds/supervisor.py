@@ -305,9 +305,14 @@ class Supervisor:
         """The feed's relation catalogue, up to date with the log's schema history."""
         feed = self._get(name)
         with feed.catalog_lock:
+            # Every frame up to the head read first is in the history read after it, so the next
+            # call asks only for what is newer than that head (from the log's in-memory tail,
+            # for a reader following the head), not for everything since the last schema change.
+            head = feed.changelog.head()
             for commit_lsn, frame in feed.changelog.schema_history(feed.catalog_lsn):
                 feed.catalog.add(commit_lsn, frame)
                 feed.catalog_lsn = max(feed.catalog_lsn, commit_lsn)
+            feed.catalog_lsn = max(feed.catalog_lsn, head)
         return feed.catalog
 
     # -- status ----------------------------------------------------------------------------------
