@@ -360,3 +360,46 @@ def test_a_write_from_elsewhere_empties_the_tail_on_the_next_append(tmp_path: Pa
     finally:
         other.close()
         writer.close()
+
+
+def _blob_txn(commit_lsn: int, nbytes: int) -> StoredTransaction:
+    body = frame(commit_lsn - 10, w.insert(16384, "1", "c", "x" * nbytes))
+    return StoredTransaction(1, commit_lsn, commit_lsn + 8, 0, None, 1, body)
+
+
+def test_appends_never_checkpoint_on_their_own_commit(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """40 MB appended, past SQLite's automatic checkpoint (1,000 pages): the database file does
+    not grow while the checkpoint thread is not due; the WAL holds it all."""
+    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_BYTES", 1 << 40)
+    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_SECONDS", 3600.0)
+    path = tmp_path / "log.db"
+    log = SqliteChangeLog(path)
+    try:
+        before = path.stat().st_size
+        for i in range(1, 41):
+            log.append([_blob_txn(i * L, 1 << 20)])
+        assert path.stat().st_size == before
+        assert Path(f"{path}-wal").stat().st_size > 40 << 20
+    finally:
+        log.close()
+
+
+def test_the_checkpoint_thread_copies_the_wal_once_due(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_BYTES", 4 << 20)
+    path = tmp_path / "log.db"
+    log = SqliteChangeLog(path)
+    try:
+        before = path.stat().st_size
+        for i in range(1, 9):
+            log.append([_blob_txn(i * L, 1 << 20)])
+        deadline = time.monotonic() + 10
+        while path.stat().st_size < before + (6 << 20):  # pages copied into the database file
+            assert time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.02)
+        assert lsns(log.read(EARLIEST, 100)) == [i * L for i in range(1, 9)]
+        thread = log._checkpointer._thread  # type: ignore[union-attr]
+    finally:
+        log.close()
+    assert not thread.is_alive()  # close stops it
