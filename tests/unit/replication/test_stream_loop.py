@@ -162,7 +162,9 @@ def test_empty_payload_frame_is_valid() -> None:
     assert stream.read_batch(10, timeout=1)[0] == [(5, b"")]
 
 
-@pytest.mark.parametrize("frame", [b"w" + bytes(10), b"w", b"Z" + bytes(30), b"k" + bytes(5)])
+@pytest.mark.parametrize("frame", [b"w" + bytes(10), b"w", b"Z" + bytes(30), b"k" + bytes(5),
+                                   b"k" + bytes(16) + b"\x02",  # replyRequested neither 0 nor 1
+                                   b"k" + bytes(18)])  # a trailing byte
 def test_malformed_frames_raise_decode_error(frame: bytes) -> None:
     stream = make_stream(FakePGconn([[xlog(1, b"B"), frame]]))
     with pytest.raises(DecodeError):
