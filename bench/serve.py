@@ -993,23 +993,24 @@ of server CPU a transaction, while PostgreSQL, the writer and the subscriber too
 {lat.cpu.share(lat.cpu.postgres + lat.cpu.clients)} of a core: the two cores are close to full,
 and the transactions queue for them. Server CPU a transaction by thread (from /proc): {lat.thread_text()}
 µs. The capture thread receives and assembles each transaction and, while the writer thread is
-idle, appends it itself (`replication/writer.py`, `inline_bytes`): a one-transaction append with
-its fsync costs ~0.3 ms of CPU here, two thirds of it in the kernel and none of it holding the
-GIL, and commits that arrive meanwhile share the next fsync. The event loop then reads what is
-new and sends each transaction as one gRPC message, awaiting each send before the next; under
-this load a message takes ~0.35 ms of wall time (p50; ~0.1 ms on an idle machine), so at 2,000/s
-the sends are where the queue forms (a per-hop trace put ~80% of the latency between the append
-and the client). A bare grpc.aio stream that sends one message per wake-up costs ~0.14 ms of
-loop CPU and ~0.2 ms in all a message here, and its own p50 goes from 0.3 ms to 1-2 ms when two
-other Python threads each hold the GIL 40% of the time (grpc's synchronous server does worse
-under the same contention). The Subscribe path alone, replaying the same one-row transactions
-from the log, reaches {replay.best:,.0f} transactions/s at {replay.server_us():.0f} µs of server
-CPU each. Running each feed's capture in a process of its own gave the same p50 in three A/B runs
-(22.8, 27.6 and 42.0 ms with, 24.8, 27.7 and 46.2 ms without). So close to full, the figure
-swings between runs on shared cores (p50 from ~6 to ~200 ms at 2,000/s in the runs made while
-changing this code); {_lower_rates(latencies[:-1])}. Meeting {P50_TARGET_MS:.0f} ms p50 at
-2,000/s on these two shared cores needs a gRPC send well below what grpc.aio's Python server
-costs a message, or fewer messages than one a transaction (which the contract does not allow).
+idle, appends it itself (`replication/writer.py`, `inline_bytes`): one fsync'd append took ~0.9
+ms of wall time at the p50 under this load (p99 ~4-5 ms) and ~0.3 ms of CPU, two thirds of it in
+the kernel, and commits that arrive meanwhile share the next one. SQLite's checkpoints run on a
+thread of their own (`changelog/sqlite.py`): inside an append they put p99 at 93-126 ms (36 ms
+with none at all). The event loop (uvloop) then reads the new transactions from the log's
+in-memory tail (no SQLite read) and sends each as one gRPC message, awaiting each send before the
+next: ~0.35 ms of wall time a message under this load (~0.1 ms on an idle machine), so bursts
+left by a slow fsync or a busy core drain at that pace. A bare grpc.aio stream that sends one
+message per wake-up costs ~0.08 ms of loop CPU on uvloop (0.13 ms on asyncio's loop), and its
+own p50 goes from 0.3 ms to 1-2 ms when two other Python threads each hold the GIL 40% of the
+time. The Subscribe path alone, replaying the same one-row transactions from the log, reaches
+{replay.best:,.0f} transactions/s at {replay.server_us():.0f} µs of server CPU each. Running
+each feed's capture in a process of its own gave the same p50 in three A/B runs (22.8, 27.6 and
+42.0 ms with, 24.8, 27.7 and 46.2 ms without; before uvloop). So close to full, the figure swings
+between runs on shared cores (p50 from ~4 to ~80 ms at 2,000/s in the runs made while changing
+this code, most of them 5-10 ms); {_lower_rates(latencies[:-1])}. What is left at 2,000/s is
+the fsync and the one-message-a-transaction gRPC send, each at the mercy of two cores that the
+source, its clients and pgfeed keep ~85% busy.
 """
 
 
