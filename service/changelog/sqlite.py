@@ -355,10 +355,10 @@ class SqliteChangeLog:
 
     def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
         check_batch(transactions, confirmed_lsn)
-        if self._checkpointer is None:
-            self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint")
-        self._checkpointer.wrote(sum(len(t.payload) for t in transactions))
         with self._writing() as conn:
+            if self._checkpointer is None:
+                self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint")
+            self._checkpointer.wrote(sum(len(t.payload) for t in transactions))
             head, confirmed, next_chunk, txn_total, change_total, byte_total, trimmed = conn.execute(
                 "SELECT head, confirmed_lsn, next_chunk, txn_total, change_total, byte_total, "
                 "trimmed_lsn FROM state").fetchone()
