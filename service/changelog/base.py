@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction
@@ -200,3 +200,31 @@ def split_bounds(from_lsn: int, to_lsn: int, parts: int, base: int, top: int,
         if from_lsn < lsn < to_lsn and (not inner or lsn > inner[-1]):
             inner.append(lsn)
     return [from_lsn, *inner, to_lsn] if to_lsn > from_lsn else [from_lsn]
+
+
+_T = TypeVar("_T")
+
+
+def stored_position(txn: StoredTransaction) -> tuple[int, int]:
+    """``read_selection``'s key for StoredTransactions."""
+    return txn.commit_lsn, txn.change_count
+
+
+def read_selection(candidates: Iterable[_T], after: Cursor, max_changes: int,
+                   key: Callable[[_T], tuple[int, int]]) -> list[_T]:
+    """What ``read`` returns, from the candidates after ``after`` in commit order (``key``: a
+    candidate's commit_lsn and change count): the transaction at ``after`` only while it has
+    changes past ``after.seq``, then until they hold ``max_changes`` changes past the cursor."""
+    out = []
+    taken = 0
+    for item in candidates:
+        commit_lsn, left = key(item)
+        if after.seq is not None and commit_lsn == after.lsn:
+            left -= after.seq + 1
+            if left <= 0:
+                continue
+        out.append(item)
+        taken += left
+        if taken >= max_changes:
+            break
+    return out

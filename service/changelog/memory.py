@@ -21,9 +21,11 @@ from service.changelog.base import (
     check_batch,
     check_consumer,
     check_lsn,
+    read_selection,
     release_bound,
     slowest,
     split_bounds,
+    stored_position,
 )
 
 log = logging.getLogger("pgfeed.changelog")
@@ -163,27 +165,14 @@ class MemoryChangeLog:
             return self._lsns[0] if self._lsns else 0
 
     def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None) -> list[StoredTransaction]:
-        out: list[StoredTransaction] = []
         if max_changes <= 0:
-            return out
+            return []
         with self._open():
             start = bisect.bisect_left(self._lsns, after.lsn) if after.seq is not None \
                 else bisect.bisect_right(self._lsns, after.lsn)
-            taken = 0
-            for entry in self._entries[start:]:
-                t = entry.txn
-                if upto_lsn is not None and t.commit_lsn > upto_lsn:
-                    break
-                left = t.change_count
-                if t.commit_lsn == after.lsn and after.seq is not None:
-                    left -= after.seq + 1
-                    if left <= 0:
-                        continue
-                out.append(t)
-                taken += left
-                if taken >= max_changes:
-                    break
-        return out
+            candidates = (e.txn for e in self._entries[start:]
+                          if upto_lsn is None or e.txn.commit_lsn <= upto_lsn)
+            return read_selection(candidates, after, max_changes, stored_position)
 
     def split_points(self, from_lsn: int, to_lsn: int, parts: int) -> list[int]:
         with self._open():

@@ -29,11 +29,11 @@ import sqlite3
 import threading
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction, payload_pieces
@@ -45,9 +45,11 @@ from service.changelog.base import (
     check_batch,
     check_consumer,
     check_lsn,
+    read_selection,
     release_bound,
     slowest,
     split_bounds,
+    stored_position,
 )
 
 __all__ = ["CHUNK_BYTES", "SqliteChangeLog"]
@@ -212,29 +214,6 @@ class _Checkpointer:
 
 def _commit_lsn(txn: StoredTransaction) -> int:
     return txn.commit_lsn
-
-
-_T = TypeVar("_T")
-
-
-def _take(items: Iterable[_T], after: Cursor, max_changes: int,
-          key: Callable[[_T], tuple[int, int]]) -> list[_T]:
-    """The transactions ``read`` returns, from candidates in commit order (``key``: commit_lsn and
-    change count): the one at ``after`` only while it has changes past ``after.seq``, until they
-    hold ``max_changes`` changes past the cursor."""
-    out = []
-    taken = 0
-    for item in items:
-        commit_lsn, left = key(item)
-        if after.seq is not None and commit_lsn == after.lsn:
-            left -= after.seq + 1
-            if left <= 0:
-                continue
-        out.append(item)
-        taken += left
-        if taken >= max_changes:
-            break
-    return out
 
 
 def _lsn(value: int) -> int:
@@ -494,12 +473,12 @@ class SqliteChangeLog:
             return []
         tail = self._live_tail()
         if tail is not None and low >= tail.floor:
-            return _take(tail.after(low, high), after, max_changes, lambda t: (t.commit_lsn, t.change_count))
+            return read_selection(tail.after(low, high), after, max_changes, stored_position)
         with self._reading() as conn:
             cursor = conn.execute(_META + " WHERE commit_lsn > ? AND commit_lsn <= ? ORDER BY commit_lsn",
                                   (low, high))
             try:
-                rows = _take(cursor, after, max_changes, lambda row: (row[0], row[5]))
+                rows = read_selection(cursor, after, max_changes, lambda row: (row[0], row[5]))
             finally:
                 cursor.close()
             return self._load(conn, rows) if rows else []
