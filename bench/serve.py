@@ -1052,7 +1052,7 @@ def _p50s(latencies: list[Latency]) -> str:
 
 def _trend(lat: Latency) -> str:
     first, last = lat.drift()
-    if last < 1.5 * first:
+    if last < 1.5 * first or last - first < P50_TARGET_MS:  # a few ms either way is noise
         return (f"at {lat.target_rate:,.0f}/s the median is steady over the window ({first:.0f} ms "
                 f"in its first tenth, {last:.0f} ms in its last: the server keeps up, with a queue)")
     return (f"at {lat.target_rate:,.0f}/s the median grows over the window ({first:.0f} ms in its "
