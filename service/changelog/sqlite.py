@@ -169,14 +169,16 @@ class _Tail:
 
 class _Checkpointer:
     """Copies the WAL back into the database file (``PRAGMA wal_checkpoint(PASSIVE)``, which
-    never blocks the writer or readers) on a thread and connection of its own, once
-    _CHECKPOINT_BYTES were appended or _CHECKPOINT_SECONDS after the last append. The WAL is
-    fsync'd before its pages are copied, and restarts (truncated to _WAL_LIMIT) at the next
-    append after a complete checkpoint."""
+    never blocks the writer or readers) on a thread and connection of its own: once
+    _CHECKPOINT_BYTES were appended, or _CHECKPOINT_SECONDS after the first write since the last
+    checkpoint; an idle log's thread sleeps until the next write. The WAL is fsync'd before its
+    pages are copied, and restarts (truncated to _WAL_LIMIT) at the next append after a complete
+    checkpoint."""
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:
         self._connect = connect
-        self._due = threading.Event()
+        self._written = threading.Event()  # something to checkpoint (or closing)
+        self._due = threading.Event()  # checkpoint now (or closing)
         self._stop = False
         self._pending = 0  # bytes appended since the last checkpoint began
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -184,22 +186,26 @@ class _Checkpointer:
 
     def wrote(self, nbytes: int) -> None:
         self._pending += nbytes + 1
+        self._written.set()
         if self._pending >= _CHECKPOINT_BYTES:
             self._due.set()
 
     def close(self) -> None:
         self._stop = True
+        self._written.set()
         self._due.set()
         self._thread.join()
 
     def _run(self) -> None:
         conn = None
         try:
-            while not self._stop:
-                self._due.wait(_CHECKPOINT_SECONDS)
+            while True:
+                self._written.wait()
+                self._due.wait(_CHECKPOINT_SECONDS)  # let a trickle of writes gather
+                if self._stop:
+                    return
+                self._written.clear()
                 self._due.clear()
-                if self._stop or not self._pending:
-                    continue
                 self._pending = 0
                 try:
                     if conn is None:
@@ -337,7 +343,7 @@ class SqliteChangeLog:
         with self._writing() as conn:
             if self._checkpointer is None:
                 self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint")
-            self._checkpointer.wrote(sum(len(t.payload) for t in transactions))
+            checkpointer = self._checkpointer
             head, confirmed, next_chunk, txn_total, change_total, byte_total, trimmed = conn.execute(
                 "SELECT head, confirmed_lsn, next_chunk, txn_total, change_total, byte_total, "
                 "trimmed_lsn FROM state").fetchone()
@@ -374,6 +380,7 @@ class SqliteChangeLog:
                 conn.execute("UPDATE state SET head = ?, confirmed_lsn = ?, next_chunk = ?, txn_total = ?, "
                              "change_total = ?, byte_total = ?",
                              (head, new_confirmed, next_chunk, txn_total, change_total, byte_total))
+        checkpointer.wrote(sum(len(t.payload) for t in transactions))  # committed: in the WAL
 
     def set_confirmed_lsn(self, lsn: int) -> None:
         check_lsn(lsn, "confirmed lsn")

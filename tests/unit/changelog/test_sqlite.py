@@ -403,3 +403,20 @@ def test_the_checkpoint_thread_copies_the_wal_once_due(tmp_path: Path,
     finally:
         log.close()
     assert not thread.is_alive()  # close stops it
+
+
+def test_a_last_write_is_checkpointed_a_moment_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer path: one append, far below the size trigger, then nothing."""
+    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_BYTES", 1 << 40)
+    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_SECONDS", 0.05)
+    path = tmp_path / "log.db"
+    log = SqliteChangeLog(path)
+    try:
+        before = path.stat().st_size
+        log.append([_blob_txn(L, 2 << 20)])
+        deadline = time.monotonic() + 10
+        while path.stat().st_size < before + (1 << 20):
+            assert time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.02)
+    finally:
+        log.close()
