@@ -243,7 +243,7 @@ class SqliteChangeLog:
         self._closed = False
         self._tail: _Tail | None = None  # once this instance has written (see _Tail)
         self._tail_next: _Tail | None = None  # the tail once the write transaction commits
-        self._checkpointer: _Checkpointer | None = None  # started by the first append
+        self._checkpointer: _Checkpointer | None = None  # started by the first write
         self._writer: sqlite3.Connection | None = None
         self._writer = self._open()
 
@@ -287,12 +287,15 @@ class SqliteChangeLog:
         return conn
 
     @contextmanager
-    def _writing(self) -> Iterator[sqlite3.Connection]:
-        """The writer connection inside BEGIN IMMEDIATE … COMMIT (rolled back on any error)."""
+    def _writing(self, nbytes: int = 0) -> Iterator[sqlite3.Connection]:
+        """The writer connection inside BEGIN IMMEDIATE … COMMIT (rolled back on any error); once
+        committed, the checkpoint thread hears of it (``nbytes``: about what it added to the WAL)."""
         with self._write_lock:
             conn = self._writer
             if conn is None:
                 raise ChangeLogError(f"change log {self.path} is closed")
+            if self._checkpointer is None:  # the first write here (read-only instances never)
+                self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint")
             self._tail_next = None
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -300,6 +303,7 @@ class SqliteChangeLog:
                 conn.execute("COMMIT")
                 if self._tail_next is not None:
                     self._tail, self._tail_next = self._tail_next, None
+                self._checkpointer.wrote(nbytes)
             except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -340,10 +344,7 @@ class SqliteChangeLog:
 
     def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
         check_batch(transactions, confirmed_lsn)
-        with self._writing() as conn:
-            if self._checkpointer is None:
-                self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint")
-            checkpointer = self._checkpointer
+        with self._writing(sum(len(t.payload) for t in transactions)) as conn:
             head, confirmed, next_chunk, txn_total, change_total, byte_total, trimmed = conn.execute(
                 "SELECT head, confirmed_lsn, next_chunk, txn_total, change_total, byte_total, "
                 "trimmed_lsn FROM state").fetchone()
@@ -380,7 +381,6 @@ class SqliteChangeLog:
                 conn.execute("UPDATE state SET head = ?, confirmed_lsn = ?, next_chunk = ?, txn_total = ?, "
                              "change_total = ?, byte_total = ?",
                              (head, new_confirmed, next_chunk, txn_total, change_total, byte_total))
-        checkpointer.wrote(sum(len(t.payload) for t in transactions))  # committed: in the WAL
 
     def set_confirmed_lsn(self, lsn: int) -> None:
         check_lsn(lsn, "confirmed lsn")

@@ -196,11 +196,11 @@ class Capture:
 
     def _durable(self, stored: Sequence[StoredTransaction]) -> None:
         """Once ``stored`` is durable (on the writer's or the capture thread): counters, and wake the
-        readers. The new head is the newest commit stored (older ones, replays the log skipped,
-        do not move the notifier), so no read of the log is needed."""
+        readers. The new head is the batch's last commit (batches come in commit order; replays
+        the log skipped do not move the notifier), so no read of the log is needed."""
         self.stats.last_commit_ts = stored[-1].commit_ts or self.stats.last_commit_ts
         self.stats.count(sum(t.change_count for t in stored), sum(len(t.payload) for t in stored))
-        self.notifier.publish(max(t.commit_lsn for t in stored))
+        self.notifier.publish(stored[-1].commit_lsn)
 
 
 class _Heartbeat:

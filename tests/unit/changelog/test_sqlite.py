@@ -367,6 +367,14 @@ def _blob_txn(commit_lsn: int, nbytes: int) -> StoredTransaction:
     return StoredTransaction(1, commit_lsn, commit_lsn + 8, 0, None, 1, body)
 
 
+def _wait_until_checkpointed(path: Path, size: int) -> None:
+    """Until the database file (not its WAL) holds ``size`` bytes: pages a checkpoint copied."""
+    deadline = time.monotonic() + 10
+    while path.stat().st_size < size:
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.02)
+
+
 def test_appends_never_checkpoint_on_their_own_commit(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """40 MB appended, past SQLite's automatic checkpoint (1,000 pages): the database file does
@@ -394,10 +402,7 @@ def test_the_checkpoint_thread_copies_the_wal_once_due(tmp_path: Path,
         before = path.stat().st_size
         for i in range(1, 9):
             log.append([_blob_txn(i * L, 1 << 20)])
-        deadline = time.monotonic() + 10
-        while path.stat().st_size < before + (6 << 20):  # pages copied into the database file
-            assert time.monotonic() < deadline, "no checkpoint"
-            time.sleep(0.02)
+        _wait_until_checkpointed(path, before + (6 << 20))
         assert lsns(log.read(EARLIEST, 100)) == [i * L for i in range(1, 9)]
         thread = log._checkpointer._thread  # type: ignore[union-attr]
     finally:
@@ -414,9 +419,6 @@ def test_a_last_write_is_checkpointed_a_moment_later(tmp_path: Path, monkeypatch
     try:
         before = path.stat().st_size
         log.append([_blob_txn(L, 2 << 20)])
-        deadline = time.monotonic() + 10
-        while path.stat().st_size < before + (1 << 20):
-            assert time.monotonic() < deadline, "no checkpoint"
-            time.sleep(0.02)
+        _wait_until_checkpointed(path, before + (1 << 20))
     finally:
         log.close()
