@@ -14,13 +14,14 @@ read-ahead kept from an earlier read is reused:
    read with ``pyarrow``.
 2. gRPC read: one client ``Subscribe``s from ``earliest`` with the raw ``pgfeed.v1`` stubs (each
    frame parsed into a ``Transaction``) until it has counted every change.
-3. Live latency: a gRPC subscriber tails from ``latest`` (``tables=public.ticks``) while a writer
-   process commits one-row INSERT transactions (each row carries its send time) at ``--rate``
-   (2,000/s) over ``--connections`` connections for ``--seconds``, after 1 s of warm-up;
-   latency = the subscriber's receive time minus the moment the writer's commit returned, both
-   ``time.monotonic`` (CLOCK_MONOTONIC: one clock for every process on the machine). ``--sweep``
-   measures lower rates first. Afterwards a gRPC replay of those one-row transactions (from the
-   log, nothing live) gives the Subscribe path's rate in transactions/s.
+3. Live latency: a gRPC subscriber tails from ``latest`` (``tables=public.ticks``) while
+   ``pgbench --rate`` (PostgreSQL's own load generator in C: Poisson arrivals, little CPU)
+   commits one-row INSERT transactions at ``--rate`` (2,000/s) over ``--connections``
+   connections for ``--seconds``, after 1 s of warm-up; each row carries ``clock_timestamp()``
+   taken inside its INSERT, so latency = the subscriber's receive time (``time.time``, the same
+   clock) minus a moment before the commit: the commit itself counts. ``--sweep`` measures lower
+   rates first. Afterwards a gRPC replay of those one-row transactions (from the log, nothing
+   live) gives the Subscribe path's rate in transactions/s.
 
 CPU seconds of the server, of the cluster, of this script's processes and of everything else on
 the machine are recorded for every measurement (shared machines are noisy). ``--py-spy DIR``
@@ -28,7 +29,7 @@ records the server with py-spy during each phase and prints where the samples we
 
 Run: .venv/bin/python bench/serve.py [--changes N] [--runs 3] [--pg-version 18] [--write]
 ``--write`` replaces bench/RESULTS.md between the serve markers; without it, results are printed.
-Everything it starts (cluster, server, writer) is stopped on exit, on errors and on SIGTERM too.
+Everything it starts (cluster, server, pgbench) is stopped on exit, on errors and on SIGTERM too.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import json
+import math
 import os
 import platform
 import re
@@ -73,8 +74,11 @@ FEED = "bench"
 HTTP_TARGET = 200_000  # changes/s, one JSON client
 GRPC_TARGET = 300_000  # changes/s, one gRPC stream
 P50_TARGET_MS, P99_TARGET_MS = 5.0, 25.0
-TICKS = "CREATE TABLE ticks (id bigint PRIMARY KEY, sent double precision NOT NULL)"
-WARMUP_SECONDS = 1.0  # writer commits before the measured window (not counted)
+TICKS = ("CREATE TABLE ticks (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+         "sent double precision NOT NULL)")
+# The row carries the time of its own INSERT (the transaction's commit comes after it).
+TICK_SQL = "INSERT INTO ticks (sent) VALUES (extract(epoch FROM clock_timestamp()))"
+WARMUP_SECONDS = 1.0  # pgbench's commits before the measured window (not counted)
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -84,7 +88,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 def tree_cpu(root: int) -> float:
     """CPU seconds of a process and its children: the process, its live children, and its reaped
     children (``cutime``/``cstime``): a PostgreSQL cluster (backends that exited, such as the
-    writer's), or a pgfeed server (capture processes)."""
+    pgbench's), or a pgfeed server (capture processes)."""
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -105,7 +109,7 @@ def machine_cpu() -> float:
 
 
 def client_cpu() -> float:
-    """CPU seconds of this process and of its children waited for (the writer)."""
+    """CPU seconds of this process and of its children waited for (pgbench)."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
 
@@ -206,9 +210,8 @@ class Rate:
 class Latency:
     target_rate: float
     connections: int
-    samples_ms: list[float]  # commit return -> subscriber receive, in send order
-    send_ms: list[float]  # the row's send time -> subscriber receive (commit round trip included)
-    commit_ms: list[float]  # the writer's commit round trips
+    samples_ms: list[float]  # the row's INSERT -> subscriber receive, in insert order
+    commit_ms: list[float]  # pgbench's commit round trips
     committed: int  # commits in the measured window
     total_commits: int  # commits during the CPU measurement (warm-up included)
     seconds: float
@@ -589,8 +592,8 @@ def reference_reads(rates: dict[str, Rate], args: argparse.Namespace, server: Se
 
 
 class Subscriber:
-    """Tails the feed from ``latest`` (ticks only) on a thread; records when each row arrived and
-    the send time it carries."""
+    """Tails the feed from ``latest`` (ticks only) on a thread; records when each row arrived
+    (``time.time``: the clock of the rows' ``clock_timestamp()``) and the insert time it carries."""
 
     def __init__(self, target: str) -> None:
         from pgfeed.v1 import feed_pb2
@@ -607,7 +610,7 @@ class Subscriber:
     def _run(self) -> None:
         import grpc
 
-        now = time.monotonic
+        now = time.time
         received, sent = self.received, self.sent
         try:
             for txn in self.call:
@@ -627,90 +630,61 @@ class Subscriber:
         self.channel.close()
 
 
-def writer_child(args: dict[str, Any]) -> None:
-    """In a process of its own: commit one-row transactions at ``rate``/s over ``connections``
-    autocommit connections (thread k sends every k-th row on a fixed schedule, at once when it is
-    late); write ``[id, send, commit return]`` (monotonic seconds) as JSON to ``out``."""
-    dsn, rate, connections = str(args["dsn"]), float(args["rate"]), int(args["connections"])
-    first = int(args["first_id"])
-    total = int(rate * (float(args["seconds"]) + WARMUP_SECONDS))
-    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(connections)]
-    results: list[list[list[float]]] = [[] for _ in range(connections)]
-    errors: list[BaseException] = []
-    start = time.monotonic() + 0.2
-    sql = "INSERT INTO ticks (id, sent) VALUES (%s, %s)"
-
-    def run(k: int) -> None:
-        execute, out = conns[k].execute, results[k]
-        now, sleep = time.monotonic, time.sleep
-        try:
-            for i in range(k, total, connections):
-                delay = start + i / rate - now()
-                if delay > 0:
-                    sleep(delay)
-                sent = now()
-                execute(sql, (first + i, sent), prepare=True)
-                out.append([first + i, sent, now()])
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(connections)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for conn in conns:
-        conn.close()
-    if errors:
-        raise errors[0]
-    rows = sorted(r for part in results for r in part)
-    Path(str(args["out"])).write_text(json.dumps({"start": start, "rows": rows}))
+def pgbench(bindir: Path, dsn: str, rate: float, seconds: int, connections: int,
+            work: Path) -> list[float]:
+    """``pgbench -R rate`` committing TICK_SQL for ``seconds`` on ``connections`` connections
+    (Poisson arrivals, prepared statements, one thread); returns each commit's round trip in ms
+    (from its per-transaction log: elapsed time minus schedule lag)."""
+    script, prefix = work / "tick.sql", work / "pgbench"
+    script.write_text(TICK_SQL + ";\n")
+    for old in work.glob("pgbench.*"):
+        old.unlink()
+    done = subprocess.run(
+        [str(bindir / "pgbench"), "--no-vacuum", "--rate", f"{rate:g}", "--client", str(connections),
+         "--jobs", "1", "--time", str(seconds), "--protocol", "prepared", "--file", str(script),
+         "--log", "--log-prefix", str(prefix), dsn],
+        capture_output=True, text=True, timeout=seconds + 120, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"pgbench failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    # client_id transaction_no time_us script_no epoch epoch_us schedule_lag_us
+    return [(int(f[2]) - int(f[6])) / 1000 for log in work.glob("pgbench.*")
+            for f in (line.split() for line in log.read_text().splitlines()) if len(f) >= 7]
 
 
-def latency(server: Server, dsn: str, rate: float, seconds: float, connections: int,
-            work: Path) -> Latency:
+def latency(server: Server, bindir: Path, dsn: str, rate: float, seconds: float,
+            connections: int, work: Path) -> Latency:
     with psycopg.connect(dsn, autocommit=True) as conn:  # ids go on from earlier phases
         first_id = int(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM ticks")
                        .fetchone()[0])  # type: ignore[index]
     subscriber = Subscriber(server.grpc_target)
-    writer = None
     try:
         time.sleep(0.5)  # the subscription has resolved ``latest`` before the first commit
-        out = work / "writer.json"
         before = thread_cpu(server.proc.pid)
+        start = time.time()
         with server.cpu() as cpu:
-            writer = subprocess.Popen([sys.executable, __file__, "--writer-child", json.dumps(
-                {"dsn": dsn, "rate": rate, "seconds": seconds, "connections": connections,
-                 "first_id": first_id, "out": str(out)})],
-                stderr=subprocess.PIPE, text=True)
-            _, err = writer.communicate(timeout=seconds + WARMUP_SECONDS + 120)
+            commit_ms = pgbench(bindir, dsn, rate, math.ceil(seconds + WARMUP_SECONDS),
+                                connections, work)
         threads = _by_thread(server.proc.pid, before)
-        if writer.returncode != 0:
-            raise RuntimeError(f"writer failed ({writer.returncode}): {err.strip()[-2000:]}")
-        data = json.loads(out.read_text())
-        window = data["start"] + WARMUP_SECONDS
-        rows = [r for r in data["rows"] if r[1] >= window]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            every = conn.execute("SELECT id, sent FROM ticks WHERE id >= %s ORDER BY sent",
+                                 (first_id,)).fetchall()
+        rows = [(i, sent) for i, sent in every if sent >= start + WARMUP_SECONDS]
         deadline = time.monotonic() + 30
-        while any(r[0] not in subscriber.received for r in rows[-50:]):
+        while any(i not in subscriber.received for i, _ in rows[-50:]):
             if subscriber.error is not None or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         time.sleep(0.2)
     finally:
-        if writer is not None and writer.poll() is None:
-            writer.kill()
-            writer.wait(10)
         subscriber.close()
     if subscriber.error is not None:
         raise RuntimeError(f"subscriber failed: {subscriber.error}")
-    received, sent = subscriber.received, subscriber.sent
-    got = [r for r in rows if r[0] in received]
+    received = subscriber.received
+    got = [(i, sent) for i, sent in rows if i in received]
     return Latency(target_rate=rate, connections=connections,
-                   samples_ms=[(received[i] - commit) * 1000 for i, _, commit in got],
-                   send_ms=[(received[i] - sent[i]) * 1000 for i, _, _ in got],
-                   commit_ms=[(commit - t) * 1000 for _, t, commit in rows],
-                   committed=len(rows), total_commits=len(data["rows"]),
-                   seconds=rows[-1][2] - rows[0][1] if rows else 0.0,
+                   samples_ms=[(received[i] - sent) * 1000 for i, sent in got],
+                   commit_ms=commit_ms, committed=len(rows), total_commits=len(every),
+                   seconds=rows[-1][1] - rows[0][1] if rows else 0.0,
                    missing=len(rows) - len(got), cpu=cpu, threads=threads)
 
 
@@ -738,25 +712,21 @@ def main() -> None:
     ap.add_argument("--pg-version", default="18", help="PostgreSQL major (18 or 15)")
     ap.add_argument("--json-limit", type=int, default=10_000, help="changes a JSON page")
     ap.add_argument("--arrow-limit", type=int, default=100_000, help="changes an Arrow page")
-    ap.add_argument("--rate", type=float, default=2000, help="transactions/s of the latency writer")
+    ap.add_argument("--rate", type=float, default=2000, help="transactions/s pgbench commits in the latency phase")
     ap.add_argument("--seconds", type=float, default=10, help="measured seconds at --rate")
     ap.add_argument("--sweep", type=lambda t: [float(x) for x in t.split(",") if x],
                     default=[500.0, 1000.0], metavar="RATES",
                     help="measure latency at these rates first (default 500,1000; '' for none)")
     ap.add_argument("--sweep-seconds", type=float, default=5, help="measured seconds per sweep rate")
-    ap.add_argument("--connections", type=int, default=4, help="writer connections")
+    ap.add_argument("--connections", type=int, default=4, help="pgbench connections")
     ap.add_argument("--py-spy", type=Path, metavar="DIR",
                     help="record the server with py-spy ($PY_SPY or on PATH) during each phase's "
                          "first run into DIR and print where the samples went")
     ap.add_argument("--write", action="store_true", help="update bench/RESULTS.md (serve section)")
-    ap.add_argument("--writer-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.writer_child:
-        writer_child(json.loads(args.writer_child))
-        return
     if args.runs < 1:
         ap.error("--runs must be at least 1")
-    # SIGTERM unwinds like Ctrl-C, so the server, the writer and the cluster are stopped.
+    # SIGTERM unwinds like Ctrl-C, so the server, pgbench and the cluster are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
     load_before = os.getloadavg()
@@ -843,7 +813,7 @@ def _bench(cluster: LocalCluster, args: argparse.Namespace, work: Path) -> dict[
         for i, tx_rate in enumerate([*args.sweep, args.rate]):
             last = i == len(args.sweep)
             with profiler.phase(server, "latency") if last else contextlib.nullcontext():
-                latencies.append(latency(server, dsn, tx_rate, args.seconds if last else
+                latencies.append(latency(server, cluster.bindir, dsn, tx_rate, args.seconds if last else
                                          args.sweep_seconds, args.connections, work))
             server.check()
             _print_latency(latencies[-1])
@@ -934,7 +904,7 @@ commit). Then one client at a time, in this script's process, read all of it fro
 best of {args.runs}, each read against a freshly started server process on the same data dir (so
 nothing read ahead for an earlier read is reused, as in bench/http_read.py); pgfeed decodes on
 read, so every read decodes and encodes every change again. CPU columns: shares of one core during the best run, for the server process, the client
-(this script and the writer), the PostgreSQL cluster, and everything else on the machine (other
+(this script and pgbench), the PostgreSQL cluster, and everything else on the machine (other
 people's jobs: the cores are shared).
 
 | read | rate (best) | target | runs (s) | server CPU | client CPU | PostgreSQL CPU | other CPU |
@@ -945,12 +915,15 @@ Server CPU a change in the best run: {json_rate.server_us():.1f} µs (JSON),
 {arrow_rate.server_us():.1f} µs (Arrow), {grpc_rate.server_us():.1f} µs (gRPC).
 
 Commit -> gRPC subscriber latency: a subscriber (raw stubs, `tables=public.ticks`) tails from
-`latest` while a writer process commits one-row INSERT transactions on {lat.connections}
-autocommit connections at a fixed schedule ({args.sweep_seconds:.0f} s at each lower rate,
+`latest` while `pgbench --rate` commits one-row INSERT transactions on {lat.connections}
+connections, Poisson arrivals ({args.sweep_seconds:.0f} s at each lower rate,
 {args.seconds:.0f} s at {args.rate:,.0f}/s, each after {WARMUP_SECONDS:.0f} s of warm-up not
-counted); latency = receive time in the subscriber minus the return of the writer's commit
-(CLOCK_MONOTONIC in both processes), every commit of the window a sample
-({'none' if not missing else missing} missing). Targets at 2,000 transactions/s: p50 <=
+counted); latency = receive time in the subscriber minus the row's `clock_timestamp()`, taken
+inside its INSERT (so the commit itself counts; one clock, CLOCK_REALTIME, for both), every
+commit of the window a sample ({'none' if not missing else missing} missing). pgbench is
+PostgreSQL's C load generator: the psycopg writer this script used before (four threads on a
+fixed schedule) took ~20% of a core more at 2,000/s (clients 57-63% against 35-39%), which the
+server then did not have. Targets at 2,000 transactions/s: p50 <=
 {P50_TARGET_MS:.0f} ms, p99 <= {P99_TARGET_MS:.0f} ms; published: Electric 6 ms, Sequin 55 ms avg /
 253 ms p99.
 
@@ -986,10 +959,10 @@ change, Python), SQLite and the transports; run to run this machine varies by up
 (compare the reference rows of earlier runs). Arrow ({arrow_rate.best:,.0f}/s) still loads
 values through psycopg (typed columns need them).
 
-**What it means: latency.** p50 {_p50s(latencies)}; {_trend(lat)}; the writer's own commit
+**What it means: latency.** p50 {_p50s(latencies)}; {_trend(lat)}; pgbench's own commit
 round trip is {lat.pct(50, lat.commit_ms):.2f} ms. At {args.rate:,.0f}/s the server used
 {lat.cpu.share(lat.cpu.server)} of a core, {lat.cpu.server / max(lat.total_commits, 1) * 1e6:.0f} µs
-of server CPU a transaction, while PostgreSQL, the writer and the subscriber took
+of server CPU a transaction, while PostgreSQL, pgbench and the subscriber took
 {lat.cpu.share(lat.cpu.postgres + lat.cpu.clients)} of a core: the two cores are close to full,
 and the transactions queue for them. Server CPU a transaction by thread (from /proc): {lat.thread_text()}
 µs. The capture thread receives and assembles each transaction and, while the writer thread is
