@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 import httpx
@@ -64,16 +64,16 @@ class AsyncFeedClient:
                     raise
                 await asyncio.sleep(delay)
 
-    async def _json(self, method: str, path: str, **kw: Any) -> Any:
-        response = await self._send(method, path, **kw)
-        return response.json() if response.content else None
+    async def _json(self, method: str, path: str, build: Callable[[Any], Any] | None = None,
+                    **kw: Any) -> Any:
+        return base.decode((await self._send(method, path, **kw)).content, build)
 
     async def page(self, feed: str, after: CursorLike = "earliest", *,
                    limit: int | None = DEFAULT_LIMIT, tables: Names = None, ops: Names = None,
                    wait: float | None = None, to: CursorLike | None = None) -> Page:
         params = base.changes_params(after, limit=limit, tables=tables, ops=ops, wait=wait, to=to)
-        return Page.from_json(await self._json("GET", base.feed_path(feed, "changes"),
-                                               params=params, timeout=self.timeout + (wait or 0)))
+        return await self._json("GET", base.feed_path(feed, "changes"), Page.from_json,
+                                params=params, timeout=self.timeout + (wait or 0))
 
     async def iter_changes(self, feed: str, after: CursorLike = "earliest", *,
                            tables: Names = None, ops: Names = None, follow: bool = False,
@@ -92,8 +92,8 @@ class AsyncFeedClient:
     async def transactions(self, feed: str, after: CursorLike = "earliest", *,
                            limit: int | None = DEFAULT_LIMIT) -> TransactionPage:
         params = base.changes_params(after, limit=limit)
-        return TransactionPage.from_json(
-            await self._json("GET", base.feed_path(feed, "transactions"), params=params))
+        return await self._json("GET", base.feed_path(feed, "transactions"),
+                                TransactionPage.from_json, params=params)
 
     async def head(self, feed: str) -> str:
         page = await self.page(feed, "latest", limit=1)

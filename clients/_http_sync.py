@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Self
 
 import httpx
@@ -67,9 +67,9 @@ class FeedClient:
                     raise
                 time.sleep(delay)
 
-    def _json(self, method: str, path: str, **kw: Any) -> Any:
-        response = self._send(method, path, **kw)
-        return response.json() if response.content else None
+    def _json(self, method: str, path: str, build: Callable[[Any], Any] | None = None,
+              **kw: Any) -> Any:
+        return base.decode(self._send(method, path, **kw).content, build)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -79,8 +79,8 @@ class FeedClient:
         """One page of ``/changes`` after ``after`` (long-polling up to ``wait`` seconds)."""
         params = base.changes_params(after, limit=limit, tables=tables, ops=ops, wait=wait, to=to)
         timeout = self.timeout + (wait or 0)
-        return Page.from_json(self._json("GET", base.feed_path(feed, "changes"), params=params,
-                                         timeout=timeout))
+        return self._json("GET", base.feed_path(feed, "changes"), Page.from_json, params=params,
+                          timeout=timeout)
 
     def iter_changes(self, feed: str, after: CursorLike = "earliest", *, tables: Names = None,
                      ops: Names = None, follow: bool = False, limit: int = DEFAULT_LIMIT,
@@ -101,8 +101,8 @@ class FeedClient:
                      limit: int | None = DEFAULT_LIMIT) -> TransactionPage:
         """One page of whole transactions after ``after``."""
         params = base.changes_params(after, limit=limit)
-        return TransactionPage.from_json(
-            self._json("GET", base.feed_path(feed, "transactions"), params=params))
+        return self._json("GET", base.feed_path(feed, "transactions"), TransactionPage.from_json,
+                          params=params)
 
     def head(self, feed: str) -> str:
         """The commit LSN of the newest durable transaction (``0/0`` when the log is empty)."""

@@ -57,16 +57,16 @@ class Change:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Change:
-        content = d.get("content")
+        # Positional, in field order: a page builds 10,000 of these, and keyword arguments made
+        # this ~1 µs a change slower (of ~2.5).
+        get = d.get
+        content = get("content")
         return cls(
-            lsn=d["lsn"], seq=d["seq"], commit_lsn=d["commit_lsn"], xid=d.get("xid", 0),
-            commit_ts=_ts(d.get("commit_ts")), op=d["op"], schema=d.get("schema"),
-            table=d.get("table"), key=d.get("key"), before=d.get("before"), after=d.get("after"),
-            unchanged_toast=list(d.get("unchanged_toast") or ()), origin=d.get("origin"),
-            prefix=d.get("prefix"),
-            content=None if content is None else base64.b64decode(content),
-            transactional=d.get("transactional"), tables=d.get("tables"),
-            options=d.get("options"), toast_filled=d.get("toast_filled"),
+            d["lsn"], d["seq"], d["commit_lsn"], get("xid", 0), _ts(get("commit_ts")), d["op"],
+            get("schema"), get("table"), get("key"), get("before"), get("after"),
+            list(get("unchanged_toast") or ()), get("origin"), get("prefix"),
+            None if content is None else base64.b64decode(content),
+            get("transactional"), get("tables"), get("options"), get("toast_filled"),
         )
 
 
