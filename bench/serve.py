@@ -949,8 +949,8 @@ machine, these Python HTTP and gRPC stacks and these clients allow.
   client at {_client_share(json_ref)} of a core ({json_ref.best_cpu().clients / json_ref.changes * 1e6:.1f} µs
   a change, nearly all of it parsing): {_json_ceiling(json_ref)}. pgfeed reaches
   {json_rate.best / json_ref.best:.2f}x of that reference; the client needs
-  {json_rate.best_cpu().clients / json_rate.changes * 1e6:.1f} µs a change against pgfeed. The
-  client parses as pgfeed's client library does, with CPython's cyclic GC paused: a page is
+  {json_rate.best_cpu().clients / json_rate.changes * 1e6:.1f} µs a change against pgfeed, and
+  the server {json_rate.server_us():.1f} µs ({_cores(json_rate)} of a core). The client parses as pgfeed's client library does, with CPython's cyclic GC paused: a page is
   ~150,000 new containers, and with the collector running, a full collection every two or three
   pages rescanned the page being built; the same client then read the reference at ~200k/s
   instead of ~300k/s.
@@ -969,27 +969,30 @@ values through psycopg (typed columns need them).
 round trip is {lat.pct(50, lat.commit_ms):.2f} ms. At {args.rate:,.0f}/s the server used
 {lat.cpu.share(lat.cpu.server)} of a core, {lat.cpu.server / max(lat.total_commits, 1) * 1e6:.0f} µs
 of server CPU a transaction, while PostgreSQL, pgbench and the subscriber took
-{lat.cpu.share(lat.cpu.postgres + lat.cpu.clients)} of a core: the two cores are close to full,
-and the transactions queue for them. Server CPU a transaction by thread (from /proc): {lat.thread_text()}
-µs. The capture thread receives and assembles each transaction and, while the writer thread is
-idle, appends it itself (`replication/writer.py`, `inline_bytes`): one fsync'd append took ~0.9
-ms of wall time at the p50 under this load (p99 ~4-5 ms) and ~0.3 ms of CPU, two thirds of it in
-the kernel, and commits that arrive meanwhile share the next one. SQLite's checkpoints run on a
-thread of their own (`changelog/sqlite.py`): inside an append they put p99 at 93-126 ms (36 ms
-with none at all). The event loop (uvloop) then reads the new transactions from the log's
-in-memory tail (no SQLite read) and sends each as one gRPC message, awaiting each send before the
-next: ~0.35 ms of wall time a message under this load (~0.1 ms on an idle machine), so bursts
-left by a slow fsync or a busy core drain at that pace. A bare grpc.aio stream that sends one
-message per wake-up costs ~0.08 ms of loop CPU on uvloop (0.13 ms on asyncio's loop), and its
-own p50 goes from 0.3 ms to 1-2 ms when two other Python threads each hold the GIL 40% of the
-time. The Subscribe path alone, replaying the same one-row transactions from the log, reaches
-{replay.best:,.0f} transactions/s at {replay.server_us():.0f} µs of server CPU each. Running
-each feed's capture in a process of its own gave the same p50 in three A/B runs (22.8, 27.6 and
-42.0 ms with, 24.8, 27.7 and 46.2 ms without; before uvloop). So close to full, the figure swings
-between runs on shared cores (p50 from ~4 to ~80 ms at 2,000/s in the runs made while changing
-this code, most of them 5-10 ms); {_lower_rates(latencies[:-1])}. What is left at 2,000/s is
-the fsync and the one-message-a-transaction gRPC send, each at the mercy of two cores that the
-source, its clients and pgfeed keep ~85% busy.
+{lat.cpu.share(lat.cpu.postgres + lat.cpu.clients)} of a core. Server CPU a transaction by thread
+(from /proc): {lat.thread_text()} µs.
+
+- The capture thread receives and assembles each transaction and, while the writer thread is
+  idle, appends it itself (`replication/writer.py`, `inline_bytes`); commits that arrive during
+  an append share the next one. One fsync'd one-row append: ~0.3 ms of CPU (two thirds in the
+  kernel), ~0.8 ms of wall time at the p50 under this load, p99 ~5 ms, the worst ~90 ms (this
+  virtual disk). SQLite's checkpoints run on a thread of their own (`changelog/sqlite.py`):
+  inside an append they put p99 at 93-126 ms.
+- A per-hop trace at 2,000/s (instrumented build, not kept) found capture keeping up (the
+  median transaction was durable ~2 ms after its INSERT) and the queue, when there was one,
+  between the append and the gRPC send. The event loop (uvloop) reads new transactions from
+  the log's in-memory tail (no SQLite read) and sends each as one gRPC message, awaiting each
+  send before the next: ~0.25 ms of wall time a message under this load (~0.1 ms idle),
+  55-70% of the loop's time at 2,000/s. A slow fsync leaves a burst that drains at that pace,
+  which is most of the p99.
+- The Subscribe path alone, replaying the same one-row transactions from the log, reaches
+  {replay.best:,.0f} transactions/s at {replay.server_us():.0f} µs of server CPU each.
+- Before pgbench, with the psycopg writer taking ~20% of a core more, the same code gave p50 ~3
+  to ~80 ms at 2,000/s depending on the run: the figure depends on how busy the two cores are.
+  {_lower_rates(latencies[:-1]).capitalize()}.
+
+What is left at 2,000/s is the fsync before a transaction may be served (the contract serves
+durable transactions only) and one gRPC message a transaction.
 """
 
 
@@ -1021,8 +1024,8 @@ def _json_ceiling(ref: Rate) -> str:
     if ref.best < HTTP_TARGET:
         return (f"a client that parses each page cannot read {HTTP_TARGET:,}/s here, whatever the "
                 "server does")
-    return (f"a client that parses each page reads {HTTP_TARGET:,}/s here only at its best, "
-            "with the server doing nothing")
+    return (f"with the server doing nothing, this client reads {ref.best / HTTP_TARGET:.1f}x "
+            f"the {HTTP_TARGET:,}/s target here")
 
 
 def _p50s(latencies: list[Latency]) -> str:
