@@ -211,7 +211,8 @@ class GrpcFeedClient:
                   ops: Iterable[str] = ()) -> Iterator[Transaction]:
         """Whole transactions after ``cursor``, forever (the stream tails the log). After
         UNAVAILABLE it reconnects with backoff from the last transaction yielded; each
-        transaction's ``cursor`` is where to resume after it."""
+        transaction's ``cursor`` is where to resume after it. With filters, a transaction with
+        no changes reports progress past transactions they left out (at most one a second)."""
         position, delays = str(cursor), self.retry.delays()
         table_list, op_list = list(tables), list(ops)
         while True:

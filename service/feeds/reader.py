@@ -42,12 +42,15 @@ class ReaderBusy(Exception):
 @dataclass(slots=True)
 class Page:
     """Decoded transactions (sliced when a page ends inside one, empty ones left out), the cursor
-    after everything scanned, the log's head and whether the log holds more past ``next``."""
+    after everything scanned, the log's head and whether the log holds more past ``next``.
+    ``passed`` is the last whole transaction the filters left out entirely, when none of
+    ``transactions`` comes after it (a stream can report that it got that far)."""
 
     transactions: list[Transaction]
     next: Cursor
     head: int
     has_more: bool
+    passed: Transaction | None = None
 
     @property
     def change_count(self) -> int:
@@ -105,6 +108,7 @@ class FeedReader:
         upto = None if to is None else to.lsn
         next_cursor = after
         out: list[Transaction] = []
+        passed = None
         remaining = limit
         count = 0
         batch = self._stored(after, limit, upto)
@@ -147,8 +151,11 @@ class FeedReader:
             self._current = None if whole else stored
             if txn.changes:
                 out.append(txn)
+                passed = None
+            elif whole:
+                passed = txn
         bound = Cursor(head) if to is None else min(Cursor(head), to)
-        return Page(out, next_cursor, head, next_cursor < bound)
+        return Page(out, next_cursor, head, next_cursor < bound, passed)
 
     def _stored(self, after: Cursor, limit: int, upto: int | None) -> list[StoredTransaction]:
         current = self._current

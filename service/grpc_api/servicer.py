@@ -37,6 +37,7 @@ OLDEST_METADATA = "pgfeed-oldest"  # trailing metadata of OUT_OF_RANGE: the olde
 PAGE_CHANGES = 10_000  # changes scanned per log read while replaying
 TAIL_PAGE = 200  # changes scanned per read on the event loop once caught up (see ``_read``)
 TAIL_WAIT = 30.0  # seconds a caught-up stream waits on the notifier before looking again
+PROGRESS_SECONDS = 1.0  # at most this long without a frame while transactions are passed over
 _SHUTDOWN = "the server is shutting down: resume from the last cursor received"
 
 
@@ -127,6 +128,12 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc
         try:
             notifier = self.supervisor.notifier(parsed.feed)
             tailing = False
+            # The newest transaction the filters left out entirely since the last frame sent, and
+            # when that frame went: a stream that only passes over transactions reports how far
+            # it got every PROGRESS_SECONDS, so the cursor its client keeps stays near the head
+            # (resuming does not rescan, and retention does not overtake a caught-up subscriber).
+            passed = None
+            sent_at = time.monotonic()
             while True:
                 try:
                     page, frames = await _read(stream, position, tailing)
@@ -137,8 +144,17 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc
                 except PgfeedError as exc:
                     log.error("feed %s: subscription failed at %s: %s", parsed.feed, position, exc)
                     await context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+                if page.passed is not None:
+                    passed = page.passed
+                elif frames:
+                    passed = None
+                if passed is not None and time.monotonic() - sent_at >= PROGRESS_SECONDS:
+                    frames = [*frames, *stream.framer.frames([passed], page.next)]  # no changes, final
+                    passed = None
                 for frame in frames:
                     yield frame  # grpc awaits each write: the client's pace is respected
+                if frames:
+                    sent_at = time.monotonic()
                 if served is not None and page.transactions:
                     served.inc(page.change_count)
                 position = page.next
@@ -146,7 +162,8 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc
                     await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
                 tailing = not page.has_more
                 if tailing:
-                    await notifier.wait_beyond(page.head, TAIL_WAIT, stop)
+                    wait = TAIL_WAIT if passed is None else sent_at + PROGRESS_SECONDS - time.monotonic()
+                    await notifier.wait_beyond(page.head, wait, stop)
                     if stop.done():
                         await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
         finally:

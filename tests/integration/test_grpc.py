@@ -327,6 +327,42 @@ def test_filters_match_the_http_filters_and_close_every_transaction(make_served_
         [(["public.fb"], {"cascade": False, "restart_identity": False})]
 
 
+def test_a_stream_whose_filters_leave_everything_out_reports_progress(
+        make_served_feed: FeedFactory, pg_dsn: str, stub: Any) -> None:
+    """A subscriber of a quiet table, while another table is busy, still hears how far the feed
+    got (an empty final frame at most once a second), and resuming there skips what it passed."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE quiet (id int PRIMARY KEY); CREATE TABLE busy (id int PRIMARY KEY)")
+    name = make_served_feed(pg_dsn, tables=("public.quiet", "public.busy"))
+    sub = Subscription(stub, feed_pb2.SubscribeRequest(feed=name, cursor="latest", tables=["public.quiet"]))
+    try:
+        started = time.monotonic()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            for i in range(30):  # 1.5 s of commits that the filter leaves out
+                conn.execute("INSERT INTO busy VALUES (%s)", (i,))
+                time.sleep(0.05)
+        make_served_feed.caught_up(name, pg_dsn, timeout=60)
+        head = _head(make_served_feed.service.http_url, name)
+        timed = sub.take_timed(up_to(head), timeout=10)
+        frames = [f for _, f in timed]
+        assert all(f.final and not f.changes for f in frames)
+        assert [f.cursor for f in frames] == [format_lsn(f.commit_lsn) for f in frames]
+        assert [f.commit_lsn for f in frames] == sorted({f.commit_lsn for f in frames})
+        # At most one a second, counted from the subscription's start: not one per transaction.
+        assert len(frames) <= int(timed[-1][0] - started) + 1 < 30
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO quiet VALUES (1)")
+        row = sub.take(lambda got: bool(got) and bool(got[-1].changes), timeout=30)[-1]
+        assert [c.after["id"].int_value for c in row.changes] == [1]
+    finally:
+        sub.close()
+    # Resuming from the progress cursor: the quiet row first, nothing of the busy table.
+    resumed = subscribe(stub, lambda got: any(f.changes for f in got), 30,
+                        feed=name, cursor=head, tables=["public.quiet"])
+    assert [(f.commit_lsn, [c.after["id"].int_value for c in f.changes]) for f in resumed] == \
+        [(row.commit_lsn, [1])]
+
+
 # -- discovery and errors ---------------------------------------------------------------------------
 
 def test_discovery_and_every_error_status(make_served_feed: FeedFactory, pg_dsn: str, stub: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from clients._cursor import EARLIEST, Cursor
+from service.assembler.model import Op
 from service.assembler.relations import RelationCatalog
 from service.changelog.memory import MemoryChangeLog
 from service.feeds.reader import FeedReader, ReaderBusy
@@ -56,3 +57,18 @@ def test_a_page_that_meets_a_busy_reader_ends_with_a_cursor_that_loses_nothing()
     reader._lock = _FreeFor(10)  # type: ignore[assignment]
     rest = reader.page(first.next, 10, block=False)
     assert [t.commit_lsn for t in rest.transactions] == [0x2000, 0x3000] and not rest.has_more
+
+
+def test_a_page_names_the_last_whole_transaction_its_filters_left_out() -> None:
+    reader = _reader()
+    deletes = frozenset({Op.DELETE})  # every change in the log is an insert
+    page = reader.page(EARLIEST, 10, ops=deletes)
+    assert page.transactions == [] and page.next == Cursor(0x3000)
+    assert page.passed is not None and (page.passed.commit_lsn, page.passed.changes) == (0x3000, [])
+    # A page ending inside a transaction names the last one it passed over whole.
+    sliced = reader.page(EARLIEST, 3, ops=deletes)
+    assert sliced.next == Cursor(0x2000, 0) and sliced.passed.commit_lsn == 0x1000  # type: ignore[union-attr]
+    # Nothing is named when a transaction that is served comes after it.
+    served = reader.page(EARLIEST, 10, tables={"public.orders"})
+    assert [t.commit_lsn for t in served.transactions] == [0x1000, 0x2000, 0x3000]
+    assert served.passed is None
