@@ -43,8 +43,8 @@ class ReaderBusy(Exception):
 class Page:
     """Decoded transactions (sliced when a page ends inside one, empty ones left out), the cursor
     after everything scanned, the log's head and whether the log holds more past ``next``.
-    ``passed`` is the last whole transaction the filters left out entirely, when none of
-    ``transactions`` comes after it (a stream can report that it got that far)."""
+    ``passed`` is the last transaction this page read whole and the filters left out entirely,
+    when none of ``transactions`` comes after it (a stream can report that it got that far)."""
 
     transactions: list[Transaction]
     next: Cursor
@@ -152,7 +152,7 @@ class FeedReader:
             if txn.changes:
                 out.append(txn)
                 passed = None
-            elif whole:
+            elif whole and first == 0:  # begun on an earlier page: its frames close it
                 passed = txn
         bound = Cursor(head) if to is None else min(Cursor(head), to)
         return Page(out, next_cursor, head, next_cursor < bound, passed)

@@ -68,6 +68,9 @@ def test_a_page_names_the_last_whole_transaction_its_filters_left_out() -> None:
     # A page ending inside a transaction names the last one it passed over whole.
     sliced = reader.page(EARLIEST, 3, ops=deletes)
     assert sliced.next == Cursor(0x2000, 0) and sliced.passed.commit_lsn == 0x1000  # type: ignore[union-attr]
+    # The rest of a transaction begun on an earlier page is not named (its frames close it).
+    rest = reader.page(sliced.next, 1, ops=deletes)
+    assert rest.next == Cursor(0x2000) and rest.passed is None
     # Nothing is named when a transaction that is served comes after it.
     served = reader.page(EARLIEST, 10, tables={"public.orders"})
     assert [t.commit_lsn for t in served.transactions] == [0x1000, 0x2000, 0x3000]
