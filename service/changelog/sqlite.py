@@ -95,7 +95,6 @@ _SCHEMA = (
         cum_bytes INTEGER NOT NULL,
         first_chunk INTEGER NOT NULL,   -- its chunks are first_chunk .. first_chunk+chunk_count-1
         chunk_count INTEGER NOT NULL)""",
-    "CREATE INDEX txn_cum_changes ON txn (cum_changes)",
     "CREATE TABLE chunk (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
     """CREATE TABLE schema_frame (
         id INTEGER PRIMARY KEY,
@@ -277,6 +276,10 @@ class SqliteChangeLog:
             elif version != _SCHEMA_VERSION:
                 raise ChangeLogError(f"change log {self.path} has schema version {version}; this "
                                      f"pgfeed understands version {_SCHEMA_VERSION}")
+            # Logs created before 2026-11-23 carry an index on cum_changes: one more 16 KiB page
+            # written by every append (a quarter of a one-row append's WAL), for split_points,
+            # which searches by commit_lsn instead.
+            conn.execute("DROP INDEX IF EXISTS txn_cum_changes")
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             conn.close()
@@ -538,9 +541,20 @@ class SqliteChangeLog:
             top = last[0] if last and first else base
 
             def first_reaching(n: int) -> int:
-                row = conn.execute("SELECT commit_lsn FROM txn WHERE cum_changes >= ? "
-                                   "ORDER BY cum_changes, commit_lsn LIMIT 1", (n,)).fetchone()
-                return MAX_LSN if row is None else int(row[0])
+                # The first transaction whose running total reaches n: cum_changes grows with
+                # commit_lsn, so bisect the LSN range with primary-key seeks (<= ~64 of them).
+                found, lo, hi = MAX_LSN, 0, MAX_LSN
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    row = conn.execute("SELECT commit_lsn, cum_changes FROM txn WHERE commit_lsn >= ? "
+                                       "ORDER BY commit_lsn LIMIT 1", (mid,)).fetchone()
+                    if row is None:
+                        hi = mid
+                    elif row[1] >= n:
+                        found, hi = int(row[0]), mid  # nothing lies between mid and row[0]
+                    else:
+                        lo = int(row[0]) + 1
+                return found
 
             return split_bounds(from_lsn, to_lsn, parts, base, top, first_reaching)
 

@@ -14,12 +14,15 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clients._cursor import EARLIEST, Cursor
 from service.assembler.model import FRAME, StoredTransaction, chunk_bounds, frame
 from service.assembler.transactions import TransactionAssembler
 from service.changelog import ChangeLogError, open_changelog
 from service.changelog.base import LogStats
+from service.changelog.memory import MemoryChangeLog
 from service.changelog.spill_files import FileSpillStore
 from service.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog
 from tests.unit.assembler import wire as w
@@ -422,3 +425,46 @@ def test_a_last_write_is_checkpointed_a_moment_later(tmp_path: Path, monkeypatch
         _wait_until_checkpointed(path, before + (1 << 20))
     finally:
         log.close()
+
+
+# -- split points without an index --------------------------------------------------------------
+
+
+def test_a_log_created_with_the_cum_changes_index_loses_it_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    log = SqliteChangeLog(path)
+    log.append([txn(1000 * i, 2) for i in range(1, 6)])
+    log.close()
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE INDEX txn_cum_changes ON txn (cum_changes)")  # as logs were created before
+    conn.commit()
+    conn.close()
+    log = SqliteChangeLog(path)
+    try:
+        conn = sqlite3.connect(path)
+        indexes = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")]
+        conn.close()
+        assert "txn_cum_changes" not in indexes
+        assert log.split_points(0, log.head(), 5) == [0, 1000, 2000, 3000, 4000, 5000]
+    finally:
+        log.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 50), min_size=1, max_size=40), parts=st.integers(1, 9),
+       trim=st.integers(0, 20), lo=st.integers(0, 45), hi=st.integers(0, 45))
+def test_split_points_match_the_memory_log(tmp_path_factory: pytest.TempPathFactory, counts: list[int],
+                                           parts: int, trim: int, lo: int, hi: int) -> None:
+    """The bisection over commit_lsn cuts where the memory log's scan does, trims included."""
+    memory = MemoryChangeLog()
+    sqlite = SqliteChangeLog(tmp_path_factory.mktemp("split") / "log.db")
+    try:
+        batch = [txn(1000 * i, n) for i, n in enumerate(counts, start=1)]
+        for log in (memory, sqlite):
+            log.append(batch)
+            log.trim(1000 * trim)
+        lo, hi = sorted((1000 * lo, 1000 * hi))
+        assert sqlite.split_points(lo, hi, parts) == memory.split_points(lo, hi, parts)
+    finally:
+        sqlite.close()
+        memory.close()
