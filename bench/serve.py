@@ -1003,9 +1003,10 @@ of server CPU a transaction, while PostgreSQL, pgbench and the subscriber took
   an append share the next one. One fsync'd one-row append: ~0.3 ms of CPU (two thirds in the
   kernel), ~0.8 ms of wall time at the p50 under this load, p99 ~5 ms, the worst ~90 ms (this
   virtual disk). SQLite's checkpoints run on a thread of their own (`changelog/sqlite.py`):
-  inside an append they put p99 at 93-126 ms. The log writes ~35-60 KB to disk a one-row
-  transaction (30-70 MB/s at these rates, from /proc/diskstats): an append touches four 16 KiB
-  pages (state, `txn`, its `cum_changes` index, `chunk`).
+  inside an append they put p99 at 93-126 ms. An fsync'd one-row append writes ~53 KiB: three
+  16 KiB pages (state, `txn`, `chunk`) and their WAL frame headers (69 KiB with the index on
+  `cum_changes` that logs had before); the machine wrote 30-70 MB/s in these phases
+  (/proc/diskstats, PostgreSQL included).
 - A per-hop trace at 2,000/s (instrumented build, not kept) found capture keeping up (the
   median transaction was durable ~2 ms after its INSERT) and the queue, when there was one,
   between the append and the gRPC send. The event loop (uvloop) reads new transactions from
