@@ -146,6 +146,7 @@ class Runtime:
         for name in self.supervisor.names():
             retention = self.supervisor.spec(name).options.retention
             try:
+                self.supervisor.prepare_trim(name)
                 dropped = self.supervisor.changelog(name).retain(retention.hours, retention.bytes, now_us)
             except Exception:
                 log.exception("retention of feed %s failed", name)

@@ -23,6 +23,7 @@ from service.feeds.catalogue import Catalogue
 from service.feeds.model import NAME_RE, FeedSpec, FeedStatus, SlotRisk
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
+from service.feeds.toastindex import ToastIndex
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
 from service.replication.snapshot import take_snapshot
@@ -86,6 +87,7 @@ class Supervisor:
         for feed in feeds:
             self._join(feed)
             feed.changelog.close()
+            _close_index(feed)
         with self._lock:
             self._feeds.clear()
             self._started = False
@@ -233,6 +235,7 @@ class Supervisor:
                 log.warning("feed %s deleted with force: slot %r / publication %r left on the source "
                             "(%s); drop them there", name, spec.slot_name, spec.publication_name, reason)
             feed.changelog.close()
+            _close_index(feed)
             del self._feeds[name]
             self._catalogue.remove(name)
             shutil.rmtree(self._feed_dir(name), ignore_errors=True)
@@ -290,9 +293,20 @@ class Supervisor:
         feed = self._get(name)
         with feed.catalog_lock:
             if feed.reader is None:
-                feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name),
-                                         toast=feed.spec.options.toast)
+                toast = feed.spec.options.toast
+                index = None
+                if toast == "reselect":
+                    index = ToastIndex(self._feed_dir(name) / "toast.db" if self._kind == "sqlite"
+                                       else ":memory:")
+                feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name), toast=toast,
+                                         toast_index=index)
         return feed.reader
+
+    def prepare_trim(self, name: str) -> None:
+        """Before retention trims feed ``name``: a ``toast=reselect`` feed's index takes in what
+        is about to go, so fills after it stay what they would have been."""
+        if self.spec(name).options.toast == "reselect":
+            self.reader(name).index_toast()
 
     def check_reader(self, name: str, reader: FeedReader) -> None:
         """Raise FeedNotFound unless ``reader`` is still feed ``name``'s reader: the feed was
@@ -363,6 +377,11 @@ def parallel(names: Sequence[str], fn: Callable[[str], _T]) -> list[_T]:
         return [fn(name) for name in names]
     with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="pgfeed-probe") as pool:
         return list(pool.map(fn, names))
+
+
+def _close_index(feed: _Feed) -> None:
+    if feed.reader is not None and feed.reader.toast_index is not None:
+        feed.reader.toast_index.close()
 
 
 def _needs_snapshot(feed: _Feed) -> bool:
