@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from clients import GrpcFeedClient, format_lsn, parse_cursor
+from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.fixtures.fix_service import FeedFactory, Service, run_service
 
 pytestmark = pytest.mark.pg
@@ -136,3 +137,41 @@ def test_every_reader_gets_the_same_fill_for_a_position_across_a_restart(tmp_pat
             assert http_answers(second, name) == everything
         finally:
             FeedFactory(second, created=[name]).delete_all()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_spark_typed_read_after_a_restart_gets_the_same_values(
+        tmp_path: Path, pg_clusters: Clusters, request: pytest.FixtureRequest) -> None:
+    """Spark reads from a late cursor first thing in a new process: the values are the ones
+    HTTP served before the restart."""
+    cluster = pg_clusters.newest()
+    dsn = create_database(cluster, prefix="toast")
+    data_dir = tmp_path / "svc"
+    create_table(dsn)
+    try:
+        with run_service(data_dir) as first:
+            name = FeedFactory(first)(dsn, tables=("public.docs",), toast="reselect")
+            truth = write_history(dsn)
+            FeedFactory(first).caught_up(name, dsn)
+            everything = http_answers(first, name)
+            check_truth(everything, truth)
+        toasted = [k for k, a in everything.items() if a[0] == "update" and a[3] == ("body",)]
+        middle = _before(toasted[2])
+        with run_service(data_dir) as second:
+            try:
+                spark = request.getfixturevalue("spark_session")  # started only now: ~15 s
+                df = (spark.read.format("pgfeed").option("url", second.http_url)
+                      .option("feed", name).option("table", "public.docs").option("from", middle)
+                      .option("partitions", 2).load())
+                got = {f"{format_lsn(r['_commit_lsn'])}:{r['_seq']}":
+                       (r["_op"], r["id"], r["body"], tuple(r["_unchanged_toast"]))
+                       for r in df.collect()}
+                owed = _after(everything, middle)
+                assert got == {k: (a[0], a[1], a[2] if a[0] != "delete" else None, a[3])
+                               for k, a in owed.items()}
+                assert sum(1 for a in got.values() if a[3] == ("body",)) == len(toasted) - 2
+            finally:
+                FeedFactory(second, created=[name]).delete_all()
+    finally:
+        drop_slots(cluster, dsn)
