@@ -31,8 +31,8 @@ from service.pgoutput.messages import (
     LogicalMessage,
     RelationMessage,
     TruncateMessage,
-    TypeMessage,
     TupleData,
+    TypeMessage,
     UpdateMessage,
 )
 
@@ -366,7 +366,7 @@ class TransactionDecoder:
         commit_lsn = stored.commit_lsn
         types: dict[int, TypeName] = {}
         plans: dict[int, _Plan] = {}
-        payload = stored.payload
+        payload = bytes(stored.payload) if not isinstance(stored.payload, bytes) else stored.payload
         pos, end, seq = 0, len(payload), -1
         while pos < end:
             _lsn, length = _frame_at(payload, pos)
@@ -391,10 +391,10 @@ class TransactionDecoder:
                 schema = None
                 if tag in _ROW_TAGS:
                     relation_id = _relation_id_at(buf, 1)[0]
-                    plan = plans.get(relation_id)
-                    if plan is None:
-                        plan = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
-                    schema = plan.schema
+                    found = plans.get(relation_id)
+                    if found is None:
+                        found = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
+                    schema = found.schema
                 yield seq, tag, buf, schema, None
 
     # -- relations -------------------------------------------------------------------------------

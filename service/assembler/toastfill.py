@@ -121,10 +121,10 @@ def apply_row(images: ImageStore, position: Position,
     for i, col in enumerate(schema.columns):
         v = new[i] if i < len(new) else None
         if v is UNCHANGED_TOAST:
-            held = None
-            if old is not None and (full_old or i in key_set) and i < len(old) \
-                    and isinstance(old[i], str):
-                held = (col.value_oid, old[i], *position)  # type: ignore[assignment]
+            held: Held | None = None
+            was = old[i] if old is not None and (full_old or i in key_set) and i < len(old) else None
+            if isinstance(was, str):
+                held = (col.value_oid, was, position[0], position[1])
             elif prior is not None:
                 got = prior.get(col.name)
                 if got is not None and got[0] == col.value_oid and got[1] is not None:
@@ -133,7 +133,7 @@ def apply_row(images: ImageStore, position: Position,
                 fills[col.name] = held
                 image[col.name] = held
         elif v is None or isinstance(v, str):
-            image[col.name] = (col.value_oid, v, *position)
+            image[col.name] = (col.value_oid, v, position[0], position[1])
         # binary ('b') values are not kept: pgfeed asks for text
     if not key_idx:  # no replica identity: rows of this table are never told apart
         return fills

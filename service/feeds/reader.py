@@ -126,8 +126,9 @@ class FeedReader:
         # Schema frames are appended with their transactions, so one catalogue refresh after the
         # log read covers the whole page (not a schema_history query per transaction).
         catalog = self._catalog() if batch else self._decoder.catalog
-        if self.toast_index is not None and batch:
-            self.toast_index.advance(self.changelog, catalog, batch[-1].commit_lsn)
+        if self.toast_index is not None and batch and not self.toast_index.advance(
+                self.changelog, catalog, batch[-1].commit_lsn, block=block):
+            raise ReaderBusy("another reader of this feed is applying its toast index")
         for stored in batch:
             if remaining <= 0 or (max_transactions is not None and count >= max_transactions):
                 break

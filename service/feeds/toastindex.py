@@ -54,18 +54,18 @@ from service.pgoutput.messages import (
 __all__ = ["ToastIndex"]
 
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 1), "
-    "watermark INTEGER NOT NULL, forgotten INTEGER NOT NULL)",
+    ("CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 1), "
+     "watermark INTEGER NOT NULL, forgotten INTEGER NOT NULL)"),
     "INSERT OR IGNORE INTO state VALUES (1, 0, 0)",
-    "CREATE TABLE IF NOT EXISTS image (rel INTEGER NOT NULL, ident BLOB NOT NULL, "
-    "data TEXT NOT NULL, PRIMARY KEY (rel, ident)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS fill (commit_lsn INTEGER NOT NULL, seq INTEGER NOT NULL, "
-    "name TEXT NOT NULL, src_lsn INTEGER NOT NULL, src_seq INTEGER NOT NULL, "
-    "PRIMARY KEY (commit_lsn, seq, name)) WITHOUT ROWID",
+    ("CREATE TABLE IF NOT EXISTS image (rel INTEGER NOT NULL, ident BLOB NOT NULL, "
+     "data TEXT NOT NULL, PRIMARY KEY (rel, ident)) WITHOUT ROWID"),
+    ("CREATE TABLE IF NOT EXISTS fill (commit_lsn INTEGER NOT NULL, seq INTEGER NOT NULL, "
+     "name TEXT NOT NULL, src_lsn INTEGER NOT NULL, src_seq INTEGER NOT NULL, "
+     "PRIMARY KEY (commit_lsn, seq, name)) WITHOUT ROWID"),
     "CREATE INDEX IF NOT EXISTS fill_source ON fill (src_lsn, src_seq, name)",
-    "CREATE TABLE IF NOT EXISTS value (src_lsn INTEGER NOT NULL, src_seq INTEGER NOT NULL, "
-    "name TEXT NOT NULL, oid INTEGER NOT NULL, text TEXT, "
-    "PRIMARY KEY (src_lsn, src_seq, name)) WITHOUT ROWID",
+    ("CREATE TABLE IF NOT EXISTS value (src_lsn INTEGER NOT NULL, src_seq INTEGER NOT NULL, "
+     "name TEXT NOT NULL, oid INTEGER NOT NULL, text TEXT, "
+     "PRIMARY KEY (src_lsn, src_seq, name)) WITHOUT ROWID"),
 )
 _BATCH_CHANGES = 5_000  # changes applied per SQLite transaction
 _BUSY_SECONDS = 30
@@ -118,24 +118,32 @@ class ToastIndex:
 
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None,
-                                     check_same_thread=False)
+        self._lock = threading.Lock()  # the writer connection: one batch at a time
+        self._conn = self._connect()
         if self.path != ":memory:":
             self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = FULL")  # an answer once given survives a crash
         for statement in _SCHEMA:
             self._conn.execute(statement)
+        # Lookups use a connection of their own (WAL: they never wait for a batch being applied);
+        # an in-memory index has one connection, shared under the lock.
+        self._read_lock = threading.Lock() if self.path != ":memory:" else self._lock
+        self._read = self._connect() if self.path != ":memory:" else self._conn
         self.watermark = self._state()[0]
         self._cached: tuple[int, dict[int, dict[str, tuple[int, str | None]]]] | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None,
+                               check_same_thread=False)
 
     def _state(self) -> tuple[int, int]:
         row = self._conn.execute("SELECT watermark, forgotten FROM state").fetchone()
         return int(row[0]), int(row[1])
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
             self._conn.close()
+            self._read.close()
 
     # -- reading ---------------------------------------------------------------------------------
     def fills(self, commit_lsn: int, seq: int) -> Mapping[str, tuple[int, str | None]]:
@@ -144,8 +152,8 @@ class ToastIndex:
         cached = self._cached
         if cached is None or cached[0] != commit_lsn:
             by_seq: dict[int, dict[str, tuple[int, str | None]]] = {}
-            with self._lock:
-                rows = self._conn.execute(
+            with self._read_lock:
+                rows = self._read.execute(
                     "SELECT f.seq, f.name, v.oid, v.text FROM fill f JOIN value v ON "
                     "v.src_lsn = f.src_lsn AND v.src_seq = f.src_seq AND v.name = f.name "
                     "WHERE f.commit_lsn = ?", (commit_lsn,)).fetchall()
@@ -155,15 +163,22 @@ class ToastIndex:
         return cached[1].get(seq, {})
 
     # -- building --------------------------------------------------------------------------------
-    def advance(self, changelog: ChangeLog, catalog: RelationCatalog, upto: int) -> None:
-        """Apply every transaction of ``changelog`` with commit_lsn <= ``upto`` not applied yet."""
+    def advance(self, changelog: ChangeLog, catalog: RelationCatalog, upto: int, *,
+                block: bool = True) -> bool:
+        """Apply every transaction of ``changelog`` with commit_lsn <= ``upto`` not applied yet.
+        With ``block=False`` returns False at once when another thread is applying some."""
         if upto <= self.watermark:
-            return
-        with self._lock:
+            return True
+        if not self._lock.acquire(blocking=block):
+            return False
+        try:
             decoder = TransactionDecoder(catalog)
             while self.watermark < upto:
                 if not self._batch(changelog, decoder, upto):
                     break
+        finally:
+            self._lock.release()
+        return True
 
     def _batch(self, changelog: ChangeLog, decoder: TransactionDecoder, upto: int) -> bool:
         conn = self._conn
@@ -190,8 +205,11 @@ class ToastIndex:
                              [(*k, *v) for k, v in values.items()])
             conn.executemany("INSERT OR REPLACE INTO fill VALUES (?, ?, ?, ?, ?)", fills)
             new_mark = batch[-1].commit_lsn if batch else max(watermark, min(upto, changelog.head()))
-            if trimmed > forgotten:  # fills of positions no reader can ask for any more
-                conn.execute("DELETE FROM fill WHERE commit_lsn <= ?", (trimmed,))
+            if trimmed > forgotten:
+                # Fills of positions no reader can ask for any more: those trimmed by the trim
+                # seen before this one (a reader that loaded a transaction just before a trim
+                # still finds its fills).
+                conn.execute("DELETE FROM fill WHERE commit_lsn <= ?", (forgotten,))
                 conn.execute("DELETE FROM value WHERE NOT EXISTS (SELECT 1 FROM fill f WHERE "
                              "f.src_lsn = value.src_lsn AND f.src_seq = value.src_seq AND "
                              "f.name = value.name)")

@@ -7,9 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.assembler.relations import RelationCatalog, RelationSchema
-from service.assembler.toastfill import Held, MemoryImages, apply_relation, apply_row, apply_truncate
+from service.assembler.toastfill import (
+    Held,
+    MemoryImages,
+    apply_relation,
+    apply_row,
+    apply_truncate,
+)
 from service.pgoutput.messages import DeleteMessage, InsertMessage, Message, UpdateMessage
-from tests.unit.assembler.test_changes import K, ORDERS, U, dele, full, ins, relation, upd
+from tests.unit.assembler.test_changes import ORDERS, K, U, dele, full, ins, relation, upd
 
 
 def schema_of(msg: object = None) -> RelationSchema:

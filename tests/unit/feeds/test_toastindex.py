@@ -11,7 +11,7 @@ import pytest
 from clients._cursor import EARLIEST, Cursor
 from service.assembler.relations import RelationCatalog
 from service.changelog.sqlite import SqliteChangeLog
-from service.feeds.reader import FeedReader
+from service.feeds.reader import FeedReader, ReaderBusy
 from service.feeds.toastindex import ToastIndex
 from tests.unit.assembler.test_changes import U, ins, relation, stored, upd
 
@@ -105,3 +105,11 @@ def test_reselect_needs_an_index(tmp_path: Path) -> None:
     log = _log(tmp_path)
     with pytest.raises(ValueError, match="toast index"):
         FeedReader(log, RelationCatalog, toast="reselect")
+
+
+def test_an_inline_read_does_not_wait_for_the_index(tmp_path: Path) -> None:
+    reader = _reader(tmp_path, _log(tmp_path))
+    assert reader.toast_index is not None
+    with reader.toast_index._lock, pytest.raises(ReaderBusy):  # another thread applying it
+        reader.page(EARLIEST, 10, block=False)
+    assert _bodies(reader, EARLIEST) == EXPECTED
