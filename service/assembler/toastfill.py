@@ -23,7 +23,6 @@ store one copy of a large value however many changes are filled from it.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -79,8 +78,12 @@ class MemoryImages:
 
 
 def row_ident(texts: Sequence[str | None]) -> bytes:
-    """A row's identity from its key columns' text (a fixed-size digest: FULL keys are whole rows)."""
-    return hashlib.sha256(json.dumps(list(texts), ensure_ascii=False).encode()).digest()
+    """A row's identity from its key columns' text: the texts length-prefixed, or their SHA-256
+    when that is longer than 32 bytes (FULL keys are whole rows). Stored in the fill index: keep
+    it stable."""
+    raw = b"".join(b"\xff\xff\xff\xff" if t is None else len(b := t.encode()).to_bytes(4, "big") + b
+                   for t in texts)
+    return b"r" + raw if len(raw) <= 32 else b"h" + hashlib.sha256(raw).digest()
 
 
 def _key_texts(values: Sequence[object], key_idx: Sequence[int]) -> list[str | None] | None:

@@ -23,11 +23,12 @@ later fill is unknown rather than taken from an image the gap may have outdated)
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+import orjson
 
 from clients._cursor import Cursor
 from service.assembler.changes import TransactionDecoder
@@ -58,7 +59,7 @@ _SCHEMA = (
      "watermark INTEGER NOT NULL, forgotten INTEGER NOT NULL)"),
     "INSERT OR IGNORE INTO state VALUES (1, 0, 0)",
     ("CREATE TABLE IF NOT EXISTS image (rel INTEGER NOT NULL, ident BLOB NOT NULL, "
-     "data TEXT NOT NULL, PRIMARY KEY (rel, ident)) WITHOUT ROWID"),
+     "data BLOB NOT NULL, PRIMARY KEY (rel, ident)) WITHOUT ROWID"),
     ("CREATE TABLE IF NOT EXISTS fill (commit_lsn INTEGER NOT NULL, seq INTEGER NOT NULL, "
      "name TEXT NOT NULL, src_lsn INTEGER NOT NULL, src_seq INTEGER NOT NULL, "
      "PRIMARY KEY (commit_lsn, seq, name)) WITHOUT ROWID"),
@@ -85,7 +86,7 @@ class _Images:
         row = self.conn.execute("SELECT data FROM image WHERE rel = ? AND ident = ?", key).fetchone()
         if row is None:
             return None
-        return {name: tuple(held) for name, held in json.loads(row[0]).items()}  # type: ignore[misc]
+        return {name: tuple(held) for name, held in orjson.loads(row[0]).items()}  # type: ignore[misc]
 
     def put(self, relation_id: int, ident: bytes, image: Image) -> None:
         self.pending[(relation_id, ident)] = image
@@ -103,7 +104,7 @@ class _Images:
         self.conn.execute("DELETE FROM image")
 
     def flush(self) -> None:
-        puts = [(r, i, json.dumps(img, ensure_ascii=False)) for (r, i), img in self.pending.items()
+        puts = [(r, i, orjson.dumps(img)) for (r, i), img in self.pending.items()
                 if img is not None]
         drops = [(r, i) for (r, i), img in self.pending.items() if img is None]
         self.conn.executemany("DELETE FROM image WHERE rel = ? AND ident = ?", drops)
