@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from typing import Any, Literal
 
 from clients._cursor import format_lsn
@@ -31,7 +30,6 @@ from service.pgoutput.messages import (
     LogicalMessage,
     RelationMessage,
     TruncateMessage,
-    TupleData,
     TypeMessage,
     UpdateMessage,
 )
@@ -64,13 +62,16 @@ _UT = UNCHANGED_TOAST
 class _Plan:
     """What decoding a row of one relation version needs, computed once per version."""
 
-    __slots__ = ("cache", "key_names", "key_of", "load", "name", "schema", "wire_row")
+    __slots__ = ("cache", "column_names", "key_names", "key_of", "load", "name", "schema",
+                 "value_oids", "wire_row")
 
     def __init__(self, schema: RelationSchema) -> None:
         self.schema = schema
         self.cache: dict[str, Any] = {}  # what encoders derive from this version (transcode.py)
         self.name = schema.qualified_name
         oids = [c.value_oid for c in schema.columns]
+        self.value_oids = tuple(oids)
+        self.column_names = schema.column_names
         self.load: RowLoader = row_loader(oids, schema.column_names)
         self.wire_row = _wire_row(tuple(oids), schema.column_names)
         self.key_names = schema.key_columns
@@ -198,36 +199,36 @@ def _fast_rows(tag: int, data: bytes, wire_row: WireRow) -> Rows:
     return new, old, old_kind
 
 
-def _slow_rows(msg: InsertMessage | UpdateMessage | DeleteMessage,
-               load: RowLoader) -> tuple[dict[str, Any] | None, dict[str, Any] | None, bool,
-                                         int | None]:
-    """The reference path: decoded TupleData through ``row_loader`` (TOAST, binary, fallbacks)."""
+def _slow_rows(msg: InsertMessage | UpdateMessage | DeleteMessage, load: RowLoader,
+               new_values: tuple[Any, ...] | None = None) -> tuple[
+                   dict[str, Any] | None, dict[str, Any] | None, bool, int | None]:
+    """The reference path: decoded TupleData through ``row_loader`` (TOAST, binary, fallbacks);
+    ``new_values`` stand in for the new tuple's values (unchanged TOAST filled)."""
     new = old = None
     old_toast = False
     old_kind = None
     if not isinstance(msg, DeleteMessage):
-        new = load(msg.new_tuple.values)
+        new = load(msg.new_tuple.values if new_values is None else new_values)
     if not isinstance(msg, InsertMessage) and msg.old_tuple is not None:
         values = msg.old_tuple.values
         old, old_toast, old_kind = load(values), _UT in values, msg.old_kind
     return new, old, old_toast, old_kind
 
 
-def _fill(msg: InsertMessage | UpdateMessage, schema: RelationSchema,
-          fills: Mapping[str, tuple[int, str | None]]) -> tuple[InsertMessage | UpdateMessage, list[str]]:
-    """``msg`` with its unchanged TOAST columns replaced by the fill index's text for them (when
-    the value type is still the column's), and the names filled."""
-    values = list(msg.new_tuple.values)
+def _fill(values: tuple[Any, ...], plan: _Plan,
+          fills: Mapping[str, tuple[int, str | None]]) -> tuple[tuple[Any, ...] | None, list[str]]:
+    """``values`` with unchanged TOAST columns replaced by the fill index's text for them (when
+    the value type is still the column's; None when nothing was), and the names filled."""
+    out = list(values)
     filled = []
-    for i, col in enumerate(schema.columns):
-        if i < len(values) and values[i] is _UT:
-            held = fills.get(col.name)
-            if held is not None and held[0] == col.value_oid:
-                values[i] = held[1]
-                filled.append(col.name)
-    if not filled:
-        return msg, filled
-    return replace(msg, new_tuple=TupleData(tuple(values))), filled
+    names, oids = plan.column_names, plan.value_oids
+    for i, v in enumerate(values):
+        if v is _UT and i < len(names):
+            held = fills.get(names[i])
+            if held is not None and held[0] == oids[i]:
+                out[i] = held[1]
+                filled.append(names[i])
+    return (tuple(out) if filled else None), filled
 
 
 class TransactionDecoder:
@@ -436,14 +437,16 @@ class TransactionDecoder:
         except Exception:  # noqa: BLE001 - anything unusual: the reference path below decides
             msg = decode(buf)
             assert isinstance(msg, (InsertMessage, UpdateMessage, DeleteMessage))
+            new_values = None
             if not isinstance(msg, DeleteMessage) and _UT in msg.new_tuple.values:
-                names = plan.schema.column_names
-                toast = [names[i] for i, v in enumerate(msg.new_tuple.values) if v is _UT]
+                values = msg.new_tuple.values
+                names = plan.column_names
+                toast = [names[i] for i, v in enumerate(values) if v is _UT and i < len(names)]
                 if self.toast == "reselect":
-                    msg, filled = _fill(msg, plan.schema, self.fills(commit_lsn, seq)
-                                        if self.fills is not None else {})
+                    fills = self.fills(commit_lsn, seq) if self.fills is not None else None
+                    new_values, filled = _fill(values, plan, fills) if fills else (None, [])
             try:
-                after, old, old_toast, old_kind = _slow_rows(msg, plan.load)
+                after, old, old_toast, old_kind = _slow_rows(msg, plan.load, new_values)
             except ValueError as exc:
                 raise SchemaError(f"{_OPS[tag].value} at {format_lsn(lsn)} (transaction "
                                   f"{format_lsn(commit_lsn)}, seq {seq}) does not fit "
