@@ -126,9 +126,14 @@ class FeedReader:
         # Schema frames are appended with their transactions, so one catalogue refresh after the
         # log read covers the whole page (not a schema_history query per transaction).
         catalog = self._catalog() if batch else self._decoder.catalog
-        if self.toast_index is not None and batch and not self.toast_index.advance(
-                self.changelog, catalog, batch[-1].commit_lsn, block=block):
-            raise ReaderBusy("another reader of this feed is applying its toast index")
+        index = self.toast_index
+        if index is not None and batch:
+            # An inline read (``block=False``) brings the index up to its own page only: one
+            # that is behind the cursor has more to apply than an event loop may spend.
+            if not block and index.watermark < after.lsn:
+                raise ReaderBusy("the feed's toast index is behind this cursor")
+            if not index.advance(self.changelog, catalog, batch[-1].commit_lsn, block=block):
+                raise ReaderBusy("another reader of this feed is applying its toast index")
         for stored in batch:
             if remaining <= 0 or (max_transactions is not None and count >= max_transactions):
                 break

@@ -113,3 +113,12 @@ def test_an_inline_read_does_not_wait_for_the_index(tmp_path: Path) -> None:
     with reader.toast_index._lock, pytest.raises(ReaderBusy):  # another thread applying it
         reader.page(EARLIEST, 10, block=False)
     assert _bodies(reader, EARLIEST) == EXPECTED
+
+
+def test_an_inline_read_does_not_catch_a_lagging_index_up(tmp_path: Path) -> None:
+    reader = _reader(tmp_path, _log(tmp_path))
+    with pytest.raises(ReaderBusy):  # the index has nothing yet: a worker thread's job
+        reader.page(Cursor(0x6000), 10, block=False)
+    assert _bodies(reader, Cursor(0x6000)) == {0x7000: "v3"}
+    page = reader.page(Cursor(0x6000), 10, block=False)  # now it only applies its own page
+    assert [t.commit_lsn for t in page.transactions] == [0x7000]
