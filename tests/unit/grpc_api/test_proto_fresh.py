@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[3]
 PROTOS = ROOT / "protos"
 
