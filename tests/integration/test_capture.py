@@ -37,7 +37,8 @@ def test_values_survive_exactly(any_pg_dsn, feed_dir):
               (2, '-Infinity', '-0', '123456789012345678901234567890.123456789012345678901', 'b', '', '-infinity', '{}', 'null'),
               (3, '-0', '1.5', '-Infinity', NULL, NULL, '2026-11-22 10:00:00.123456+00', NULL, NULL),
               (4, 1.0000000000000002, 3.4028235e38, 'Infinity', 'é', '\\x', '0044-03-15 12:00:00+00 BC', '{{1,2},{3,4}}', '"s"')""")
-        rows = {c.after["id"]: c.after for _, c in data_changes(wait_for_marker(sup, "f", any_pg_dsn))}
+        txns = wait_for_marker(sup, "f", any_pg_dsn)
+        rows = {c.after["id"]: c.after for _, c in data_changes(txns)}
     finally:
         sup.stop()
     assert math.isnan(rows[1]["f8"]) and rows[1]["f4"] == math.inf

@@ -182,7 +182,8 @@ def _peek(source: Source, proto: int) -> tuple[list[bytes], list[Transaction]]:
 
 
 # every protocol version each server speaks (14: 1-2, 15: 1-3, 16+: 1-4), none it does not
-PROTO_CASES = [pytest.param(version, proto, id=f"pg{version}-v{proto}") for version in ALL_PG_VERSIONS
+PROTO_CASES = [pytest.param(version, proto, id=f"pg{version}-v{proto}")
+               for version in ALL_PG_VERSIONS
                for proto in range(1, default_proto(int(version) * 10000) + 1)]
 
 

@@ -699,8 +699,9 @@ def test_two_phase_is_refused_where_the_source_lacks_it_creating_nothing(
             else:
                 assert response.status_code == 201, response.text
                 with psycopg.connect(dsn, autocommit=True) as conn:
-                    assert conn.execute("SELECT two_phase FROM pg_replication_slots WHERE slot_name = %s",
-                                        (f"pgfeed_{name}",)).fetchone() == (True,)
+                    row = conn.execute("SELECT two_phase FROM pg_replication_slots "
+                                       "WHERE slot_name = %s", (f"pgfeed_{name}",)).fetchone()
+                assert row == (True,)
         finally:
             client.delete(f"/v1/feeds/{name}")
 

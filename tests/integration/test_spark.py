@@ -27,7 +27,7 @@ Feed = tuple[str, str]  # (base_url, feed name)
 
 # -- where the feeds come from -------------------------------------------------------------------
 # tests/fixtures/fix_service.py: ``served_feed`` (base_url, feed) over test data, ``live_feed``
-# (base_url, feed, dsn) capturing every table of ``dsn`` from real PostgreSQL with toast=placeholder.
+# (base_url, feed, dsn) capturing every table of ``dsn`` from real PostgreSQL, toast=placeholder.
 
 
 @pytest.fixture

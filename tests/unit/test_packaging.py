@@ -51,7 +51,8 @@ def test_wheel_from_clean_clone_uses_compiled_transcoder(tmp_path: Path) -> None
          "-w", dist, src, cwd=tmp_path)
     (wheel,) = dist.glob("pgfeed-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert any(re.fullmatch(r"service/encoding/_transcode\.cpython-.*\.so", n) for n in names), names
+    compiled = r"service/encoding/_transcode\.cpython-.*\.so"
+    assert any(re.fullmatch(compiled, n) for n in names), names
     assert "pgfeed/v1/feed_pb2.py" in names and "service/encoding/transcode.py" in names
     assert not [n for n in names if n.startswith("tests/")]
 
