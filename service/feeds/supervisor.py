@@ -27,6 +27,7 @@ from service.feeds.reader import FeedReader
 from service.feeds.tail import SharedTail
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
+from service.replication.commands import source_refusal
 from service.replication.snapshot import take_snapshot
 
 log = logging.getLogger("pgfeed.supervisor")
@@ -188,6 +189,9 @@ class Supervisor:
         owns_slot = spec.slot is None
         try:
             with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase)
+                if refusal:
+                    raise SourceError(refusal)
                 if owns_pub:
                     slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
                                              all_tables=spec.all_tables,
