@@ -18,14 +18,17 @@ from service.assembler.relations import RelationCatalog
 from service.changelog import open_changelog
 from service.changelog.base import ChangeLog
 from service.dsn import mask_dsn, scrub
+from service.encoding.to_proto import JsonColumnCache
 from service.errors import FeedExists, FeedNotFound, PgfeedError, SourceError
 from service.feeds.catalogue import Catalogue
 from service.feeds.model import NAME_RE, FeedSpec, FeedStatus, SlotRisk
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
+from service.feeds.tail import SharedTail
 from service.feeds.toastindex import ToastIndex
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
+from service.replication.commands import source_refusal
 from service.replication.snapshot import take_snapshot
 
 log = logging.getLogger("pgfeed.supervisor")
@@ -46,6 +49,8 @@ class _Feed:
     catalog_lock: threading.RLock = field(default_factory=threading.RLock)
     thread: threading.Thread | None = None
     reader: FeedReader | None = None
+    tail: SharedTail | None = None
+    toast_index: ToastIndex | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
 
 
@@ -187,6 +192,9 @@ class Supervisor:
         owns_slot = spec.slot is None
         try:
             with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase)
+                if refusal:
+                    raise SourceError(refusal)
                 if owns_pub:
                     slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
                                              all_tables=spec.all_tables,
@@ -293,13 +301,9 @@ class Supervisor:
         feed = self._get(name)
         with feed.catalog_lock:
             if feed.reader is None:
-                toast = feed.spec.options.toast
-                index = None
-                if toast == "reselect":
-                    index = ToastIndex(self._feed_dir(name) / "toast.db" if self._kind == "sqlite"
-                                       else ":memory:")
-                feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name), toast=toast,
-                                         toast_index=index)
+                feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name),
+                                         toast=feed.spec.options.toast,
+                                         toast_index=self._toast_index(feed))
         return feed.reader
 
     def prepare_trim(self, name: str) -> None:
@@ -307,6 +311,28 @@ class Supervisor:
         is about to go, so fills after it stay what they would have been."""
         if self.spec(name).options.toast == "reselect":
             self.reader(name).index_toast()
+
+    def tail(self, name: str) -> SharedTail:
+        """The feed's shared live tail (one per feed, with a reader of its own): what caught-up
+        subscribers read, decoded and encoded once for all of them."""
+        feed = self._get(name)
+        with feed.catalog_lock:
+            if feed.tail is None:
+                reader = FeedReader(feed.changelog, lambda: self.catalog(name),
+                                    toast=feed.spec.options.toast,
+                                    toast_index=self._toast_index(feed))
+                feed.tail = SharedTail(reader, JsonColumnCache(lambda: self.catalog(name)))
+        return feed.tail
+
+    def _toast_index(self, feed: _Feed) -> ToastIndex | None:
+        """The feed's toast index (``toast=reselect`` only), shared by its readers."""
+        if feed.spec.options.toast != "reselect":
+            return None
+        with feed.catalog_lock:
+            if feed.toast_index is None:
+                feed.toast_index = ToastIndex(self._feed_dir(feed.spec.name) / "toast.db"
+                                              if self._kind == "sqlite" else ":memory:")
+            return feed.toast_index
 
     def check_reader(self, name: str, reader: FeedReader) -> None:
         """Raise FeedNotFound unless ``reader`` is still feed ``name``'s reader: the feed was
@@ -380,8 +406,8 @@ def parallel(names: Sequence[str], fn: Callable[[str], _T]) -> list[_T]:
 
 
 def _close_index(feed: _Feed) -> None:
-    if feed.reader is not None and feed.reader.toast_index is not None:
-        feed.reader.toast_index.close()
+    if feed.toast_index is not None:
+        feed.toast_index.close()
 
 
 def _needs_snapshot(feed: _Feed) -> bool:
