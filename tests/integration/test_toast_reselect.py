@@ -4,6 +4,8 @@ whatever was read before, across a restart of the service."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,46 @@ def test_every_reader_gets_the_same_fill_for_a_position_across_a_restart(tmp_pat
             assert http_answers(second, name) == everything
         finally:
             FeedFactory(second, created=[name]).delete_all()
+
+
+def test_caught_up_readers_get_the_fill_from_the_shared_tail(make_served_feed: FeedFactory,
+                                                             pg_dsn: str) -> None:
+    """Unfiltered readers waiting at the head are served from the feed's shared live tail; its
+    reader takes fills from the same index, so they get the value too."""
+    create_table(pg_dsn)
+    name = make_served_feed(pg_dsn, tables=("public.docs",), toast="reselect")
+    body = _big()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO docs VALUES (1, 0, %s)", (body,))
+    make_served_feed.caught_up(name, pg_dsn)
+    service = make_served_feed.service
+    head = httpx.get(f"{service.http_url}/v1/feeds/{name}/changes",
+                     params={"after": "latest"}, timeout=30).json()["next"]
+    got: dict[str, Any] = {}
+
+    def long_poll(key: str) -> None:
+        got[key] = httpx.get(f"{service.http_url}/v1/feeds/{name}/changes",
+                             params={"after": head, "wait": 30}, timeout=60).json()["changes"]
+
+    def stream() -> None:
+        with GrpcFeedClient(service.grpc_target) as client:
+            got["grpc"] = next(iter(client.subscribe(name, head))).changes
+
+    threads = [threading.Thread(target=long_poll, args=(f"http{i}",)) for i in range(2)]
+    threads.append(threading.Thread(target=stream))
+    for t in threads:
+        t.start()
+    time.sleep(1)  # all waiting at the head
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE docs SET n = n + 1")
+    for t in threads:
+        t.join(60)
+    for key in ("http0", "http1"):
+        (change,) = got[key]
+        assert change["after"]["body"] == body and change["toast_filled"] == ["body"], key
+    (change,) = got["grpc"]
+    assert change.after["body"] == body and change.toast_filled == ["body"]
+    assert make_served_feed.service.supervisor.tail(name).slices_served > 0
 
 
 @pytest.mark.spark
