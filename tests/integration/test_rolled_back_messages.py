@@ -11,6 +11,10 @@ HTTP, next to test_decoding's view of the same WAL.
 from __future__ import annotations
 
 import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +27,7 @@ from tests.fixtures.fix_testdecoding import group_units, peek_test_decoding
 
 pg = pytest.mark.pg
 
+REPO = Path(__file__).resolve().parents[2]
 TD_SLOT = "msg_td"
 PREFIX = "app.msg"
 HEARTBEAT = "pgfeed.heartbeat"
@@ -86,6 +91,16 @@ def _served(base: str, feed: str) -> list[dict[str, Any]]:
                 return out
 
 
+def _slot_stats(dsn: str, slot: str) -> tuple[int, int]:
+    """(stream_txns, spill_txns) of a slot, once the walsender has reported them."""
+    def read() -> tuple[int, int] | None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT stream_txns, spill_txns FROM pg_stat_replication_slots "
+                               "WHERE slot_name = %s", (slot,)).fetchone()
+        return (int(row[0]), int(row[1])) if row and (row[0] or row[1]) else None
+    return wait_until(read, 10, f"statistics of slot {slot}")
+
+
 def _message_text(event: dict[str, Any]) -> str:
     return base64.b64decode(event["content"]).decode()
 
@@ -120,10 +135,13 @@ def test_rolled_back_message_is_never_served(make_served_feed: FeedFactory, pg_d
                  if c.op == "message" and c.prefix == PREFIX]
     assert reference == messages
 
-    # Status says what the walsender was asked for: whole transactions, not streamed ones.
+    # Status says what the walsender was asked for: whole transactions, not streamed ones; the
+    # source spilled this one to its disk instead.
     status = make_served_feed.service.supervisor.status(name)
     assert status.last_error is None
     assert status.streaming_in_use is False
+    stream_txns, spill_txns = _slot_stats(pg_dsn, f"pgfeed_{name}")
+    assert stream_txns == 0 and spill_txns >= 1
 
 
 @pg
@@ -139,8 +157,23 @@ def test_streaming_still_used_when_messages_are_off(make_served_feed: FeedFactor
     assert [e["op"] for e in events if e["op"] == "message"] == []
     ids = [e["after"]["id"] for e in events if e["op"] == "insert"]
     assert ids == list(range(1, ROWS + 1)) + list(range(2 * ROWS + 1, 2 * ROWS + 11))
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        streamed = conn.execute("SELECT stream_txns FROM pg_stat_replication_slots "
-                                "WHERE slot_name = %s", (f"pgfeed_{name}",)).fetchone()
-    assert streamed is not None and streamed[0] >= 1
+    assert _slot_stats(pg_dsn, f"pgfeed_{name}")[0] >= 1
     assert make_served_feed.service.supervisor.status(name).streaming_in_use is True
+
+
+@pg
+def test_peek_shows_no_rolled_back_message(pg_dsn: str) -> None:
+    """``pgfeed peek`` decodes the slot the same way (it shows messages, so it does not stream)."""
+    _setup(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE PUBLICATION peek_pub FOR TABLE t")
+        conn.execute("SELECT pg_create_logical_replication_slot('peek_slot', 'pgoutput')")
+        _savepoint_dance(conn, prepare=None)
+    result = subprocess.run([sys.executable, "-m", "service", "peek", "--dsn", pg_dsn, "--slot",
+                             "peek_slot", "--publication", "peek_pub", "--json"],
+                            check=False, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [_message_text(e) for e in events if e["op"] == "message"] == [
+        "kept: top level, before", "kept: in a released subtransaction", "kept: top level, after"]
+    assert sum(e["op"] == "insert" for e in events) == ROWS + 10
