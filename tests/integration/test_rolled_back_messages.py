@@ -137,9 +137,9 @@ def test_rolled_back_message_is_never_served(make_served_feed: FeedFactory, pg_d
 
     # Status says what the walsender was asked for: whole transactions, not streamed ones; the
     # source spilled this one to its disk instead.
-    status = make_served_feed.service.supervisor.status(name)
-    assert status.last_error is None
-    assert status.streaming_in_use is False
+    status = httpx.get(f"{base}/v1/feeds/{name}", timeout=30).json()
+    assert status["last_error"] is None
+    assert status["options"]["streaming"] is True and status["streaming_in_use"] is False
     stream_txns, spill_txns = _slot_stats(pg_dsn, f"pgfeed_{name}")
     assert stream_txns == 0 and spill_txns >= 1
 
@@ -158,7 +158,8 @@ def test_streaming_still_used_when_messages_are_off(make_served_feed: FeedFactor
     ids = [e["after"]["id"] for e in events if e["op"] == "insert"]
     assert ids == list(range(1, ROWS + 1)) + list(range(2 * ROWS + 1, 2 * ROWS + 11))
     assert _slot_stats(pg_dsn, f"pgfeed_{name}")[0] >= 1
-    assert make_served_feed.service.supervisor.status(name).streaming_in_use is True
+    status = httpx.get(f"{make_served_feed.service.http_url}/v1/feeds/{name}", timeout=30).json()
+    assert status["streaming_in_use"] is True
 
 
 @pg
