@@ -119,7 +119,8 @@ def one_run(cluster: LocalCluster, db: str, messages: bool, rows: int, workdir: 
         raise RuntimeError(f"the log holds {stored.change_count} changes, expected {rows}")
     assert counters is not None
     spill_txns, spill_count, spill_bytes, stream_txns, stream_count, stream_bytes = counters
-    return {"streaming_in_use": float(bool(stats.streaming_in_use)),
+    return {"streaming_in_use": float(bool(stats.streaming_in_use)), "spill_txns": spill_txns,
+            "stream_txns": stream_txns,
             "txn_seconds": committed - t0, "commit_to_durable": durable - committed,
             "rows_per_second": rows / (durable - t0), "pgfeed_cpu": cpu,
             "walsender_cpu": walsender or 0.0, "spill_mb": spill_bytes / 2**20,
@@ -160,10 +161,10 @@ def main() -> None:
 
     lines = [
         "## Streaming on vs off for one big transaction (`bench/streaming.py`)", "",
-        f"PostgreSQL {server}, one {args.rows:,}-row INSERT transaction (default "
-        f"logical_decoding_work_mem 64MB), captured live by pgfeed's Capture; median of "
-        f"{args.rounds} rounds; {platform.machine()}, load average before the run "
-        f"{' '.join(load)} (shared 2-core machine).", "",
+        (f"PostgreSQL {server}, one {args.rows:,}-row INSERT transaction (default "
+         f"logical_decoding_work_mem 64MB), captured live by pgfeed's Capture; median of "
+         f"{args.rounds} rounds; {platform.machine()}, load average before the run "
+         f"{' '.join(load)} (shared 2-core machine)."), "",
         "| | streamed (messages off) | whole at commit (messages on) |", "|---|---:|---:|"]
     rows_out = [("transaction on the source (s)", "txn_seconds", "{:.1f}"),
                 ("COMMIT -> durable in pgfeed's log (s)", "commit_to_durable", "{:.2f}"),
