@@ -156,14 +156,17 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    def med(mode: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[mode])
+    def cell(mode: str, key: str, fmt: str) -> str:
+        values = [r[key] for r in results[mode]]
+        low, high = fmt.format(min(values)), fmt.format(max(values))
+        spread = "" if low == high else f" ({low}–{high})"
+        return fmt.format(statistics.median(values)) + spread
 
     lines = [
         "## Streaming on vs off for one big transaction (`bench/streaming.py`)", "",
         (f"PostgreSQL {server}, one {args.rows:,}-row INSERT transaction (default "
-         f"logical_decoding_work_mem 64MB), captured live by pgfeed's Capture; median of "
-         f"{args.rounds} rounds; {platform.machine()}, load average before the run "
+         f"logical_decoding_work_mem 64MB), captured live by pgfeed's Capture; median (and range) "
+         f"of {args.rounds} rounds; {platform.machine()}, load average before the run "
          f"{' '.join(load)} (shared 2-core machine)."), "",
         "| | streamed (messages off) | whole at commit (messages on) |", "|---|---:|---:|"]
     rows_out = [("transaction on the source (s)", "txn_seconds", "{:.1f}"),
@@ -176,7 +179,7 @@ def main() -> None:
                 ("streamed to pgfeed before commit (MB, stream_bytes)", "stream_mb", "{:.0f}")]
     names = list(MODES)
     for label, key, fmt in rows_out:
-        lines.append(f"| {label} | {fmt.format(med(names[0], key))} | {fmt.format(med(names[1], key))} |")
+        lines.append(f"| {label} | {cell(names[0], key, fmt)} | {cell(names[1], key, fmt)} |")
     text = "\n".join(lines)
     print(text)
     if not args.no_results:
