@@ -96,5 +96,6 @@ class FeedStatus:
     bytes_captured: int = 0
     last_error: str | None = None
     proto_version: int | None = None
+    streaming_in_use: bool | None = None  # None until capture has connected
     slot_risk: SlotRisk = field(default_factory=SlotRisk)
     source: str = ""  # DSN with the password masked; never the secret

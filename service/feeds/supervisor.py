@@ -354,7 +354,8 @@ class Supervisor:
             confirmed_lsn=feed.changelog.confirmed_lsn(), head_lsn=feed.changelog.head(),
             changes_per_second=round(stats.rate(), 1), changes_captured=stats.changes,
             bytes_captured=stats.bytes, last_error=stats.last_error,
-            proto_version=stats.proto_version, source=mask_dsn(spec.dsn),
+            proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
+            source=mask_dsn(spec.dsn),
         )
         if probe_source:
             try:

@@ -156,9 +156,16 @@ class FeedOptionsIn(BaseModel):
 
     toast: Literal["omit", "placeholder", "reselect"] = "placeholder"
     snapshot: Literal["never", "export"] = "never"
-    messages: bool = True
+    messages: bool = Field(True, description="Serve `pg_logical_emit_message` payloads "
+                                             "(transactional ones with their transaction)")
     two_phase: bool = False
-    streaming: bool = True
+    streaming: bool = Field(
+        True, description="Let PostgreSQL stream a transaction past `logical_decoding_work_mem` "
+                          "before its commit. Used only when `messages` is false: PostgreSQL "
+                          "cannot say which subtransaction a streamed message belongs to, so one "
+                          "rolled back with `ROLLBACK TO SAVEPOINT` would be served. With "
+                          "`messages` on, the source spills big transactions to its disk and "
+                          "sends each at commit; status `streaming_in_use` shows which applies")
     partition_root: bool = True
     heartbeat_seconds: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False)
     retention: RetentionIn = Field(default_factory=RetentionIn)
@@ -270,6 +277,10 @@ class FeedPublic(BaseModel):
     bytes_captured: int
     last_error: str | None = None
     proto_version: int | None = None
+    streaming_in_use: bool | None = Field(
+        None, description="Whether big transactions are streamed from the source before their "
+                          "commit; false with `messages` on, whatever `options.streaming` says "
+                          "(see the `streaming` option); null until capture has connected")
     slot_risk: SlotRiskOut
     log: LogOut | None = None
     consumers: list[ConsumerOut] = Field(default_factory=list)
