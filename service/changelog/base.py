@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
 from clients._cursor import Cursor
@@ -184,6 +184,15 @@ def release_bound(consumer: Cursor | None, change_count_at: int | None) -> int:
     return consumer.lsn
 
 
+def consumed_bound(log: ChangeLog, cursor: Cursor) -> int:
+    """``trim``'s bound that drops exactly what a reader at ``cursor`` has consumed: every
+    transaction before it, and the one at it once the cursor names its last change."""
+    if cursor.seq is None:
+        return cursor.lsn + 1
+    rest = log.read(cursor, 1, upto_lsn=cursor.lsn)  # the transaction at it, if changes are left
+    return cursor.lsn if rest else cursor.lsn + 1
+
+
 def age_cutoff(hours: float | None, now_us: int) -> int | None:
     """commit_ts below which a transaction is older than ``hours`` (None: no age limit)."""
     if hours is None:
@@ -191,6 +200,12 @@ def age_cutoff(hours: float | None, now_us: int) -> int | None:
     if hours < 0:
         raise ValueError(f"retention hours must be >= 0, got {hours}")
     return now_us - int(hours * 3_600_000_000)
+
+
+def idle_expiry(acked_us: int, max_idle_hours: float | None) -> int | None:
+    """When a consumer that last acknowledged at ``acked_us`` expires (None: never); it does once
+    ``age_cutoff(max_idle_hours, now)`` passes ``acked_us``."""
+    return None if max_idle_hours is None else acked_us + int(max_idle_hours * 3_600_000_000)
 
 
 def check_lsn(lsn: int, what: str) -> None:
@@ -225,7 +240,7 @@ def log_expired(where: str, names: list[str], acked_before_us: int) -> None:
 
 def format_pg_time(us: int) -> str:
     """µs since 2000-01-01 -> ISO 8601 UTC."""
-    return datetime.fromtimestamp(PG_EPOCH_UNIX + us / 1_000_000, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(PG_EPOCH_UNIX + us / 1_000_000, tz=UTC).isoformat()
 
 
 def check_batch(transactions: Sequence[StoredTransaction], confirmed_lsn: int | None) -> None:

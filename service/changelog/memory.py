@@ -103,7 +103,7 @@ class MemoryChangeLog:
                 check_new_consumer(name, cursor, self._trimmed)
                 self._consumers[name] = ConsumerState(cursor, now)
             else:
-                self._consumers[name] = ConsumerState(cursor if cursor > current.cursor else current.cursor,
+                self._consumers[name] = ConsumerState(max(current.cursor, cursor),
                                                       max(now, current.acked_us))
 
     def delete_consumer(self, name: str) -> bool:

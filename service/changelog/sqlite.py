@@ -421,7 +421,7 @@ class SqliteChangeLog:
                 check_new_consumer(name, cursor, conn.execute("SELECT trimmed_lsn FROM state").fetchone()[0])
             else:
                 kept = Cursor(row[0], row[1])
-                cursor, now = (cursor if cursor > kept else kept), max(now, row[2])
+                cursor, now = max(kept, cursor), max(now, row[2])  # kept when equal
             conn.execute("INSERT OR REPLACE INTO consumer VALUES (?, ?, ?, ?)",
                          (name, cursor.lsn, cursor.seq, now))
 

@@ -15,6 +15,9 @@ NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")
 class Retention:
     hours: float | None = 168.0
     bytes: int | None = None
+    # A named consumer that has not acknowledged for this long expires (is deleted), so a reader
+    # that went away cannot hold the log forever; None: consumers never expire.
+    consumer_max_idle_hours: float | None = 168.0
 
 
 @dataclass(frozen=True, slots=True)

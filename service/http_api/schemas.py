@@ -130,9 +130,36 @@ class ConsumerAck(BaseModel):
                         json_schema_extra={"pattern": CURSOR_PATTERN})
 
 
+class TrimRequest(BaseModel):
+    """`POST /v1/feeds/{feed}/trim`: drop what a reader at `before` has already consumed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    before: str = Field(description="Drop every transaction a reader at this cursor has consumed "
+                                    "(`latest`: everything; `earliest`: nothing)",
+                        examples=["16/B374D848", "latest"],
+                        json_schema_extra={"pattern": CURSOR_PATTERN})
+
+
+class TrimOut(BaseModel):
+    dropped: int = Field(description="Transactions removed")
+    removed_consumers: list[str] = Field(description="Consumers the trim overtook (they had not "
+                                                     "acknowledged what it dropped): deleted")
+    oldest_lsn: str
+    trimmed_lsn: str
+    forced_trims: int = Field(description="Trims so far that dropped what a consumer had not "
+                                          "acknowledged")
+
+
 class ConsumerOut(BaseModel):
     name: str
-    cursor: str
+    cursor: str = Field(description="Everything up to and including this is acknowledged")
+    acked_at: str | None = Field(None, description="When the consumer last acknowledged "
+                                                   "(ISO 8601, UTC)")
+    expires_at: str | None = Field(None, description="When it expires unless it acknowledges "
+                                                     "again (`consumer_max_idle_hours` after "
+                                                     "`acked_at`); null: never")
+    lag_bytes: int = Field(0, description="WAL bytes between its cursor and the feed's head")
 
 
 class ConsumersOut(BaseModel):
@@ -149,6 +176,12 @@ class RetentionIn(BaseModel):
                                 description="Drop transactions older than this; null: no age limit")
     bytes: int | None = Field(None, ge=0, le=1 << 62,
                               description="Keep at most this many payload bytes; null: no limit")
+    consumer_max_idle_hours: float | None = Field(
+        168.0, ge=0, le=1_000_000, allow_inf_nan=False,
+        description="A named consumer that has not acknowledged for this long expires: it is "
+                    "deleted (logged) and retention stops waiting for it. Each consumer's "
+                    "`expires_at` in the feed's status says when. null: consumers never expire "
+                    "(one that stops acknowledging then holds the log until an admin deletes it)")
 
 
 class FeedOptionsIn(BaseModel):
@@ -234,6 +267,7 @@ class LogOut(BaseModel):
 class RetentionOut(BaseModel):
     hours: float | None
     bytes: int | None
+    consumer_max_idle_hours: float | None
 
 
 class FeedOptionsOut(BaseModel):
