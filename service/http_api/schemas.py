@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients._cursor import CURSOR_PATTERN
-from service.feeds.model import NAME_RE
+from service.feeds.model import ADOPTED_TABLES, NAME_RE
 
 # -- errors ---------------------------------------------------------------------------------------
 
@@ -187,13 +187,19 @@ class RetentionIn(BaseModel):
 class FeedOptionsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    toast: Literal["omit", "placeholder", "reselect"] = "placeholder"
-    snapshot: Literal["never", "export"] = "never"
-    messages: bool = True
-    two_phase: bool = False
-    streaming: bool = True
-    partition_root: bool = True
-    heartbeat_seconds: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False)
+    toast: Literal["omit", "placeholder", "reselect"] = Field(
+        "placeholder", description="What an unchanged TOAST column's value becomes")
+    snapshot: Literal["never", "export"] = Field(
+        "never", description="`export`: start with the tables' current rows")
+    messages: bool = Field(True, description="Capture pg_logical_emit_message payloads")
+    two_phase: bool = Field(False, description="Decode prepared transactions at PREPARE "
+                                               "(served at COMMIT PREPARED)")
+    streaming: bool = Field(True, description="Receive large in-progress transactions in chunks")
+    partition_root: bool = Field(True, description="Name changes by the partitioned table "
+                                                   "(publish_via_partition_root)")
+    heartbeat_seconds: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False,
+                                     description="Interval of the heartbeat that keeps an idle "
+                                                 "slot's WAL bounded")
     retention: RetentionIn = Field(default_factory=RetentionIn)
 
 
@@ -220,11 +226,13 @@ class FeedCreate(BaseModel):
                      description="libpq connection string or URI of the source (never echoed back; "
                                  "status shows it with the password masked)")
     tables: list[TableName] = Field(default_factory=list, max_length=10_000,
-                                    description="`schema.table` names to capture")
+                                    description="`schema.table` names to capture (a publication "
+                                                "pgfeed creates; not with `publication`)")
     all_tables: bool = False
     publication: str | None = Field(None, min_length=1, max_length=63,
-                                    description="Adopt this existing publication (null: pgfeed "
-                                                "creates and owns one)")
+                                    description="Adopt this existing publication as it is, without "
+                                                "`tables` or `all_tables` (status shows the tables "
+                                                "it publishes); null: pgfeed creates and owns one")
     slot: str | None = Field(None, min_length=1, max_length=63,
                              description="Adopt this existing slot (null: pgfeed creates and owns one)")
     options: FeedOptionsIn = Field(default_factory=FeedOptionsIn)
@@ -235,6 +243,8 @@ class FeedCreate(BaseModel):
             raise ValueError("give either 'tables' or 'all_tables': true, not both")
         if not self.all_tables and not self.tables and self.publication is None:
             raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
+        if self.publication is not None and (self.tables or self.all_tables):
+            raise ValueError(ADOPTED_TABLES)
         return self
 
 
