@@ -26,6 +26,7 @@ __all__ = [
     "publication_names",
     "source_refusal",
     "start_replication",
+    "streaming_mode",
 ]
 
 STREAMING_MODES = ("off", "on", "parallel")
@@ -81,6 +82,20 @@ def source_refusal(server_version: int, *, two_phase: bool) -> str | None:
     if two_phase and max_proto_version(server_version) < 3:
         return f"two_phase needs PostgreSQL 15 or later; the source runs PostgreSQL {release}"
     return None
+
+
+def streaming_mode(requested: bool, *, messages: bool, proto_version: int) -> str:
+    """The ``streaming`` a feed asks the walsender for: ``on`` only if requested, the protocol has
+    it (v2+), and the feed does not take logical messages.
+
+    In a streamed transaction pgoutput labels a transactional message with the top-level xid even
+    when a subtransaction emitted it (pgoutput.c, pgoutput_message: ``xid = txn->xid``), so that
+    subtransaction's Stream Abort cannot take the message back, and nothing on the wire tells which
+    subtransaction it was. Whole transactions (streaming off) never carry a rolled-back one: the
+    walsender drops it with its subtransaction before sending (docs/design.md, "Logical messages
+    turn streaming off").
+    """
+    return "on" if requested and not messages and proto_version >= 2 else "off"
 
 
 def identify_system() -> sql.SQL:
