@@ -1,0 +1,67 @@
+"""JSON parsing that keeps every number exact: pages, and json/jsonb documents.
+
+A json/jsonb document holds numbers no float can (``123456789012345678901234567890``,
+``0.10000000000000000001``, ``1e400``). orjson turns integers past 64 bits into floats, and
+any parser rounds a long fraction. Here an integer is an ``int`` (any size), any other number a
+``float`` when the float says exactly that number (its shortest form has the same decimal value,
+as every float8 column pgfeed writes does), else a ``Decimal`` with every digit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+__all__ = ["dumps_exact", "loads_exact", "loads_page", "number"]
+
+
+def number(text: str) -> float | Decimal:
+    """A JSON number with a fraction or exponent: a float if it holds it exactly, else Decimal."""
+    value = float(text)
+    shortest = repr(value)
+    if shortest == text or (value - value == 0 and Decimal(shortest) == Decimal(text)):
+        return value
+    return Decimal(text)
+
+
+_DECODER = json.JSONDecoder(parse_float=number)
+
+
+def loads_exact(text: str | bytes) -> Any:
+    """``json.loads`` with exact numbers (see the module docstring)."""
+    return _DECODER.decode(text if isinstance(text, str) else text.decode())
+
+
+# Where orjson may not keep a number exactly: an integer of 19+ digits (past int64/uint64), a
+# fraction of 16+ digits, an exponent of three digits. Digits inside strings also match (a
+# numeric's text, say): that only costs the slower exact parse.
+_RISKY = re.compile(rb"[0-9.]{16}|[eE][+-]?[0-9]{3}")
+
+
+def loads_page(content: bytes) -> Any:
+    """A response body: orjson (fast) when no number in it could lose a digit there, else
+    ``loads_exact``."""
+    if _RISKY.search(content) is None:
+        return orjson.loads(content)
+    return loads_exact(content)
+
+
+def dumps_exact(value: Any) -> str:
+    """Compact JSON text of a parsed value, numbers as ``loads_exact`` gave them (a Decimal with
+    all its digits, an int of any size), non-ASCII characters as they are."""
+    t = type(value)
+    if t is dict:
+        return "{" + ",".join(_string(k) + ":" + dumps_exact(v) for k, v in value.items()) + "}"
+    if t is list:
+        return "[" + ",".join(dumps_exact(v) for v in value) + "]"
+    if t is Decimal:
+        return str(value)
+    return _string(value)
+
+
+def _string(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
