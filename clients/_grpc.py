@@ -19,7 +19,7 @@ import grpc
 
 from clients._cursor import format_lsn
 from clients._http_base import CursorLike, RetryPolicy
-from clients._json import loads_exact
+from clients._json import embeddable, loads_exact
 from clients._models import Change, Transaction
 from clients.errors import (
     ClientError,
@@ -74,12 +74,9 @@ _FROM: dict[str, Callable[[Any], Any]] = {
 
 def json_document(text: str) -> Any:
     """A ``json_value`` (the document exactly as PostgreSQL printed it) parsed with exact numbers
-    (``_json.loads_exact``); a document nested too deep for Python's parser stays its text, as
+    (``_json.loads_exact``); a document nested past ``MAX_EMBEDDED_DEPTH`` stays its text, as
     the HTTP feed serves it."""
-    try:
-        return loads_exact(text)
-    except RecursionError:
-        return text
+    return loads_exact(text) if embeddable(text) else text
 
 
 def from_value(value: Any) -> Any:

@@ -16,7 +16,38 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps_exact", "loads_exact", "loads_page", "number"]
+__all__ = ["MAX_EMBEDDED_DEPTH", "dumps_exact", "embeddable", "json_depth", "loads_exact",
+           "loads_page", "number"]
+
+# A json/jsonb document is embedded in an HTTP event as PostgreSQL printed it unless it nests
+# deeper than this: then the event holds it as a JSON string of that text, so a page stays
+# parseable (orjson stops at 1024 levels, Python's json near its recursion limit of 1000; an event
+# adds 5). The gRPC client applies the same rule to ``json_value``, so both clients give the same
+# value. The server's fast paths decline any document that might be that deep (over 1000 bytes
+# holding over 500 brackets); ``service.encoding.to_json`` applies the rule.
+MAX_EMBEDDED_DEPTH = 500
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_depth(text: str) -> int:
+    """How deep a JSON document nests (``1`` -> 0, ``[[]]`` -> 2); brackets in strings do not
+    count."""
+    depth = deepest = 0
+    for m in _JSON_TOKEN.finditer(text):
+        c = m.group()
+        if c == "[" or c == "{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        elif c == "]" or c == "}":
+            depth -= 1
+    return deepest
+
+
+def embeddable(text: str) -> bool:
+    """Whether a document nests at most ``MAX_EMBEDDED_DEPTH`` levels (cheap for short ones)."""
+    return len(text) <= 2 * MAX_EMBEDDED_DEPTH or json_depth(text) <= MAX_EMBEDDED_DEPTH
 
 
 def number(text: str) -> float | Decimal:

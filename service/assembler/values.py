@@ -26,7 +26,6 @@ __all__ = [
     "RowLoader",
     "SpecialFloat",
     "TimeTz",
-    "json_depth",
     "load_value",
     "loader_oid",
     "parse_array",
@@ -185,24 +184,6 @@ class _JsonTextLoader(adapt.Loader):
     def load(self, data: Any) -> JsonText | None:
         text = bytes(data).decode()
         return None if text == "null" else JsonText(text)
-
-
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-
-
-def json_depth(text: str) -> int:
-    """How deep a JSON document nests (``1`` -> 0, ``[[]]`` -> 2); brackets in strings do not
-    count."""
-    depth = deepest = 0
-    for m in _JSON_TOKEN.finditer(text):
-        c = m.group()
-        if c == "[" or c == "{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-        elif c == "]" or c == "}":
-            depth -= 1
-    return deepest
 
 
 _ADAPTERS = adapt.AdaptersMap(postgres.adapters)

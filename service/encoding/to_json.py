@@ -14,9 +14,10 @@ from typing import Any
 import orjson
 
 from clients._cursor import format_lsn
+from clients._json import MAX_EMBEDDED_DEPTH, embeddable
 from service.assembler.changes import RawChange
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, JsonText, SpecialFloat, TimeTz, json_depth
+from service.assembler.values import Interval, JsonText, SpecialFloat, TimeTz
 from service.encoding.transcode import json_writers, transcoded
 
 __all__ = ["MAX_EMBEDDED_DEPTH", "change_events", "change_to_dict", "commit_ts_iso", "dumps",
@@ -24,12 +25,6 @@ __all__ = ["MAX_EMBEDDED_DEPTH", "change_events", "change_to_dict", "commit_ts_i
 
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _b64 = base64.b64encode
-# A json/jsonb document is embedded in the event as PostgreSQL printed it, unless it nests deeper
-# than this: then it is a JSON string holding that text, so a page stays parseable by clients
-# (orjson stops at 1024 levels, Python's json near its recursion limit of 1000; the event adds 5).
-# The fast paths (encoding/transcode.py, _transcode.c) decline any document that might be that
-# deep (over 1000 bytes holding over 500 brackets), so the one rule is applied here.
-MAX_EMBEDDED_DEPTH = 500
 
 
 def commit_ts_iso(commit_ts: int) -> str:
@@ -181,9 +176,7 @@ def json_document(value: JsonText) -> Any:
     """How a json/jsonb value is written into an event: its text as it is (an ``orjson.Fragment``,
     every digit kept), or, nested past ``MAX_EMBEDDED_DEPTH``, a JSON string holding that text."""
     text = value.text
-    if len(text) > 2 * MAX_EMBEDDED_DEPTH and json_depth(text) > MAX_EMBEDDED_DEPTH:
-        return text
-    return orjson.Fragment(text)
+    return orjson.Fragment(text) if embeddable(text) else text
 
 
 def dumps(obj: Any) -> bytes:

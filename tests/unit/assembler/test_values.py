@@ -15,7 +15,6 @@ from service.assembler.values import (
     JsonText,
     SpecialFloat,
     TimeTz,
-    json_depth,
     load_value,
     loader_oid,
     parse_array,
@@ -115,11 +114,6 @@ def test_json_documents_keep_their_text(oid: int, number: str) -> None:
 def test_json_arrays_hold_documents_as_text() -> None:
     assert load_value(3807, '{"{\\"a\\": 1e-7}",NULL,null,"[1.50]"}') == [
         JsonText('{"a": 1e-7}'), None, None, JsonText("[1.50]")]
-
-
-def test_json_depth_ignores_brackets_in_strings() -> None:
-    assert json_depth("1") == 0 and json_depth("[]") == 1 and json_depth('[{"a": [[]]}]') == 4
-    assert json_depth('["[[[[", "\\"]]]", {}]') == 2
 
 
 def test_float_special_values_are_marked_floats() -> None:
