@@ -208,7 +208,8 @@ def _fail(message: str, code: int = 2) -> int:
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
     params = conninfo_to_dict(dsn)
-    params["options"] = session.connection_options(params.get("options") or None)
+    own = params.get("options")
+    params["options"] = session.connection_options(str(own) if own else None)
     params.setdefault("application_name", "pgfeed-peek")
     params.setdefault("connect_timeout", 10)
     return psycopg.connect(make_conninfo(**{k: str(v) for k, v in params.items()}), autocommit=True)

@@ -207,7 +207,10 @@ def _json_text(value: Any) -> str | None:
     """A json/jsonb value: PostgreSQL's text as it is (every digit, whatever its depth)."""
     if value is None:
         return None
-    return value.text if type(value) is JsonText else dumps(value).decode()
+    if type(value) is JsonText:
+        text: str = value.text
+        return text
+    return dumps(value).decode()
 
 
 def _text(value: Any) -> str | None:
