@@ -216,6 +216,9 @@ def test_matches_test_decoding(source: Source, expected: list[dict[str, Any]], p
     got, problems = pgfeed_units(txns, source.tables)
     assert not problems, "\n".join(problems[:20])
     keep = lambda table: table not in KNOWN_MISMATCHES
+    if proto < 2:  # pgoutput is asked for messages from v2, as the feed's stream does
+        expected = [{**u, "changes": [c for c in u["changes"] if c["op"] != "message"]}
+                    for u in expected]
     mismatches = diff_units(only_tables(got, keep), only_tables(expected, keep))
     assert not mismatches, "\n".join(mismatches)
 
