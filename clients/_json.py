@@ -38,8 +38,7 @@ def json_depth(text: str) -> int:
         c = m.group()
         if c == "[" or c == "{":
             depth += 1
-            if depth > deepest:
-                deepest = depth
+            deepest = max(deepest, depth)
         elif c == "]" or c == "}":
             depth -= 1
     return deepest

@@ -9,7 +9,13 @@ import psycopg
 import pytest
 
 from service.assembler.values import JsonText
-from tests.integration.capture_helpers import data_changes, make_feed, read_all, wait_for_marker, wait_until
+from tests.integration.capture_helpers import (
+    data_changes,
+    make_feed,
+    read_all,
+    wait_for_marker,
+    wait_until,
+)
 
 pytestmark = pytest.mark.pg
 
