@@ -46,7 +46,9 @@ def json_depth(text: str) -> int:
 
 def embeddable(text: str) -> bool:
     """Whether a document nests at most ``MAX_EMBEDDED_DEPTH`` levels (cheap for short ones)."""
-    return len(text) <= 2 * MAX_EMBEDDED_DEPTH or json_depth(text) <= MAX_EMBEDDED_DEPTH
+    return (len(text) <= 2 * MAX_EMBEDDED_DEPTH
+            or text.count("[") + text.count("{") <= MAX_EMBEDDED_DEPTH
+            or json_depth(text) <= MAX_EMBEDDED_DEPTH)
 
 
 def number(text: str) -> float | Decimal:

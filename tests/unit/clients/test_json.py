@@ -61,9 +61,9 @@ def test_deep_documents_are_text_on_both_clients() -> None:
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=documents(50))
+@given(batch=documents(100))
 def test_client_values_hold_every_number(batch: list[str]) -> None:
-    """json and jsonb texts (10,000 in all), embedded in a page as the server does, and as
+    """10,000 documents in all, as json and as jsonb print them, embedded in a page as the server does, and as
     ``json_value``: every number exact, a document too deep to embed its text on both."""
     texts = [t for doc in batch for t in (doc, jsonb_text(doc))]
     events = b",".join(

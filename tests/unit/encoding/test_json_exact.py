@@ -28,7 +28,7 @@ from tests.unit.encoding.test_transcode import RELID, decoder, stored, tuple_dat
 COLUMNS = [("id", 20, True), ("j", 114, False), ("jb", 3802, False)]
 ARROW = [ArrowColumn("id", "int8", -1, 20, key=True), ArrowColumn("j", "json", -1, 114),
          ArrowColumn("jb", "jsonb", -1, 3802)]
-BATCH = 50  # documents an example; 100 examples: 10,000 json and 10,000 jsonb texts a path
+BATCH = 100  # documents an example; 100 examples: 10,000 documents (as json and as jsonb) a path
 
 
 @pytest.fixture(params=["c", "python"])
