@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from pgfeed.v1 import feed_pb2, feed_pb2_grpc
 
 from clients import FeedClient, GrpcFeedClient
-from service.encoding.to_json import MAX_EMBEDDED_DEPTH
+from clients._json import embeddable
 from tests.fixtures.fix_service import FeedFactory
 from tests.unit.encoding.jsondocs import documents, exact_tree, jsonb_text, same_numbers
 
@@ -35,7 +35,7 @@ DOCS = [
     '{"big": 123456789012345678901234567890, "small": 1e-7}',
     '[1E+300, -0.0, 0.10000000000000000001, 18446744073709551616, -9223372036854775809]',
     '{"s": "\\u00e9 \\ud83d\\ude00 \\n \\u0001", "e": [], "o": {}, "z": 1.50}',
-    "[" * 600 + "1e-7" + "]" * 600,  # nested past MAX_EMBEDDED_DEPTH: a JSON string on HTTP
+    "[" * 600 + "1e-7" + "]" * 600,  # nested past MAX_EMBEDDED_DEPTH (500): a string on HTTP
     "  123456789012345678901234567890  ",
 ]
 
@@ -54,8 +54,7 @@ def test_jsonb_text_is_what_postgresql_prints(pg_dsn: str, batch: list[str]) -> 
 
 def _embedded(text: str) -> bytes:
     """How an event holds a document PostgreSQL printed as ``text``."""
-    deep = len(text) > 2 * MAX_EMBEDDED_DEPTH and text.count("[") > MAX_EMBEDDED_DEPTH
-    return orjson.dumps(text) if deep else text.encode()
+    return text.encode() if embeddable(text) else orjson.dumps(text)
 
 
 def _peek(dsn: str, slot: str, publication: str) -> list[bytes]:
@@ -131,7 +130,7 @@ def _assert_exact(values: list[tuple[Any, Any]], expected: list[tuple[str, int, 
     assert len(values) == len(expected)
     for (doc_value, j_value), (_, _, doc, j) in zip(values, expected):
         for value, text in ((doc_value, doc), (j_value, j)):
-            if len(text) > 2 * MAX_EMBEDDED_DEPTH and text.count("[") > MAX_EMBEDDED_DEPTH:
+            if not embeddable(text):
                 assert value == text  # too deep to embed: the text itself
             else:
                 assert same_numbers(value, exact_tree(text)), (value, text)
