@@ -75,9 +75,18 @@ def test_idle_slot_retains_bounded_wal(make_served_feed: FeedFactory, pg_cluster
                 _write_round(same if i % 2 == 0 else other, "outside" if i % 2 == 0 else "busy",
                              i * ROWS)
                 written, _, _ = _positions(pg_dsn, slot)
-                same.execute("CHECKPOINT")
-                wait_until(lambda w=written: _positions(pg_dsn, slot)[1] >= w, 15,
-                           f"restart_lsn of {slot} past round {i}'s writes")
+                # restart_lsn moves when the walsender decodes a running-transactions record
+                # after the confirmed position has passed it: a CHECKPOINT writes one. One that
+                # is decoded before the feed confirmed this round's writes (a loaded machine)
+                # moves nothing, so checkpoint again until it does.
+                def moved(w: int = written) -> bool:
+                    if _positions(pg_dsn, slot)[1] >= w:
+                        return True
+                    same.execute("CHECKPOINT")
+                    time.sleep(0.2)
+                    return False
+
+                wait_until(moved, 30, f"restart_lsn of {slot} past round {i}'s writes")
                 server, restart, flushed = _positions(pg_dsn, slot)
                 retained.append(server - restart)
                 confirmed.append(flushed)
