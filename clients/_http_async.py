@@ -10,6 +10,7 @@ import httpx
 
 from clients import _http_base as base
 from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
+from clients._debezium import DebeziumPage
 from clients._models import Change, Page, TableInfo, TransactionPage
 from clients.errors import FeedNotFound, TransportFailed
 
@@ -88,6 +89,16 @@ class AsyncFeedClient:
             cursor = page.next
             if not page.has_more and not follow:
                 return
+
+    async def debezium_page(self, feed: str, after: CursorLike = "earliest", *,
+                            limit: int | None = DEFAULT_LIMIT, tables: Names = None,
+                            ops: Names = None, wait: float | None = None,
+                            to: CursorLike | None = None) -> DebeziumPage:
+        """See ``FeedClient.debezium_page``."""
+        params = base.changes_params(after, limit=limit, tables=tables, ops=ops, wait=wait, to=to,
+                                     fmt="debezium")
+        return await self._json("GET", base.feed_path(feed, "changes"), DebeziumPage.from_json,
+                                params=params, timeout=self.timeout + (wait or 0))
 
     async def transactions(self, feed: str, after: CursorLike = "earliest", *,
                            limit: int | None = DEFAULT_LIMIT) -> TransactionPage:

@@ -47,6 +47,9 @@ Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                                           "many seconds for a commit")]
 FormatParam = Annotated[Literal["json", "arrow"], Query(
     alias="format", description="`arrow`: an Arrow IPC stream; the cursor comes in `PgFeed-Next`")]
+ChangesFormatParam = Annotated[Literal["json", "arrow", "debezium"], Query(
+    alias="format", description="`arrow`: an Arrow IPC stream; the cursor comes in `PgFeed-Next`. "
+                                "`debezium`: each change as a Debezium envelope (docs/debezium.md)")]
 
 _PAGE_HEADERS = {
     NEXT_HEADER: {"description": "Cursor to continue from", "schema": {"type": "string"}},
@@ -80,7 +83,7 @@ async def changes(
     wait: Wait = 0.0,
     to: Annotated[str | None, Query(json_schema_extra=_CURSOR_DOC, description="Stop at this cursor "
                                     "(inclusive); `latest` is the head when the request arrives")] = None,
-    fmt: FormatParam = "json",
+    fmt: ChangesFormatParam = "json",
 ) -> Response:
     """Changes after the cursor `after`, in commit order. Filters never break cursor continuity:
     `next` advances past filtered-out changes too. With `format=arrow` and a single table in
