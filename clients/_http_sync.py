@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 
 from clients import _http_base as base
-from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
 from clients._debezium import DebeziumPage
+from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
 from clients._models import Change, Page, TableInfo, TransactionPage
 from clients.errors import TransportFailed
 

@@ -1,4 +1,4 @@
-"""Command line: ``pgfeed serve | feeds … | demo | peek``."""
+"""Command line: ``pgfeed serve | feeds … | demo | peek | tail``."""
 
 from __future__ import annotations
 
@@ -127,9 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--grpc-port", type=int, default=50051)
     demo.set_defaults(func=_demo)
 
-    from service import peek
+    from service import peek, tail
 
     peek.add_parser(sub)
+    tail.add_parser(sub)
     return parser
 
 

@@ -5,6 +5,7 @@ and long-polls work unchanged; each native event becomes one or more envelopes
 
 from __future__ import annotations
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 import service
@@ -21,7 +22,7 @@ def debezium_source(feed: str, dsn: str) -> DebeziumSource:
     """The ``source`` block's fixed part: the feed's name and its database (never the DSN)."""
     try:
         db = conninfo_to_dict(dsn).get("dbname")
-    except Exception:  # an unparsable DSN never reaches here (the feed was created with it)
+    except psycopg.ProgrammingError:  # unparsable: never here (the feed was created with it)
         db = None
     return DebeziumSource(name=feed, db=None if db is None else str(db), version=service.__version__)
 
