@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -20,10 +19,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
-                             changelog=args.changelog)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                             changelog=args.changelog, log_format=args.log_format)
+    from service.logs import configure_logging, known_secrets
+
+    runtime = Runtime(settings)
+    configure_logging(settings.log_level, settings.log_format,
+                      secrets=lambda: known_secrets(settings, runtime.supervisor))
     with asyncio.Runner(loop_factory=lambda: new_event_loop(settings.event_loop)) as runner:
-        runner.run(Runtime(settings).serve())
+        runner.run(runtime.serve())
     return 0
 
 
@@ -81,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-host")
     serve.add_argument("--grpc-port", type=int)
     serve.add_argument("--changelog", choices=["sqlite", "memory"])
+    serve.add_argument("--log-format", choices=["text", "json"],
+                       help="text (default) or json: one object a line, for log collectors")
     serve.set_defaults(func=_serve)
 
     feeds = sub.add_parser("feeds", help="manage feeds of a running service (admin API)")

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     # uvloop when it is installed ("auto"): the event loop runs every HTTP answer and gRPC message.
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     log_level: str = "INFO"
+    log_format: Literal["text", "json"] = "text"  # json: one object a line (service/logs.py)
 
     @classmethod
     def load(cls, config_file: Path | None = None, **flags: Any) -> Settings:

@@ -89,11 +89,14 @@ class Runtime:
         app = create_app(self.supervisor, settings, self.metrics)
         self.http = _HttpServer(uvicorn.Config(app, host=settings.http_host, port=settings.http_port,
                                                   log_level=settings.log_level.lower(), access_log=False,
-                                                  lifespan="on"))
+                                                  lifespan="on", log_config=None))  # our handlers
         grpc_server = build_server(self.supervisor, settings, self.metrics)
         self.grpc_port = grpc_server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
         await grpc_server.start()
         retention = asyncio.create_task(self._retention_loop())
+        from service.feeds.watch import StateWatcher
+
+        watcher = asyncio.create_task(StateWatcher(self.supervisor).run())  # state-change lines
         log.info("gRPC on %s:%s", settings.grpc_host, self.grpc_port)
         signals = self._handle_signals()
         try:
@@ -103,9 +106,10 @@ class Runtime:
             self.started.set()
             await http_task
         finally:
-            retention.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await retention
+            for task in (retention, watcher):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await grpc_server.stop(grace=2.0)
             await asyncio.to_thread(self.supervisor.stop)
             loop = asyncio.get_running_loop()
@@ -151,4 +155,5 @@ class Runtime:
                 log.exception("retention of feed %s failed", name)
                 continue
             if dropped:
-                log.info("feed %s: retention dropped %d transactions", name, dropped)
+                log.info("feed %s: retention dropped %d transactions", name, dropped,
+                         extra={"feed": name, "event": "retention_trim", "dropped": dropped})
