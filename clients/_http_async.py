@@ -12,6 +12,7 @@ from clients import _http_base as base
 from clients._debezium import DebeziumPage
 from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
 from clients._models import Change, Page, TableInfo, TransactionPage
+from clients._tls import ClientCert, PathLike, http_verify
 from clients.errors import FeedNotFound, TransportFailed
 
 if TYPE_CHECKING:
@@ -30,12 +31,14 @@ class AsyncFeedClient:
 
     def __init__(self, base_url: str, *, token: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None, timeout: float = 30.0,
-                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None) -> None:
+                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
+                 ca_bundle: PathLike | None = None, client_cert: ClientCert | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport,
-                                       timeout=timeout, headers=base.new_headers(token, headers))
+                                       timeout=timeout, headers=base.new_headers(token, headers),
+                                       verify=http_verify(ca_bundle, client_cert))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -12,6 +12,7 @@ from clients import _http_base as base
 from clients._debezium import DebeziumPage
 from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
 from clients._models import Change, Page, TableInfo, TransactionPage
+from clients._tls import ClientCert, PathLike, http_verify
 from clients.errors import TransportFailed
 
 if TYPE_CHECKING:
@@ -32,12 +33,15 @@ class FeedClient:
 
     def __init__(self, base_url: str, *, token: str | None = None,
                  transport: httpx.BaseTransport | None = None, timeout: float = 30.0,
-                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None) -> None:
+                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
+                 ca_bundle: PathLike | None = None, client_cert: ClientCert | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        # ca_bundle: PEM CAs to trust for https (a private CA); client_cert: (cert, key) PEM
         self._http = httpx.Client(base_url=self.base_url, transport=transport, timeout=timeout,
-                                  headers=base.new_headers(token, headers))
+                                  headers=base.new_headers(token, headers),
+                                  verify=http_verify(ca_bundle, client_cert))
 
     # -- plumbing ---------------------------------------------------------------------------
 

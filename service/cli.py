@@ -19,7 +19,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
-                             changelog=args.changelog, log_format=args.log_format)
+                             changelog=args.changelog, log_format=args.log_format,
+                             tls_cert_file=args.tls_cert, tls_key_file=args.tls_key,
+                             tls_client_ca_file=args.tls_client_ca)
     from service.logs import configure_logging, known_secrets
 
     runtime = Runtime(settings)
@@ -84,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-host")
     serve.add_argument("--grpc-port", type=int)
     serve.add_argument("--changelog", choices=["sqlite", "memory"])
+    serve.add_argument("--tls-cert", type=Path, help="PEM certificate: TLS on HTTP and gRPC")
+    serve.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    serve.add_argument("--tls-client-ca", type=Path,
+                       help="PEM CA bundle: require client certificates signed by it")
     serve.add_argument("--log-format", choices=["text", "json"],
                        help="text (default) or json: one object a line, for log collectors")
     serve.set_defaults(func=_serve)

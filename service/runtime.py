@@ -84,20 +84,27 @@ class Runtime:
         from service.http_api.app import create_app
 
         settings = self.settings
+        from service.tls import grpc_credentials, tls_files, uvicorn_options
+
+        tls = tls_files(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
         tune_interpreter()
         await asyncio.to_thread(self.supervisor.start)
         app = create_app(self.supervisor, settings, self.metrics)
         self.http = _HttpServer(uvicorn.Config(app, host=settings.http_host, port=settings.http_port,
                                                   log_level=settings.log_level.lower(), access_log=False,
-                                                  lifespan="on", log_config=None))  # our handlers
+                                                  lifespan="on", log_config=None,  # our handlers
+                                                  **uvicorn_options(tls)))
         grpc_server = build_server(self.supervisor, settings, self.metrics)
-        self.grpc_port = grpc_server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
+        address = f"{settings.grpc_host}:{settings.grpc_port}"
+        self.grpc_port = (grpc_server.add_insecure_port(address) if tls is None
+                          else grpc_server.add_secure_port(address, grpc_credentials(tls)))
         await grpc_server.start()
         retention = asyncio.create_task(self._retention_loop())
         from service.feeds.watch import StateWatcher
 
         watcher = asyncio.create_task(StateWatcher(self.supervisor).run())  # state-change lines
-        log.info("gRPC on %s:%s", settings.grpc_host, self.grpc_port)
+        log.info("gRPC on %s:%s%s", settings.grpc_host, self.grpc_port,
+                 "" if tls is None else " (TLS)" + (" with client certificates" if tls.client_ca else ""))
         signals = self._handle_signals()
         try:
             http_task = asyncio.create_task(self.http.serve())
