@@ -28,6 +28,7 @@ def console_feed(tmp_path_factory: pytest.TempPathFactory, pg_clusters: Clusters
     dsn = create_database(cluster, prefix="ui")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, note text)")
+        conn.execute("CREATE TABLE items (id bigserial PRIMARY KEY)")
     with run_service(tmp_path_factory.mktemp("console"), admin_tokens=[TOKEN]) as svc:
         answer = httpx.post(f"{svc.http_url}/v1/feeds", headers=AUTH, json={
             "name": "shop", "dsn": dsn, "tables": ["public.orders"],
@@ -107,7 +108,7 @@ def test_console_shows_lag_rising_while_paused_and_falling_after_resume(
     assert browser_page.outside == [], browser_page.outside
 
 
-def test_console_delete_needs_the_typed_name(console_feed, browser_page: BrowserPage) -> None:
+def test_console_slot_risk_set_tables_and_delete_with_typed_name(console_feed, browser_page: BrowserPage) -> None:
     svc, feed, _ = console_feed
     page = browser_page.page
     page.goto(f"{svc.http_url}/ui?interval=0.5")
@@ -115,7 +116,27 @@ def test_console_delete_needs_the_typed_name(console_feed, browser_page: Browser
     page.reload()
     card = page.locator(f"section[data-feed={feed}]")
     card.locator(".state", has_text="running").wait_for(timeout=15_000)
-    assert card.locator(".backfills-box").is_hidden()  # endpoint absent here: panel hidden or shown
+    # Slot risk: what the page highlights, and how.
+    risks = page.evaluate("""() => [
+        slotRisk({wal_status: "reserved", safe_wal_size: null, retained_bytes: 1}),
+        slotRisk({wal_status: "extended", safe_wal_size: null, retained_bytes: 1}),
+        slotRisk({wal_status: "reserved", safe_wal_size: 10, retained_bytes: 100}),
+        slotRisk({wal_status: "unreserved", safe_wal_size: 0, retained_bytes: 1}),
+        slotRisk({wal_status: "lost", safe_wal_size: null, retained_bytes: null})]""")
+    assert risks == ["ok", "warning", "warning", "critical", "critical"]
+    # The backfills panel follows the API: shown when the endpoint answers, hidden on 404.
+    has_backfills = httpx.get(f"{svc.http_url}/v1/feeds/{feed}/backfills",
+                              headers=AUTH).status_code != 404
+    expect(card.locator(".backfills-box")).to_be_visible(visible=has_backfills)
+
+    # Set tables from the page: the API's feed captures the new list.
+    card.locator(".tables-box summary").click()
+    card.locator(".tables-input").fill("public.orders, public.items")
+    card.locator(".set-tables button").click()
+    wait_until(lambda: httpx.get(f"{svc.http_url}/v1/feeds/{feed}", headers=AUTH).json()["tables"]
+               == ["public.orders", "public.items"], 15, "the new table list")
+    expect(card.locator(".tables-summary")).to_have_text("public.orders, public.items")
+
     card.locator("button.delete").click()
     ok = page.locator("#confirm-ok")
     page.fill("#confirm-name", "sho")
@@ -129,3 +150,52 @@ def test_console_delete_needs_the_typed_name(console_feed, browser_page: Browser
     wait_until(lambda: httpx.get(f"{svc.http_url}/v1/feeds/{feed}", headers=AUTH).status_code == 404,
                15, "the feed to be deleted")
     card.wait_for(state="detached", timeout=10_000)
+
+
+BACKFILLS = {"backfills": [  # the shape of GET /v1/feeds/{feed}/backfills (BackfillOut)
+    {"id": "bf1", "state": "running", "rows": 2500, "chunks": 3, "estimate_left": 7500,
+     "rows_per_second": 1250.0, "eta_seconds": 6.0, "chunk_rows": 1000, "parallel": 2,
+     "initial": False, "redone_chunks": 0, "last_error": None, "created_at": 0, "finished_at": None,
+     "tables": [{"table": "public.orders", "parts": 1, "rows": 2000, "chunks": 2,
+                 "estimate_left": 2000, "done": False},
+                {"table": "public.items", "parts": 1, "rows": 500, "chunks": 1,
+                 "estimate_left": 0, "done": True}]},
+    {"id": "bf0", "state": "failed", "rows": 0, "chunks": 0, "estimate_left": 10,
+     "rows_per_second": 0.0, "eta_seconds": None, "chunk_rows": 1000, "parallel": 1,
+     "initial": False, "redone_chunks": 0, "last_error": "table public.gone does not exist",
+     "created_at": 0, "finished_at": 1, "tables": []}]}
+
+
+def test_console_shows_backfill_progress_and_starts_one(console_feed,
+                                                        browser_page: BrowserPage) -> None:
+    """Only the backfills endpoint is answered by the test (this branch's server has none yet);
+    the rest is the real server. The page must render the progress and POST a start."""
+    svc, feed, _ = console_feed
+    page = browser_page.page
+    posted: list[Any] = []
+
+    def backfills(route: Any) -> None:
+        if route.request.method == "POST":
+            posted.append(route.request.post_data_json)
+            route.fulfill(status=202, json={**BACKFILLS["backfills"][0], "id": "bf2"})
+        else:
+            route.fulfill(status=200, json=BACKFILLS)
+
+    page.route(f"**/v1/feeds/{feed}/backfills", backfills)
+    page.goto(f"{svc.http_url}/ui?interval=0.5")
+    page.evaluate("t => sessionStorage.setItem('pgfeed.adminToken', t)", TOKEN)
+    page.reload()
+    card = page.locator(f"section[data-feed={feed}]")
+    expect(card.locator(".backfills-box")).to_be_visible(timeout=15_000)
+    orders = card.locator("div[data-backfill=bf1] progress[data-table='public.orders']")
+    expect(orders).to_have_attribute("max", "4000")
+    expect(orders).to_have_attribute("value", "2000")
+    items = card.locator("div[data-backfill=bf1] progress[data-table='public.items']")
+    expect(items).to_have_attribute("value", "500")
+    expect(card.locator("div[data-backfill=bf1]")).to_contain_text("1250 rows/s")
+    expect(card.locator("div[data-backfill=bf0] pre")).to_have_text("table public.gone does not exist")
+    card.locator(".backfill-tables").fill("public.orders")
+    card.locator(".start-backfill button").click()
+    wait_until(lambda: posted, 10, "the page to start a backfill")
+    assert posted == [{"tables": ["public.orders"]}]
+    browser_page.screenshot("console-backfills")

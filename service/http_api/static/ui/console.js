@@ -217,27 +217,33 @@ async function renderBackfills(name) {
   $(el, ".backfills").replaceChildren(...list.map(backfillRow));
 }
 
+// A backfill as GET /v1/feeds/{feed}/backfills reports it (BackfillOut): per table the rows
+// stored, chunks, and an estimate of rows left; a progress bar per table.
 function backfillRow(b) {
   const div = document.createElement("div");
   div.className = `backfill state-${b.state}`;
   div.dataset.backfill = b.id;
   const title = document.createElement("p");
-  title.textContent = `${b.id} · ${b.state}` + (b.rate ? ` · ${Number(b.rate).toFixed(0)} rows/s` : "")
-    + (b.error || b.last_error ? ` · ${b.error || b.last_error}` : "");
+  const eta = b.eta_seconds === null || b.eta_seconds === undefined ? "" : ` · ETA ${fmtSeconds(b.eta_seconds)}`;
+  title.textContent = `${b.id} · ${b.state} · ${b.rows ?? 0} rows, ${b.chunks ?? 0} chunks`
+    + (b.rows_per_second ? ` · ${Number(b.rows_per_second).toFixed(0)} rows/s` : "") + eta;
   div.appendChild(title);
-  const tables = Array.isArray(b.tables) ? b.tables
-    : Object.entries(b.tables || {}).map(([table, t]) => ({ table, ...t }));
-  for (const t of tables) {
-    const name = typeof t === "string" ? t : (t.table || t.name);
-    const done = Number(t.rows_done ?? t.rows ?? 0);
-    const left = t.rows_left ?? t.estimated_rows_left ?? null;
-    const total = t.rows_total ?? (left === null ? null : done + Number(left));
+  if (b.last_error) {
+    const pre = document.createElement("pre");
+    pre.className = "error";
+    pre.textContent = b.last_error;
+    div.appendChild(pre);
+  }
+  for (const t of b.tables || []) {
+    const done = Number(t.rows ?? 0);
+    const total = t.done ? done : done + Number(t.estimate_left ?? 0);
     const bar = document.createElement("progress");
-    bar.max = total || 1;
-    bar.value = total ? Math.min(done, total) : (b.state === "done" ? 1 : 0);
+    bar.max = Math.max(total, 1);
+    bar.value = t.done ? bar.max : Math.min(done, total);
+    bar.dataset.table = t.table;
     const label = document.createElement("span");
-    label.textContent = ` ${name}: ${done} rows` + (total ? ` of ~${total}` : "")
-      + (t.chunks_done !== undefined ? `, ${t.chunks_done} chunks` : "");
+    label.textContent = ` ${t.table}: ${done} of ~${total} rows, ${t.chunks ?? 0} chunks`
+      + (t.done ? " (done)" : "");
     const row = document.createElement("div");
     row.append(bar, label);
     div.appendChild(row);
