@@ -24,6 +24,7 @@ from service.http_api.paging import (
     serve_page,
 )
 from service.http_api.schemas import ChangesPage, SplitsOut, TablesOut, TransactionsPage
+from service.http_api.schemas_debezium import DebeziumChangesPage
 from service.metrics import Metrics
 
 router = APIRouter(prefix="/v1/feeds", tags=["reading"], dependencies=[ReadScope])
@@ -68,7 +69,8 @@ def _answer(out: Answer, metrics: Metrics, feed: str) -> Response:
     return Response(out.body, media_type=out.media_type, headers=out.headers, background=background)
 
 
-@router.get("/{feed}/changes", response_model=ChangesPage, summary="A page of changes",
+@router.get("/{feed}/changes", response_model=ChangesPage | DebeziumChangesPage,
+            summary="A page of changes",
             responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
 async def changes(
     feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
