@@ -54,10 +54,10 @@ def test_json_logs_carry_the_events_that_matter_and_no_secret(pg_dsn: str, tmp_p
         # A source that refuses, with the password in a URI and in key=value form: 422s.
         for bad in (f"postgresql://cdc:{PASSWORD}@127.0.0.1:1/nowhere",
                     f"host=127.0.0.1 port=1 dbname=x user=cdc password={PASSWORD}"):
-            answer = httpx.post(f"{base}/v1/feeds", headers=AUTH, json={
+            answer = httpx.post(f"{base}/v1/feeds", headers=AUTH, timeout=60, json={
                 "name": "bad", "dsn": bad, "tables": ["public.t"]})
             assert answer.status_code == 422 and PASSWORD not in answer.text
-        answer = httpx.post(f"{base}/v1/feeds", headers=AUTH, json={
+        answer = httpx.post(f"{base}/v1/feeds", headers=AUTH, timeout=60, json={
             "name": "shop", "dsn": f"{pg_dsn} password={PASSWORD}", "tables": ["public.t"],
             "options": {"heartbeat_seconds": 0.5, "retention": {"hours": None, "bytes": 1}}})
         assert answer.status_code == 201, answer.text
@@ -70,17 +70,17 @@ def test_json_logs_carry_the_events_that_matter_and_no_secret(pg_dsn: str, tmp_p
                 "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
                 "WHERE slot_name = 'pgfeed_shop' AND active_pid IS NOT NULL").fetchall(), 10,
                 "the walsender to end")
-        httpx.post(f"{base}/v1/feeds/shop/pause", headers=AUTH).raise_for_status()
+        httpx.post(f"{base}/v1/feeds/shop/pause", headers=AUTH, timeout=60).raise_for_status()
         wait_until(lambda: any(e.get("event") == "feed_state" and e.get("state") == "paused"
                                for e in _events(log)), 10, "a paused line")
-        httpx.post(f"{base}/v1/feeds/shop/resume", headers=AUTH).raise_for_status()
+        httpx.post(f"{base}/v1/feeds/shop/resume", headers=AUTH, timeout=60).raise_for_status()
         wait_until(lambda: [e.get("state") for e in _events(log)
                             if e.get("event") == "feed_state"][-1] == "running", 15, "resumed")
         wait_until(lambda: any(e.get("event") == "retention_trim" for e in _events(log)), 15,
                    "a retention line")
         wait_until(lambda: any(e.get("event") == "reconnect" for e in _events(log)), 15,
                    "a reconnect line")
-        httpx.delete(f"{base}/v1/feeds/shop", headers=AUTH).raise_for_status()
+        httpx.delete(f"{base}/v1/feeds/shop", headers=AUTH, timeout=60).raise_for_status()
         wait_until(lambda: any(e.get("state") == "deleted" for e in _events(log)), 10, "deleted")
     finally:
         serve.send_signal(signal.SIGTERM)

@@ -23,7 +23,7 @@ def test_secrets_never_reach_the_stream(fmt: str) -> None:
             raise RuntimeError("connect failed: postgres://cdc:pw2@db:5432/app")
         except RuntimeError:
             log.exception("oops")
-        logging.getLogger("uvicorn.error").info("password=pw3")
+        logging.getLogger("some.library").info("password=pw3")
     finally:
         logging.getLogger().removeHandler(handler)
     text = stream.getvalue()
