@@ -36,7 +36,10 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
     token = args.token or os.environ.get("PGFEED_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers, timeout=30)
+        from clients._tls import http_verify
+
+        response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers,
+                                 timeout=30, verify=http_verify(args.ca_bundle, None))
     except httpx.HTTPError as exc:
         print(f"pgfeed: cannot reach the service at {args.url}: {exc}", file=sys.stderr)
         return 2
@@ -101,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = feeds_sub.add_parser(name, help=help_text)
         p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
         p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
+        p.add_argument("--ca-bundle", default=os.environ.get("PGFEED_CA_BUNDLE"),
+                       help="PEM CAs to trust for an https --url (or PGFEED_CA_BUNDLE)")
         return p
 
     create = admin_parser("create", "create a feed (same as POST /v1/feeds)")

@@ -21,6 +21,8 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from clients._tls import http_verify
+
 __all__ = ["add_parser", "event_line", "follow", "run"]
 
 _OPS = ("insert", "update", "delete", "truncate", "message", "read")
@@ -117,7 +119,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     colour = not args.json and out.isatty() and not os.environ.get("NO_COLOR")
     cursor, shown = start, 0
     try:
-        with httpx.Client(base_url=args.url.rstrip("/"), headers=headers) as client:
+        with httpx.Client(base_url=args.url.rstrip("/"), headers=headers,
+                          verify=http_verify(args.ca_bundle, None)) as client:
             pages = follow(client, args.feed, start, tables=tables, ops=ops, wait=args.wait,
                            on_retry=lambda m: print(f"pgfeed tail: {m}", file=err, flush=True))
             for events, cursor in pages:
@@ -167,4 +170,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--wait", type=float, default=10.0, help="long-poll seconds per request")
     p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
     p.add_argument("--token", help="read or admin bearer token (or PGFEED_TOKEN)")
+    p.add_argument("--ca-bundle", default=os.environ.get("PGFEED_CA_BUNDLE"),
+                   help="PEM CAs to trust for an https --url (or PGFEED_CA_BUNDLE)")
     p.set_defaults(func=run)

@@ -4,8 +4,11 @@ and to the source: a PostgreSQL started with ``ssl=on``, reached with ``sslmode=
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +151,20 @@ def test_feed_over_tls_to_the_source(ssl_cluster: LocalCluster, tls_service: Ser
                 assert row[0] is True
             changes = wait_until(lambda: client.page("overtls", "earliest").changes, 30, "changes")
             assert [c.after["id"] for c in changes if c.op == "insert"] == [1, 2]
+            # The CLI over https with the private CA: tail and the admin verbs.
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+            tail = subprocess.run(
+                [sys.executable, "-m", "service", "tail", "overtls", "--url", _https(tls_service),
+                 "--ca-bundle", str(pki.ca), "--from", "earliest", "--count", "2", "--json",
+                 "--op", "insert"],
+                env=env, capture_output=True, text=True, timeout=60, check=False)
+            assert tail.returncode == 0, tail.stderr
+            assert [json.loads(line)["after"]["id"] for line in tail.stdout.splitlines()] == [1, 2]
+            shown = subprocess.run(
+                [sys.executable, "-m", "service", "feeds", "show", "overtls", "--url",
+                 _https(tls_service)], env={**env, "PGFEED_CA_BUNDLE": str(pki.ca)},
+                capture_output=True, text=True, timeout=60, check=False)
+            assert shown.returncode == 0 and json.loads(shown.stdout)["name"] == "overtls", shown.stderr
         finally:
             client.delete_feed("overtls")
 
