@@ -4,6 +4,7 @@ and to the source: a PostgreSQL started with ``ssl=on``, reached with ``sslmode=
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -19,7 +20,13 @@ import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from clients import ClientError, FeedClient, GrpcFeedClient
+from clients import (
+    AsyncFeedClient,
+    AsyncGrpcFeedClient,
+    ClientError,
+    FeedClient,
+    GrpcFeedClient,
+)
 from clients._tls import grpc_channel_credentials, http_verify
 from service.localpg import LocalCluster
 from tests.fixtures.fix_service import Service, run_service, wait_until
@@ -91,6 +98,23 @@ def test_client_certificates_are_enforced_when_configured(mtls_service: Service,
         with channel, pytest.raises(grpc.RpcError) as refused:
             _health(channel)
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_async_clients_take_the_ca_bundle_and_client_cert(mtls_service: Service, pki: Pki) -> None:
+    cert = (pki.client_cert, pki.client_key)
+
+    async def main() -> tuple[list, list]:
+        async with AsyncFeedClient(_https(mtls_service), ca_bundle=pki.ca, client_cert=cert) as http:
+            over_http = await http.list_feeds()
+        grpc_client = AsyncGrpcFeedClient(mtls_service.grpc_target, ca_bundle=pki.ca,
+                                          client_cert=cert)
+        try:
+            over_grpc = await grpc_client.list_feeds()
+        finally:
+            await grpc_client.close()
+        return over_http, over_grpc
+
+    assert asyncio.run(main()) == ([], [])
 
 
 def test_a_half_given_tls_setting_fails_at_startup(tmp_path: Path, pki: Pki) -> None:
