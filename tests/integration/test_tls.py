@@ -29,6 +29,7 @@ from clients import (
 )
 from clients._tls import grpc_channel_credentials, http_verify
 from service.localpg import LocalCluster
+from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.fixtures.fix_service import Service, run_service, wait_until
 from tests.fixtures.fix_tls import Pki
 
@@ -204,3 +205,30 @@ def test_spark_connector_options_take_a_ca_bundle_and_client_cert(mtls_service: 
         assert client.list_feeds() == []
     with pytest.raises(ValueError, match="'clientCert' and 'clientKey' go together"):
         FeedOptions.parse({"url": "https://x", "feed": "f", "clientCert": "c.pem"})
+
+
+@pytest.mark.spark
+def test_spark_reads_a_feed_over_mutual_tls(mtls_service: Service, pg_clusters: Clusters,
+                                            pki: Pki, request: pytest.FixtureRequest) -> None:
+    """A batch read through Spark's Python workers, each building its client from the options."""
+    cluster = pg_clusters.newest()
+    dsn = create_database(cluster, prefix="sparktls")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    cert = (pki.client_cert, pki.client_key)
+    with FeedClient(_https(mtls_service), ca_bundle=pki.ca, client_cert=cert) as client:
+        client.create_feed("sparktls", dsn, tables=["public.t"])
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 50) g")
+            wait_until(lambda: len(client.page("sparktls", "earliest", limit=1000).changes) >= 50,
+                       30, "the rows captured")
+            spark = request.getfixturevalue("spark_session")  # a JVM only once the feed is there
+            df = (spark.read.format("pgfeed").option("url", _https(mtls_service))
+                  .option("feed", "sparktls").option("table", "public.t").option("partitions", 2)
+                  .option("caBundle", str(pki.ca)).option("clientCert", str(pki.client_cert))
+                  .option("clientKey", str(pki.client_key)).load())
+            assert sorted(r["id"] for r in df.select("id").collect()) == list(range(1, 51))
+        finally:
+            client.delete_feed("sparktls")
+    drop_slots(cluster, dsn)
