@@ -128,7 +128,7 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
     runtime.supervisor.create(FeedSpec(name="shop", dsn=dsn, tables=("public.customers", "public.orders"),
                                        options=FeedOptions(toast="placeholder", heartbeat_seconds=5)))
     base = f"http://127.0.0.1:{runtime.http_port}"
-    urls = [f"API docs:   {base}/docs", f"changes:    {base}/v1/feeds/shop/changes?after=earliest",
+    urls = [f"API docs:   {base}/docs", f"console:    {base}/ui", f"changes:    {base}/v1/feeds/shop/changes?after=earliest",
             f"gRPC:       127.0.0.1:{runtime.grpc_port} (pgfeed.v1.ChangeFeed/Subscribe, reflection on)",
             f"PostgreSQL: {dsn}"]
     stop = threading.Event()

@@ -10,6 +10,7 @@ as it is written, so a pipe or a file gets it at once. Transport errors are retr
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -30,8 +31,32 @@ _COLOUR = {"insert": "32", "update": "33", "delete": "31", "truncate": "35", "me
            "read": "34"}
 
 
+class _Number(str):
+    """A JSON number kept as its text (a jsonb value may hold more digits than a float or 64
+    bits), written back verbatim."""
+
+
+def _exact(text: str) -> _Number | int:
+    return _Number(text)
+
+
+def _small_int(text: str) -> _Number | int:
+    return int(text) if len(text) < 19 else _Number(text)
+
+
+def _loads(content: bytes) -> Any:
+    """A page, with every number exactly as the server wrote it."""
+    return json.loads(content, parse_float=_exact, parse_int=_small_int)
+
+
+def _raw(obj: Any) -> Any:
+    if isinstance(obj, _Number):
+        return orjson.Fragment(str.__str__(obj))
+    raise TypeError(type(obj).__name__)
+
+
 def _json(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    return orjson.dumps(value, default=_raw, option=orjson.OPT_PASSTHROUGH_SUBCLASS).decode()
 
 
 def event_line(event: dict[str, Any], *, colour: bool = False) -> str:
@@ -81,7 +106,7 @@ def follow(client: httpx.Client, feed: str, after: str, *, tables: str | None = 
             delay = min(delay * 2, 10.0)
             continue
         delay = 0.5
-        page = orjson.loads(response.content)
+        page = _loads(response.content)
         cursor = page["next"]
         yield page["changes"], cursor
 
