@@ -1,3 +1,4 @@
+// Paths are relative to the page (/ui), so the console works under a proxy's path prefix too.
 // pgfeed console: polls the public API with the operator's admin token (kept in sessionStorage,
 // so it is gone when the tab closes) and renders feeds, lag, slot risk, consumers and backfills.
 "use strict";
@@ -94,18 +95,18 @@ function card(name) {
   const el = document.getElementById("feed-template").content.firstElementChild.cloneNode(true);
   el.dataset.feed = name;
   $(el, ".name").textContent = name;
-  $(el, ".pause").addEventListener("click", () => act(name, "POST", `/v1/feeds/${enc(name)}/pause`));
-  $(el, ".resume").addEventListener("click", () => act(name, "POST", `/v1/feeds/${enc(name)}/resume`));
+  $(el, ".pause").addEventListener("click", () => act(name, "POST", `v1/feeds/${enc(name)}/pause`));
+  $(el, ".resume").addEventListener("click", () => act(name, "POST", `v1/feeds/${enc(name)}/resume`));
   $(el, ".delete").addEventListener("click", () => confirmDelete(name));
   $(el, ".set-tables").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const tables = splitList($(el, ".tables-input").value);
-    act(name, "PATCH", `/v1/feeds/${enc(name)}`, { tables });
+    act(name, "PATCH", `v1/feeds/${enc(name)}`, { tables });
   });
   $(el, ".start-backfill").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const tables = splitList($(el, ".backfill-tables").value);
-    act(name, "POST", `/v1/feeds/${enc(name)}/backfills`, { tables });
+    act(name, "POST", `v1/feeds/${enc(name)}/backfills`, { tables });
   });
   entry = { el, history: [], last: null, tablesShown: null };
   cards.set(name, entry);
@@ -202,7 +203,7 @@ async function renderBackfills(name) {
   const el = cards.get(name).el;
   let answer;
   try {
-    answer = await api("GET", `/v1/feeds/${enc(name)}/backfills`);
+    answer = await api("GET", `v1/feeds/${enc(name)}/backfills`);
   } catch (err) {
     if (err.status === 404 || err.status === 405) {  // no backfills in this server
       backfillsSupported = false;
@@ -255,7 +256,7 @@ async function refresh() {
   if (refreshing) return;
   refreshing = true;
   try {
-    const list = await api("GET", "/v1/feeds");
+    const list = await api("GET", "v1/feeds");
     const names = list.feeds.map((f) => f.name);
     for (const [name, entry] of cards) {
       if (!names.includes(name)) { entry.el.remove(); cards.delete(name); }
@@ -265,7 +266,7 @@ async function refresh() {
     }
     await Promise.all(list.feeds.map(async (summary) => {
       let feed = summary;
-      try { feed = await api("GET", `/v1/feeds/${enc(summary.name)}`); } catch (err) {
+      try { feed = await api("GET", `v1/feeds/${enc(summary.name)}`); } catch (err) {
         if (err.status === 404) return;  // deleted meanwhile
         throw err;
       }
@@ -307,7 +308,7 @@ function confirmDelete(name) {
   input.oninput = () => { ok.disabled = input.value !== name; };
   ok.onclick = async (ev) => {
     ev.preventDefault();
-    const path = `/v1/feeds/${enc(name)}` + (force.checked ? "?force=true" : "");
+    const path = `v1/feeds/${enc(name)}` + (force.checked ? "?force=true" : "");
     try {
       await api("DELETE", path);
       dialog.close();
@@ -337,7 +338,7 @@ function start() {
     input.value = "";
     refresh();
   });
-  fetch("/openapi.json").then((r) => r.json()).then((doc) => {
+  fetch("openapi.json").then((r) => r.json()).then((doc) => {
     document.getElementById("version").textContent = doc.info.version;
   }).catch(() => {});
   refresh();
