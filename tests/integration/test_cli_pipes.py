@@ -63,7 +63,9 @@ def test_tail_prints_lines_into_a_file_and_resumes_from_its_cursor(
             conn.execute("DELETE FROM t WHERE id = 2")
         started = time.monotonic()
         events = [json.loads(line) for line in _lines_within(out, 4, 10, tail)]
-        assert time.monotonic() - started < 10
+        took = time.monotonic() - started
+        assert took < 10
+        print(f"tail: 4 lines in the file {took:.2f} s after the workload committed")
     finally:
         tail.send_signal(signal.SIGINT)
         _, err = tail.communicate(timeout=20)
