@@ -168,8 +168,11 @@ function renderFeed(feed) {
     const tr = document.createElement("tr");
     tr.dataset.consumer = c.name;
     const at = lsnValue(c.cursor);
-    const behind = head !== null && at !== null ? (head > at ? head - at : 0n) : null;
-    for (const text of [c.name, c.cursor, behind === null ? "—" : fmtBytes(Number(behind))]) {
+    // The server's own measure when it gives one, else head minus the consumer's cursor.
+    const behind = c.lag_bytes !== undefined && c.lag_bytes !== null ? BigInt(c.lag_bytes)
+      : (head !== null && at !== null ? (head > at ? head - at : 0n) : null);
+    for (const text of [c.name, c.cursor, c.acked_at || "—", c.expires_at || "never",
+      behind === null ? "—" : fmtBytes(Number(behind))]) {
       const td = document.createElement("td");
       td.textContent = text;
       tr.appendChild(td);
