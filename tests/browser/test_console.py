@@ -203,7 +203,10 @@ def test_console_shows_backfill_progress_and_starts_one(console_feed,
     expect(card.locator("div[data-backfill=bf1]")).to_contain_text("1250 rows/s")
     expect(card.locator("div[data-backfill=bf0] pre")).to_have_text("table public.gone does not exist")
     card.locator(".backfill-tables").fill("public.orders")
-    card.locator(".start-backfill button").click()
-    wait_until(lambda: posted, 10, "the page to start a backfill")
+    # Route handlers run only while Playwright is called (sync API): wait through Playwright.
+    with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/backfills"),
+                             timeout=30_000):
+        card.locator(".start-backfill button").click()
+    expect(page.locator("#banner")).to_contain_text("backfills: done", timeout=30_000)
     assert posted == [{"tables": ["public.orders"]}]
     browser_page.screenshot("console-backfills")

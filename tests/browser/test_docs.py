@@ -73,3 +73,13 @@ def test_redoc_renders_every_operation_offline(token_service, browser_page: Brow
     assert page.locator("[data-section-id^='operation/']").count() == len(operations)
     browser_page.screenshot("docs-redoc")
     assert browser_page.outside == [], browser_page.outside
+
+
+def test_the_browser_reaches_nothing_outside_loopback(browser_page: BrowserPage) -> None:
+    """The fixture's guard itself: a CDN address is aborted (and recorded), as if offline."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    url = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js"
+    with pytest.raises(PlaywrightError, match="ERR_INTERNET_DISCONNECTED"):
+        browser_page.page.goto(url)
+    assert browser_page.outside == [url]
