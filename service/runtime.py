@@ -13,11 +13,11 @@ import logging
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import uvicorn
 
+from service.changelog.base import age_cutoff, pg_now_us
 from service.config import Settings
 from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
@@ -157,11 +157,18 @@ class Runtime:
             await asyncio.to_thread(self.apply_retention)
 
     def apply_retention(self) -> None:
-        now_us = int((time.time() - 946_684_800) * 1e6)
+        """Each feed's retention: first expire the consumers idle past its bound (logged by the
+        log), then drop what its age and byte limits allow and no remaining consumer holds."""
+        now_us = pg_now_us()
         for name in self.supervisor.names():
             retention = self.supervisor.spec(name).options.retention
             try:
-                dropped = self.supervisor.changelog(name).retain(retention.hours, retention.bytes, now_us)
+                self.supervisor.prepare_trim(name)
+                changelog = self.supervisor.changelog(name)
+                idle = age_cutoff(retention.consumer_max_idle_hours, now_us)
+                if idle is not None:
+                    changelog.expire_consumers(idle)
+                dropped = changelog.retain(retention.hours, retention.bytes, now_us)
             except Exception:
                 log.exception("retention of feed %s failed", name)
                 continue
