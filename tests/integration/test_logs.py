@@ -80,6 +80,16 @@ def test_json_logs_carry_the_events_that_matter_and_no_secret(pg_dsn: str, tmp_p
                    "a retention line")
         wait_until(lambda: any(e.get("event") == "reconnect" for e in _events(log)), 15,
                    "a reconnect line")
+        # A forced trim by an admin, overriding a consumer.
+        head = httpx.get(f"{base}/v1/feeds/shop", headers=AUTH, timeout=60).json()["head_lsn"]
+        httpx.put(f"{base}/v1/feeds/shop/consumers/laggard", headers=AUTH, timeout=60,
+                  json={"cursor": head}).raise_for_status()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO t VALUES (100, 'after the consumer')")
+        wait_until(lambda: httpx.get(f"{base}/v1/feeds/shop", headers=AUTH,
+                                     timeout=60).json()["head_lsn"] != head, 30, "a new commit")
+        httpx.post(f"{base}/v1/feeds/shop/trim", headers=AUTH, timeout=60,
+                   json={"before": "latest"}).raise_for_status()
         httpx.delete(f"{base}/v1/feeds/shop", headers=AUTH, timeout=60).raise_for_status()
         wait_until(lambda: any(e.get("state") == "deleted" for e in _events(log)), 10, "deleted")
     finally:
@@ -96,6 +106,9 @@ def test_json_logs_carry_the_events_that_matter_and_no_secret(pg_dsn: str, tmp_p
     assert reconnect["feed"] == "shop" and reconnect["reason"] and reconnect["level"] == "WARNING"
     trim = next(e for e in events if e.get("event") == "retention_trim")
     assert trim["feed"] == "shop" and trim["dropped"] >= 1
+    forced = next(e for e in events if e.get("event") == "forced_trim")
+    assert forced["feed"] == "shop" and forced["level"] == "WARNING"
+    assert forced["removed_consumers"] == ["laggard"]
     assert any("password=***" in e["message"] for e in events)  # the feed's source, masked
     print(f"{len(events)} log lines; events: "
           f"{sorted({e['event'] for e in events if 'event' in e})}")
