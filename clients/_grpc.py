@@ -21,6 +21,7 @@ from clients._cursor import format_lsn
 from clients._http_base import CursorLike, RetryPolicy
 from clients._json import embeddable, loads_exact
 from clients._models import Change, Transaction
+from clients._tls import ClientCert, PathLike, grpc_channel_credentials
 from clients.errors import (
     ClientError,
     CursorExpired,
@@ -199,8 +200,15 @@ class GrpcFeedClient:
     """Synchronous gRPC client: ``subscribe`` replays then tails a feed, transaction by transaction."""
 
     def __init__(self, target: str, *, token: str | None = None,
-                 channel: grpc.Channel | None = None, retry: RetryPolicy | None = None) -> None:
+                 channel: grpc.Channel | None = None, retry: RetryPolicy | None = None,
+                 tls: bool = False, ca_bundle: PathLike | None = None,
+                 client_cert: ClientCert | None = None) -> None:
+        """``tls`` (implied by ``ca_bundle`` or ``client_cert``): a TLS channel trusting
+        ``ca_bundle`` (PEM; default: gRPC's roots), presenting ``client_cert`` (cert, key)."""
         self._pb2, grpc_mod = _stubs()
+        if channel is None and (tls or ca_bundle is not None or client_cert is not None):
+            channel = grpc.secure_channel(target, grpc_channel_credentials(ca_bundle, client_cert),
+                                          options=_CHANNEL_OPTIONS)
         self._channel = channel or grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = grpc_mod.ChangeFeedStub(self._channel)
         self._metadata = _metadata(token)
@@ -259,8 +267,13 @@ class AsyncGrpcFeedClient:
     """The asyncio twin of GrpcFeedClient (``grpc.aio``)."""
 
     def __init__(self, target: str, *, token: str | None = None,
-                 channel: grpc.aio.Channel | None = None, retry: RetryPolicy | None = None) -> None:
+                 channel: grpc.aio.Channel | None = None, retry: RetryPolicy | None = None,
+                 tls: bool = False, ca_bundle: PathLike | None = None,
+                 client_cert: ClientCert | None = None) -> None:
         self._pb2, grpc_mod = _stubs()
+        if channel is None and (tls or ca_bundle is not None or client_cert is not None):
+            channel = grpc.aio.secure_channel(
+                target, grpc_channel_credentials(ca_bundle, client_cert), options=_CHANNEL_OPTIONS)
         self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = grpc_mod.ChangeFeedStub(self._channel)
         self._metadata = _metadata(token)

@@ -1,11 +1,10 @@
-"""Command line: ``pgfeed serve | feeds … | demo | peek``."""
+"""Command line: ``pgfeed serve | feeds … | demo | peek | tail``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -20,10 +19,16 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
-                             changelog=args.changelog)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                             changelog=args.changelog, log_format=args.log_format,
+                             tls_cert_file=args.tls_cert, tls_key_file=args.tls_key,
+                             tls_client_ca_file=args.tls_client_ca)
+    from service.logs import configure_logging, known_secrets
+
+    runtime = Runtime(settings)
+    configure_logging(settings.log_level, settings.log_format,
+                      secrets=lambda: known_secrets(settings, runtime.supervisor))
     with asyncio.Runner(loop_factory=lambda: new_event_loop(settings.event_loop)) as runner:
-        runner.run(Runtime(settings).serve())
+        runner.run(runtime.serve())
     return 0
 
 
@@ -31,7 +36,10 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
     token = args.token or os.environ.get("PGFEED_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers, timeout=30)
+        from clients._tls import http_verify
+
+        response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers,
+                                 timeout=30, verify=http_verify(args.ca_bundle, None))
     except httpx.HTTPError as exc:
         print(f"pgfeed: cannot reach the service at {args.url}: {exc}", file=sys.stderr)
         return 2
@@ -73,6 +81,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _service_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
     p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
+    p.add_argument("--ca-bundle", default=os.environ.get("PGFEED_CA_BUNDLE"),
+                   help="PEM CAs to trust for an https --url (or PGFEED_CA_BUNDLE)")
     return p
 
 
@@ -88,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-host")
     serve.add_argument("--grpc-port", type=int)
     serve.add_argument("--changelog", choices=["sqlite", "memory"])
+    serve.add_argument("--tls-cert", type=Path, help="PEM certificate: TLS on HTTP and gRPC")
+    serve.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    serve.add_argument("--tls-client-ca", type=Path,
+                       help="PEM CA bundle: require client certificates signed by it")
+    serve.add_argument("--log-format", choices=["text", "json"],
+                       help="text (default) or json: one object a line, for log collectors")
     serve.set_defaults(func=_serve)
 
     feeds = sub.add_parser("feeds", help="manage feeds of a running service (admin API)")
@@ -153,9 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--grpc-port", type=int, default=50051)
     demo.set_defaults(func=_demo)
 
-    from service import peek
+    from service import peek, tail
 
     peek.add_parser(sub)
+    tail.add_parser(sub)
     return parser
 
 

@@ -114,7 +114,9 @@ class Capture:
                 self.stats.reconnects += 1
                 delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
                 attempt += 1
-                log.warning("feed %s: %s; reconnecting in %.1f s", self.spec.name, self.stats.last_error, delay)
+                log.warning("feed %s: %s; reconnecting in %.1f s", self.spec.name, self.stats.last_error, delay,
+                            extra={"feed": self.spec.name, "event": "reconnect",
+                                   "reason": self.stats.last_error, "delay": delay})
                 stop.wait(delay)
             except PgfeedError as exc:  # undecodable or inconsistent stream: stop, keep the slot
                 self.stats.state = "failed"

@@ -37,6 +37,8 @@ def trim_feed(feed: FeedName, body: TrimRequest, supervisor: SupervisorDep) -> T
     removed = sorted(known - set(changelog.consumers()))
     stats = changelog.stats()
     log.warning("feed %s: forced trim before %s by an admin dropped %d transaction(s)%s", feed, cursor,
-                dropped, f"; consumer(s) removed: {', '.join(removed)}" if removed else "")
+                dropped, f"; consumer(s) removed: {', '.join(removed)}" if removed else "",
+                extra={"feed": feed, "event": "forced_trim", "before": str(cursor), "dropped": dropped,
+                       "removed_consumers": removed})
     return TrimOut(dropped=dropped, removed_consumers=removed, oldest_lsn=format_lsn(stats.oldest_lsn),
                    trimmed_lsn=format_lsn(stats.trimmed_lsn), forced_trims=stats.forced_trims)
