@@ -408,7 +408,7 @@ def _bare() -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
             time.sleep(0.1)
         yield proc, {"grpc": f"127.0.0.1:{grpc_port}", "http": f"http://127.0.0.1:{http_port}"}
     finally:
-        proc.terminate()
+        proc.kill()
         proc.wait(10)
 
 

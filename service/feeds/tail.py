@@ -29,6 +29,7 @@ __all__ = ["SharedTail", "TailEntry", "TailSlice"]
 
 FILL_CHANGES = 2_000  # changes read a fill at most; a larger burst is read by the readers' paging
 INLINE_WAL_BYTES = 256 << 10  # a fill spanning less WAL than this runs on the event loop
+RESTART_WAL_BYTES = 16 << 20  # a reader this far past the tail's top starts it again
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +80,21 @@ class SharedTail:
         """``(base, top)``: the tail holds every unit with base < commit_lsn <= top."""
         return self._base, self._top
 
+    def may_answer(self, cursor: Cursor) -> bool:
+        """Would ``after`` answer a reader at ``cursor`` without starting the tail again?"""
+        return (cursor.seq is None and self._top >= 0
+                and self._base <= cursor.lsn <= self._top + RESTART_WAL_BYTES)
+
     async def after(self, cursor: Cursor, head: int) -> TailSlice | None:
         """Everything after ``cursor`` up to ``head`` (the feed's durable head), or None when the
         tail cannot answer for this cursor and the reader must page the log itself."""
         if cursor.seq is not None:
             return None
-        if self._top < 0 or cursor.lsn > self._top:
-            self._reset(cursor.lsn)  # the first reader to catch up starts the tail at its cursor
+        if self._top < 0 or cursor.lsn - self._top > RESTART_WAL_BYTES:
+            # The first reader to catch up starts the tail at its cursor; so does one far past a
+            # tail nobody used for a while. A reader a little past ``top`` (it paged the log to
+            # the head first) is covered by filling forward, so the others keep their coverage.
+            self._reset(cursor.lsn)
         if cursor.lsn < self._base:
             return None
         while self._top < head:
@@ -94,7 +103,7 @@ class SharedTail:
                 continue
             if not await self._fill(head):
                 break
-        if cursor.lsn < self._base:  # a fill moved the tail past this reader
+        if not self._base <= cursor.lsn <= self._top:  # a fill moved the tail past this reader
             return None
         start = bisect.bisect_right(self._lsns, cursor.lsn)
         entries = tuple(self._entries[start:])

@@ -168,8 +168,7 @@ async def _from_tail(tail: SharedTail, notifier: HeadNotifier, request: PageRequ
     loop = asyncio.get_running_loop()
     cursor = request.after
     assert isinstance(cursor, Cursor)
-    base, top = tail.covered
-    if cursor.seq is not None or not (base <= cursor.lsn <= top or caught_up):
+    if cursor.seq is not None or not (caught_up or tail.may_answer(cursor)):
         return None
     head = notifier.head
     while True:

@@ -123,3 +123,19 @@ def test_concurrent_readers_share_one_fill() -> None:
 
     asyncio.run(main())
     assert calls == [Cursor(0x1000)]  # one fill for all twenty
+
+
+def test_a_reader_past_the_top_fills_the_tail_forward_and_others_keep_their_coverage() -> None:
+    log, tail, _ = _feed()
+
+    async def main() -> None:
+        await tail.after(Cursor(0x1000), log.head())
+        log.append([txn(0x2000, 1), txn(0x3000, 1)])
+        # A reader that paged the log to 0x3000 itself, while the tail still ends at 0x1000.
+        part = await tail.after(Cursor(0x3000), log.head())
+        assert part is not None and part.entries == () and part.next == Cursor(0x3000)
+        assert tail.covered == (0x1000, 0x3000)
+        behind = await tail.after(Cursor(0x1000), log.head())
+        assert behind is not None and [e.commit_lsn for e in behind.entries] == [0x2000, 0x3000]
+
+    asyncio.run(main())
