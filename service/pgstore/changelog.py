@@ -439,12 +439,6 @@ class PgChangeLog:
         return LogStats(last[0] - first[1] + 1, last[1] - first[2], last[2] - first[3], first[0], head,
                         trimmed, forced)
 
-    def drop(self) -> None:
-        """Remove everything of this feed from the store (the feed is being deleted)."""
-        with self._connection() as conn, conn.transaction():
-            for name in ("txn", "chunk", "schema_frame", "consumer", "log_state", "lease"):
-                conn.execute(sql.SQL("DELETE FROM {} WHERE feed = %s").format(self._t[name]), (self.feed,))
-
     def close(self) -> None:
         """Later calls fail with ChangeLogError; idempotent. The pool is shared unless owned."""
         self._closed = True

@@ -1,0 +1,135 @@
+"""Leadership: which feeds this replica captures, decided by leases in a shared store.
+
+A thread ticks every TICK_SECONDS (sooner when kicked by a store notification): it heartbeats
+the replica, brings the supervisor's feeds in line with the catalogue when it changed, renews the
+leases it holds (a lease it lost stops that capture at once), and takes expired or free leases of
+running feeds while it leads fewer than its fair share, so feeds spread over the live replicas.
+
+Timing (a leader SIGKILLed): its lease expires at most LEASE_SECONDS after its last renewal, the
+next tick of another replica (<= TICK_SECONDS) takes it, ends the old walsender and starts
+streaming from the confirmed position: ~LEASE_SECONDS + TICK_SECONDS + a connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from service.changelog.base import ChangeLogError
+from service.errors import PgfeedError
+from service.pgstore.leases import fair_share
+
+if TYPE_CHECKING:
+    from service.feeds.supervisor import Supervisor
+    from service.pgstore.store import PgStore
+
+__all__ = ["LEASE_SECONDS", "Leadership"]
+
+log = logging.getLogger("pgfeed.leadership")
+
+LEASE_SECONDS = 5.0
+TICK_SECONDS = 1.0
+SYNC_SECONDS = 5.0  # the catalogue is re-read at least this often (notifications may be lost)
+REPLICA_ALIVE_SECONDS = 3 * LEASE_SECONDS  # a replica whose heartbeat is older counts as gone
+
+
+class Leadership:
+    def __init__(self, supervisor: Supervisor, store: PgStore, *, lease_seconds: float = LEASE_SECONDS,
+                 tick_seconds: float = TICK_SECONDS) -> None:
+        self._supervisor = supervisor
+        self._store = store
+        self.lease_seconds = lease_seconds
+        self.tick_seconds = tick_seconds
+        self._held: dict[str, int] = {}  # feed -> epoch of the lease this replica holds
+        self._lock = threading.RLock()  # ticks and drops (pause, delete) one at a time
+        self._kick = threading.Event()
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._last_sync = 0.0
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="pgfeed-leadership", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop ticking, stop captures and give up every lease (others take over at once)."""
+        self._stop.set()
+        self._kick.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            for name in list(self._held):
+                self.drop(name)
+
+    def kick(self, catalogue: bool = False) -> None:
+        """Tick now (a lease changed hands; with ``catalogue``, the feeds changed)."""
+        if catalogue:
+            self._dirty.set()
+        self._kick.set()
+
+    def epoch(self, name: str) -> int | None:
+        return self._held.get(name)
+
+    def held(self) -> dict[str, int]:
+        return dict(self._held)
+
+    def drop(self, name: str) -> None:
+        """Stop capturing ``name`` here and release its lease (pause, delete, shutdown)."""
+        with self._lock:
+            epoch = self._held.pop(name, None)
+            self._supervisor.stand_down(name)
+            if epoch is not None:
+                try:
+                    self._store.release(name, epoch)
+                except ChangeLogError as exc:  # it expires on its own
+                    log.warning("feed %s: could not release the lease: %s", name, exc)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except PgfeedError as exc:
+                log.warning("leadership tick failed: %s", exc)
+            except Exception:
+                log.exception("leadership tick failed")
+            self._kick.wait(self.tick_seconds)
+            self._kick.clear()
+
+    def tick(self) -> None:
+        store, supervisor = self._store, self._supervisor
+        store.heartbeat()
+        if self._dirty.is_set() or time.monotonic() - self._last_sync >= SYNC_SECONDS:
+            self._dirty.clear()
+            self._last_sync = time.monotonic()
+            supervisor.sync()
+        with self._lock:
+            if self._stop.is_set():
+                return
+            active = [name for name, paused in supervisor.feed_flags() if not paused]
+            for name in [n for n in self._held if n not in active]:
+                self.drop(name)
+            for name, epoch in list(self._held.items()):
+                if store.renew(name, epoch, self.lease_seconds) is None:
+                    del self._held[name]
+                    log.warning("feed %s: lease (epoch %d) taken over by another replica; standing by",
+                                name, epoch)
+                    supervisor.stand_down(name)
+                else:
+                    supervisor.ensure_capture(name)
+            current = store.leases()
+            live = sum(1 for r in store.replicas() if r.age_seconds < REPLICA_ALIVE_SECONDS)
+            share = fair_share(len(active), live)
+            for name in active:
+                if name in self._held or len(self._held) >= share:
+                    continue
+                lease = current.get(name)
+                if lease is not None and lease.live and lease.holder != store.replica_id:
+                    continue
+                got = store.acquire(name, self.lease_seconds)
+                if got is not None:
+                    self._held[name] = got.epoch
+                    log.info("feed %s: this replica leads it now (epoch %d)", name, got.epoch)
+                    supervisor.lead(name, got.epoch)
