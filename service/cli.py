@@ -20,7 +20,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
-                             changelog=args.changelog)
+                             changelog=args.changelog, store=args.store, store_schema=args.store_schema,
+                             replica_id=args.replica_id)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with asyncio.Runner(loop_factory=lambda: new_event_loop(settings.event_loop)) as runner:
         runner.run(Runtime(settings).serve())
@@ -81,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-host")
     serve.add_argument("--grpc-port", type=int)
     serve.add_argument("--changelog", choices=["sqlite", "memory"])
+    serve.add_argument("--store", help="PostgreSQL store shared by replicas (postgresql://…; or PGFEED_STORE) "
+                                       "instead of the data dir")
+    serve.add_argument("--store-schema", help="schema of the store (default pgfeed)")
+    serve.add_argument("--replica-id", help="this replica's id in leases (default host:http-port)")
     serve.set_defaults(func=_serve)
 
     feeds = sub.add_parser("feeds", help="manage feeds of a running service (admin API)")
