@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import psycopg
 import pytest
+from pgfeed.v1 import feed_pb2, feed_pb2_grpc
 from psycopg import sql
 
 from clients import parse_lsn
@@ -182,6 +184,24 @@ def test_a_live_reader_of_a_replica_that_does_not_capture_is_woken_by_notify(tmp
                 head = page["next"]
             # The poll fallback alone would take up to a second per wake-up.
             assert sorted(latencies)[len(latencies) // 2] < 0.5, latencies
+
+            # gRPC on the same replica: a live subscription follows the head captured by a.
+            with grpc.insecure_channel(b.grpc_target) as channel:
+                stub = feed_pb2_grpc.ChangeFeedStub(channel)
+                call = stub.Subscribe(feed_pb2.SubscribeRequest(feed="f", cursor=head), timeout=60)
+                insert(source, 7, 3, per_txn=3)
+                insert(source, 10, 1)
+                got: list[int] = []
+                for frame in call:
+                    got += [c.after["id"].int_value for c in frame.changes]
+                    if len(got) >= 4:
+                        break
+                call.cancel()
+            assert got == [7, 8, 9, 10]
+
+            # Splits (Spark) from the replica that does not capture.
+            bounds = httpx.get(f"{b.http_url}/v1/feeds/f/splits", params={"n": 2}).json()["boundaries"]
+            assert len(bounds) == 3 and bounds[-1] == feed_json(a)["head_lsn"]
 
 
 def test_a_newer_store_schema_is_refused(pg_cluster):
