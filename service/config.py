@@ -8,14 +8,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-from pydantic_settings import TomlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PGFEED_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="PGFEED_", extra="forbid", hide_input_in_errors=True)
 
     data_dir: Path = Path("pgfeed-data")
     changelog: Literal["sqlite", "memory"] = "sqlite"
@@ -43,7 +48,7 @@ class Settings(BaseSettings):
             return None
         try:
             conninfo_to_dict(value.get_secret_value())
-        except Exception:
+        except psycopg.ProgrammingError:
             raise ValueError("store must be a PostgreSQL connection string (postgresql://user@host/db "
                              "or 'host=… dbname=…')") from None
         return value

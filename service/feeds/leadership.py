@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 
 from service.changelog.base import ChangeLogError
 from service.errors import PgfeedError
+from service.feeds.model import Leader, ReplicaInfo
 from service.pgstore.leases import fair_share
 
 if TYPE_CHECKING:
     from service.feeds.supervisor import Supervisor
     from service.pgstore.store import PgStore
 
-__all__ = ["LEASE_SECONDS", "Leadership"]
+__all__ = ["LEASE_SECONDS", "Leadership", "SupervisorEvents", "replica_infos"]
 
 log = logging.getLogger("pgfeed.leadership")
 
@@ -133,3 +134,36 @@ class Leadership:
                     self._held[name] = got.epoch
                     log.info("feed %s: this replica leads it now (epoch %d)", name, got.epoch)
                     supervisor.lead(name, got.epoch)
+
+
+class SupervisorEvents:
+    """What a shared store's listener reports, turned into this supervisor's actions."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+
+    def head(self, feed: str, head: int) -> None:
+        """Another replica (or this one) stored up to ``head``: wake this replica's readers. No
+        lock: a dict read, so a supervisor busy stopping a capture never delays readers."""
+        self._supervisor.wake(feed, head)
+
+    def catalogue(self, feed: str) -> None:
+        leadership = self._supervisor.leadership
+        if leadership is not None:
+            leadership.kick(catalogue=True)
+        else:
+            self._supervisor.sync()
+
+    def lease(self, feed: str) -> None:
+        leadership = self._supervisor.leadership
+        if leadership is not None:
+            leadership.kick()
+
+
+def replica_infos(store: PgStore, leaders: dict[str, Leader]) -> list[ReplicaInfo]:
+    """Every replica that has used the store, alive while its heartbeat is recent, with the
+    feeds it leads."""
+    return [ReplicaInfo(r.id, r.started_at.timestamp(), r.heartbeat_at.timestamp(), r.age_seconds,
+                        r.age_seconds < REPLICA_ALIVE_SECONDS,
+                        sorted(n for n, lead in leaders.items() if lead.replica == r.id))
+            for r in store.replicas()]

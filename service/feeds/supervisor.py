@@ -18,7 +18,7 @@ from service.assembler.relations import RelationCatalog
 from service.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from service.dsn import mask_dsn, scrub
 from service.errors import FeedExists, FeedNotFound, PgfeedError, SourceError
-from service.feeds.leadership import Leadership
+from service.feeds.leadership import Leadership, SupervisorEvents, replica_infos
 from service.feeds.model import NAME_RE, FeedSpec, FeedStatus, Leader, ReplicaInfo, SlotRisk
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
@@ -89,7 +89,7 @@ class Supervisor:
                     self._start_capture(self._feeds[spec.name])
             self._started = True
         if self._store.shared:
-            self._store.listen(_Events(self))  # type: ignore[attr-defined]
+            self._store.listen(SupervisorEvents(self))  # type: ignore[attr-defined]
         if self._leadership is not None:
             self._leadership.start()
 
@@ -229,13 +229,12 @@ class Supervisor:
         cannot drop them the feed is kept (and resumed) and SourceError says why, unless
         ``force``: then the feed goes and the slot's name is logged for the operator to drop.
         """
+        was_paused = self._get(name).paused
+        if self._store.shared:  # the leader, wherever it runs, stops; nobody takes over
+            self._hold(name)
         with self._lock:
             feed = self._get(name)
             spec = feed.spec
-            if self._store.shared:  # the leader, wherever it runs, stops; nobody takes over
-                self._store.put(spec, paused=True)
-                if self._leadership is not None:
-                    self._leadership.drop(name)
             self._join(feed)
             try:
                 with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
@@ -247,7 +246,8 @@ class Supervisor:
                 reason = scrub(str(exc).strip(), spec.dsn)
                 if not force:
                     if self._store.shared:
-                        self._store.put(spec, paused=feed.paused)
+                        feed.paused = was_paused
+                        self._store.put(spec, paused=was_paused)
                         if self._leadership is not None:
                             self._leadership.kick()
                     elif not feed.paused:
@@ -291,14 +291,25 @@ class Supervisor:
     def pause(self, name: str) -> FeedStatus:
         """Stop capturing (on whichever replica leads it) until resumed."""
         feed = self._get(name)
+        if self._store.shared:
+            self._hold(name)
         with self._lock:
-            self._store.put(feed.spec, True)
+            if not self._store.shared:
+                self._store.put(feed.spec, True)
             feed.paused = True
-            if self._leadership is not None:
-                self._leadership.drop(name)
             self._join(feed)
             feed.stats.state = "paused"
         return self.status(name)
+
+    def _hold(self, name: str) -> None:
+        """Pause a feed cluster-wide and give up its lease here. Leadership calls into the
+        supervisor under its own lock, so this runs without the supervisor's (no lock cycle); the
+        local paused flag goes first so that no tick takes the lease again meanwhile."""
+        feed = self._get(name)
+        feed.paused = True
+        self._store.put(feed.spec, True)
+        if self._leadership is not None:
+            self._leadership.drop(name)
 
     def resume(self, name: str) -> FeedStatus:
         feed = self._get(name)
@@ -323,9 +334,9 @@ class Supervisor:
         """Bring this replica's feeds in line with the store's catalogue (another replica created,
         deleted, paused, resumed or altered one)."""
         wanted = {spec.name: (spec, paused) for spec, paused in self._store.feeds()}
+        held: list[str] = []  # paused elsewhere: stop capturing here
         with self._lock:
-            for name in [n for n in self._feeds if n not in wanted]:
-                self._forget(name)
+            gone = [self._feeds.pop(n) for n in [n for n in self._feeds if n not in wanted]]
             for name, (spec, paused) in wanted.items():
                 feed = self._feeds.get(name)
                 if feed is None:
@@ -334,21 +345,28 @@ class Supervisor:
                 feed.spec = spec
                 if paused != feed.paused:
                     feed.paused = paused
+                    feed.stats.state = "paused" if paused else "starting"
                     if paused:
-                        if self._leadership is not None:
-                            self._leadership.drop(name)
-                        feed.stats.state = "paused"
-                    else:
-                        feed.stats.state = "starting"
+                        held.append(name)
+        # Outside the supervisor's lock (see _hold): leases given up, deleted feeds closed.
+        for name in held + [feed.spec.name for feed in gone]:
+            if self._leadership is not None:
+                self._leadership.drop(name)
+        for feed in gone:  # deleted by another replica: no source work here
+            self._join(feed)
+            feed.changelog.close()
+            feed.notifier.close()
 
-    def _forget(self, name: str) -> None:
-        """A feed deleted by another replica: stop it here and close its log (no source work)."""
-        feed = self._feeds.pop(name)
-        if self._leadership is not None:
-            self._leadership.drop(name)
-        self._join(feed)
-        feed.changelog.close()
-        feed.notifier.close()
+    @property
+    def leadership(self) -> Leadership | None:
+        return self._leadership
+
+    def wake(self, name: str, head: int) -> None:
+        """The store says feed ``name`` holds transactions up to ``head``: wake its readers here.
+        No lock (a dict read): a supervisor busy stopping a capture never delays readers."""
+        feed = self._feeds.get(name)
+        if feed is not None:
+            feed.notifier.publish(head)
 
     def lead(self, name: str, epoch: int) -> None:
         """This replica took the feed's lease at ``epoch``: capture it, writing under that epoch."""
@@ -405,13 +423,7 @@ class Supervisor:
         if not self._store.shared:
             leading = [n for n, f in sorted(self._feeds.items()) if f.thread and f.thread.is_alive()]
             return [ReplicaInfo(self.replica_id, self._started_at, time.time(), 0.0, True, leading)]
-        from service.feeds.leadership import REPLICA_ALIVE_SECONDS
-
-        leaders = self.leaders()
-        return [ReplicaInfo(r.id, r.started_at.timestamp(), r.heartbeat_at.timestamp(), r.age_seconds,
-                            r.age_seconds < REPLICA_ALIVE_SECONDS,
-                            sorted(n for n, lead in leaders.items() if lead.replica == r.id))
-                for r in self._store.replicas()]  # type: ignore[attr-defined]
+        return replica_infos(self._store, self.leaders())  # type: ignore[arg-type]
 
     # -- reading ---------------------------------------------------------------------------------
     def changelog(self, name: str) -> ChangeLog:
@@ -513,28 +525,3 @@ def _needs_snapshot(feed: _Feed) -> bool:
     return (feed.spec.options.snapshot == "export" and feed.spec.owns_slot
             and not feed.changelog.confirmed_lsn())
 
-
-class _Events:
-    """What a shared store's listener reports, turned into this supervisor's actions."""
-
-    def __init__(self, supervisor: Supervisor) -> None:
-        self._supervisor = supervisor
-
-    def head(self, feed: str, head: int) -> None:
-        """Another replica (or this one) stored up to ``head``: wake this replica's readers. No
-        lock: a dict read, so a supervisor busy stopping a capture never delays readers."""
-        found = self._supervisor._feeds.get(feed)
-        if found is not None:
-            found.notifier.publish(head)
-
-    def catalogue(self, feed: str) -> None:
-        leadership = self._supervisor._leadership
-        if leadership is not None:
-            leadership.kick(catalogue=True)
-        else:
-            self._supervisor.sync()
-
-    def lease(self, feed: str) -> None:
-        leadership = self._supervisor._leadership
-        if leadership is not None:
-            leadership.kick()

@@ -163,7 +163,7 @@ class PgChangeLog:
                 raise LeaseLost(f"feed {self.feed!r}: another writer moved the head during an append")
             _, confirmed, txn_total, change_total, byte_total = state[:5]
             if fresh:
-                schema_rows = []
+                schema_rows: list[tuple[str, int, int, bytes]] = []
                 with conn.cursor().copy(sql.SQL(
                         "COPY {} (feed, commit_lsn, xid, end_lsn, commit_ts, origin, change_count, "
                         "payload_bytes, ordinal, cum_changes, cum_bytes, epoch, chunk_count) FROM STDIN "
@@ -270,8 +270,9 @@ class PgChangeLog:
         if last is None:
             return 0
         last_lsn, last_ordinal = last
-        (first_ordinal,) = conn.execute(sql.SQL("SELECT ordinal FROM {} WHERE feed = %s ORDER BY commit_lsn "
-                                                "LIMIT 1").format(t["txn"]), (self.feed,)).fetchone()
+        first = conn.execute(sql.SQL("SELECT ordinal FROM {} WHERE feed = %s ORDER BY commit_lsn LIMIT 1")
+                             .format(t["txn"]), (self.feed,)).fetchone()
+        first_ordinal = last_ordinal if first is None else first[0]
         conn.execute(sql.SQL("DELETE FROM {} WHERE feed = %s AND commit_lsn <= %s").format(t["txn"]),
                      (self.feed, last_lsn))
         conn.execute(sql.SQL("DELETE FROM {} WHERE feed = %s AND commit_lsn <= %s").format(t["chunk"]),

@@ -16,7 +16,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -30,6 +29,7 @@ from service.feeds.model import FeedSpec
 from service.pgstore import leases
 from service.pgstore.changelog import PgChangeLog
 from service.pgstore.connections import ConnectionPool, connect
+from service.pgstore.leases import Lease, ReplicaBeat
 from service.pgstore.schema import channel, ensure_schema, table
 
 __all__ = ["DEFAULT_SCHEMA", "PgStore", "StoreEvents"]
@@ -95,6 +95,10 @@ class PgStore:
                                  (spec.name, Jsonb(spec.to_dict()))).fetchone()
             if added is None:
                 raise FeedExists(f"feed {spec.name!r} already exists")
+            # A log row a replica re-created while an earlier feed of this name was being deleted
+            # would make the new feed skip transactions below its head: start from nothing.
+            for t in _FEED_TABLES:
+                conn.execute(sql.SQL("DELETE FROM {} WHERE feed = %s").format(table(self.schema, t)), (spec.name,))
             self._notify(conn, f"c {spec.name}")
 
     def put(self, spec: FeedSpec, paused: bool) -> None:
@@ -130,11 +134,11 @@ class PgStore:
 
     # -- leases and replicas -----------------------------------------------------------------------
 
-    def acquire(self, feed: str, ttl: float) -> leases.Lease | None:
+    def acquire(self, feed: str, ttl: float) -> Lease | None:
         with self._pool.connection() as conn:
             return leases.acquire(conn, self.schema, feed, self.replica_id, ttl)
 
-    def renew(self, feed: str, epoch: int, ttl: float) -> leases.Lease | None:
+    def renew(self, feed: str, epoch: int, ttl: float) -> Lease | None:
         with self._pool.connection() as conn:
             return leases.renew(conn, self.schema, feed, self.replica_id, epoch, ttl)
 
@@ -142,7 +146,7 @@ class PgStore:
         with self._pool.connection() as conn:
             leases.release(conn, self.schema, feed, self.replica_id, epoch)
 
-    def leases(self) -> dict[str, leases.Lease]:
+    def leases(self) -> dict[str, Lease]:
         with self._pool.connection() as conn:
             return leases.leases(conn, self.schema)
 
@@ -150,7 +154,7 @@ class PgStore:
         with self._pool.connection() as conn:
             leases.heartbeat(conn, self.schema, self.replica_id)
 
-    def replicas(self) -> list[leases.ReplicaBeat]:
+    def replicas(self) -> list[ReplicaBeat]:
         with self._pool.connection() as conn:
             return leases.replicas(conn, self.schema)
 
