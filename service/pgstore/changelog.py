@@ -59,7 +59,9 @@ log = logging.getLogger("pgfeed.changelog")
 CHUNK_BYTES = 4 << 20
 _READ_BATCH = 256  # txn rows fetched at a time while a read looks for enough changes
 _TXN_TYPES = ["text", "int8", "int8", "int8", "int8", "text", "int8", "int8", "int8", "int8", "int8",
-              "int8", "int4"]
+              "int4", "int8"]  # the order of _insert_txns' columns
+_SMALL_BATCH = 256  # transactions: up to this many small ones are appended with INSERTs, not COPY
+_SMALL_PAYLOAD = 64 << 10
 _CHUNK_TYPES = ["text", "int8", "int8", "int4", "bytea"]
 
 
@@ -83,6 +85,7 @@ class PgChangeLog:
         self._schema = schema
         self._channel = channel(schema)
         self._epoch: int | None = None
+        self._head: int | None = None  # head after this instance's last append (while leading)
         self._closed = False
         self._write_lock = threading.Lock()
         t = {name: table(schema, name) for name in
@@ -126,6 +129,7 @@ class PgChangeLog:
     def lead(self, epoch: int | None) -> None:
         """Write as the holder of the feed's lease at ``epoch`` (None: stop writing)."""
         self._epoch = epoch
+        self._head = None
 
     @property
     def epoch(self) -> int | None:
@@ -141,7 +145,7 @@ class PgChangeLog:
             "FROM {s} s JOIN {l} l ON l.feed = s.feed WHERE s.feed = %s FOR UPDATE OF s FOR SHARE OF l")
             .format(s=self._t["log_state"], l=self._t["lease"]), (self.feed,)).fetchone()
         if row is None or row[5] != self.holder or row[6] != epoch:
-            self._epoch = None
+            self._epoch = self._head = None
             holder = "nobody" if row is None else f"{row[5]!r} at epoch {row[6]}"
             raise LeaseLost(f"replica {self.holder!r} lost the lease of feed {self.feed!r} (epoch "
                             f"{epoch}); it is held by {holder}")
@@ -153,30 +157,36 @@ class PgChangeLog:
         check_batch(transactions, confirmed_lsn)
         epoch = self._epoch
         with self._write_lock, self._connection() as conn, conn.transaction():
-            (head,) = conn.execute(sql.SQL("SELECT head FROM {} WHERE feed = %s")
-                                   .format(self._t["log_state"]), (self.feed,)).fetchone() or (0,)
+            head = self._head
+            if head is None:  # the first append since this instance began to lead
+                (head,) = conn.execute(sql.SQL("SELECT head FROM {} WHERE feed = %s")
+                                       .format(self._t["log_state"]), (self.feed,)).fetchone() or (0,)
             fresh = [t for t in transactions if t.commit_lsn > head]  # replays are skipped
-            counts = self._copy_chunks(conn, fresh, epoch) if fresh and epoch is not None else []
+            # A live trickle of small commits goes in one INSERT per table (a round trip each);
+            # bigger batches are streamed with COPY, spilled payloads piece by piece.
+            small = (len(fresh) <= _SMALL_BATCH and all(
+                type(t.payload) in (bytes, bytearray) and len(t.payload) <= min(_SMALL_PAYLOAD, self.chunk_bytes)
+                for t in fresh))
+            counts: list[int] = []
+            if fresh and epoch is not None:
+                counts = self._insert_chunks(conn, fresh, epoch) if small else self._copy_chunks(conn, fresh, epoch)
             state = self._fenced(conn, epoch)
             if state[0] != head:
-                self._epoch = None
+                self._epoch = self._head = None
                 raise LeaseLost(f"feed {self.feed!r}: another writer moved the head during an append")
             _, confirmed, txn_total, change_total, byte_total = state[:5]
             if fresh:
+                rows = []
                 schema_rows: list[tuple[str, int, int, bytes]] = []
-                with conn.cursor().copy(sql.SQL(
-                        "COPY {} (feed, commit_lsn, xid, end_lsn, commit_ts, origin, change_count, "
-                        "payload_bytes, ordinal, cum_changes, cum_bytes, epoch, chunk_count) FROM STDIN "
-                        "(FORMAT BINARY)").format(self._t["txn"])) as copy:
-                    copy.set_types(_TXN_TYPES)
-                    for t, n in zip(fresh, counts):
-                        size = len(t.payload)
-                        txn_total += 1
-                        change_total += t.change_count
-                        byte_total += size
-                        copy.write_row((self.feed, t.commit_lsn, t.xid, t.end_lsn, t.commit_ts, t.origin,
-                                        t.change_count, size, txn_total, change_total, byte_total, epoch, n))
-                        schema_rows.extend((self.feed, t.commit_lsn, i, f) for i, f in enumerate(t.schema_frames))
+                for t, n in zip(fresh, counts):
+                    size = len(t.payload)
+                    txn_total += 1
+                    change_total += t.change_count
+                    byte_total += size
+                    rows.append((t.commit_lsn, t.xid, t.end_lsn, t.commit_ts, t.origin, t.change_count,
+                                 size, txn_total, change_total, byte_total, n))
+                    schema_rows.extend((self.feed, t.commit_lsn, i, f) for i, f in enumerate(t.schema_frames))
+                self._insert_txns(conn, rows, epoch, small)  # type: ignore[arg-type]
                 if schema_rows:
                     with conn.cursor() as cur:
                         cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %b)")
@@ -184,12 +194,14 @@ class PgChangeLog:
                 head = fresh[-1].commit_lsn
             new_confirmed = confirmed if confirmed_lsn is None else max(confirmed, confirmed_lsn)
             if fresh or new_confirmed != confirmed:
-                conn.execute(sql.SQL("UPDATE {} SET head = %s, confirmed_lsn = %s, txn_total = %s, "
-                                     "change_total = %s, byte_total = %s WHERE feed = %s")
-                             .format(self._t["log_state"]),
-                             (head, new_confirmed, txn_total, change_total, byte_total, self.feed))
-            if fresh:
-                conn.execute("SELECT pg_notify(%s, %s)", (self._channel, f"h {self.feed} {head}"))
+                update = sql.SQL("UPDATE {} SET head = %s, confirmed_lsn = %s, txn_total = %s, change_total = %s, "
+                                 "byte_total = %s WHERE feed = %s").format(self._t["log_state"])
+                values: tuple[Any, ...] = (head, new_confirmed, txn_total, change_total, byte_total, self.feed)
+                if fresh:  # one round trip: the update, and the notification sent at commit
+                    update = sql.SQL("WITH u AS ({} RETURNING 1) SELECT pg_notify(%s, %s) FROM u").format(update)
+                    values += (self._channel, f"h {self.feed} {head}")
+                conn.execute(update, values)
+        self._head = head
 
     def _copy_chunks(self, conn: psycopg.Connection, fresh: Sequence[StoredTransaction],
                      epoch: int) -> list[int]:
@@ -206,6 +218,33 @@ class PgChangeLog:
                     n += 1
                 counts.append(n)
         return counts
+
+    def _insert_chunks(self, conn: psycopg.Connection, fresh: Sequence[StoredTransaction],
+                       epoch: int) -> list[int]:
+        """One piece per non-empty payload, in one INSERT (payloads at most chunk_bytes)."""
+        with_data = [t for t in fresh if t.payload]
+        if with_data:
+            conn.execute(sql.SQL("INSERT INTO {} (feed, commit_lsn, epoch, piece, data) SELECT %s, x.l, %s, 0, x.d "
+                                 "FROM unnest(%s::int8[], %s::bytea[]) AS x(l, d)").format(self._t["chunk"]),
+                         (self.feed, epoch, [t.commit_lsn for t in with_data],
+                          [bytes(t.payload) for t in with_data]))  # type: ignore[arg-type]
+        return [1 if t.payload else 0 for t in fresh]
+
+    def _insert_txns(self, conn: psycopg.Connection, rows: list[tuple[Any, ...]], epoch: int,
+                     small: bool) -> None:
+        columns = sql.SQL("feed, commit_lsn, xid, end_lsn, commit_ts, origin, change_count, payload_bytes, "
+                          "ordinal, cum_changes, cum_bytes, chunk_count, epoch")
+        if small:
+            conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT %s, x.*, %s FROM unnest(%s::int8[], %s::int8[], "
+                                 "%s::int8[], %s::int8[], %s::text[], %s::int8[], %s::int8[], %s::int8[], "
+                                 "%s::int8[], %s::int8[], %s::int4[]) AS x").format(self._t["txn"], columns),
+                         (self.feed, epoch, *(list(col) for col in zip(*rows))))
+            return
+        with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)")
+                                .format(self._t["txn"], columns)) as copy:
+            copy.set_types(_TXN_TYPES)
+            for row in rows:
+                copy.write_row((self.feed, *row, epoch))
 
     def set_confirmed_lsn(self, lsn: int) -> None:
         check_lsn(lsn, "confirmed lsn")
