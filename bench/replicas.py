@@ -1,7 +1,9 @@
 """Replicas benchmark: the PostgreSQL store against the embedded SQLite log, same run, same workload.
 
-One throwaway PostgreSQL cluster (``fsync=on``: the store's commits are as durable as SQLite's
-``synchronous=FULL``) holds the source database and, in another database, the store. Two feeds
+Throwaway PostgreSQL clusters with ``fsync=on`` (the store's commits are as durable as SQLite's
+``synchronous=FULL``): one for the source, another for the store (``--store-on-source`` puts the
+store in a second database of the source cluster instead: its writes then go through the source's
+WAL, which the feed's walsender decodes and skips, and share its fsyncs). Two feeds
 capture the same WAL: ``sq`` into a SQLite data dir, ``pg`` into the store. bench/capture.py's
 workload (``--changes``, 10,000 rows a transaction at full scale) is loaded while neither server
 runs, then:
@@ -37,15 +39,14 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-import serve as S  # noqa: E402 - bench/serve.py: server handling, HTTP read, latency phase
-from serve import ROOT, Server, _die_with_parent, free_port  # noqa: E402
+import httpx
+import psycopg
+import serve as S
+from _results import write_section
+from serve import ROOT, Server, _die_with_parent, free_port
 
-import httpx  # noqa: E402
-import psycopg  # noqa: E402
-from _results import write_section  # noqa: E402
-
-from clients._cursor import parse_lsn  # noqa: E402
-from service.localpg import LocalCluster  # noqa: E402
+from clients._cursor import parse_lsn
+from service.localpg import LocalCluster
 
 CAPTURE_TARGET = READ_TARGET = 0.7
 P99_TARGET_MS = 50.0
@@ -130,26 +131,33 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--pg-version", default="18")
+    parser.add_argument("--store-on-source", action="store_true",
+                        help="the store in a database of the source cluster, not a cluster of its own")
     parser.add_argument("--write", action="store_true", help="record in bench/RESULTS.md")
     args = parser.parse_args()
     load = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="pgfeed-bench-replicas-") as tmp, \
-            LocalCluster.start(args.pg_version, settings={"fsync": "on"}) as cluster:
-        result = run(cluster, args, Path(tmp))
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="pgfeed-bench-replicas-"))
+        cluster = stack.enter_context(LocalCluster.start(args.pg_version, settings={"fsync": "on"}))
+        store_cluster = cluster if args.store_on_source else stack.enter_context(
+            LocalCluster.start(args.pg_version, settings={"fsync": "on"}))
+        result = run(cluster, store_cluster, args, Path(tmp))
     text = section(args, result, load)
     print(text)
     if args.write:
         write_section("replicas", text)
 
 
-def run(cluster: LocalCluster, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run(cluster: LocalCluster, store_cluster: LocalCluster, args: argparse.Namespace,
+        work: Path) -> dict[str, Any]:
     from capture import SCHEMA, run_workload  # bench/capture.py: the 1M-change workload, scaled
 
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
         conn.execute("CREATE DATABASE bench")
-        conn.execute("CREATE DATABASE store")
         server_text = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-    dsn, store = cluster.dsn("bench"), cluster.dsn("store")
+    with psycopg.connect(store_cluster.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE store")
+    dsn, store = cluster.dsn("bench"), store_cluster.dsn("store")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA.split("CREATE PUBLICATION")[0])
         conn.execute(S.TICKS)
@@ -195,6 +203,9 @@ def run(cluster: LocalCluster, args: argparse.Namespace, work: Path) -> dict[str
             out["latency_leader"] = report("the leader", S.latency(
                 leader, cluster.bindir, dsn, args.rate, args.seconds, args.connections, work))
     with serve(log, *sqlite_args) as server:  # last: the pg feed's slot would take its commits too
+        with psycopg.connect(dsn, autocommit=True) as conn:  # first catch up on the phases above
+            end = int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()[0])  # type: ignore[index]
+        wait_for(server, "sq", lambda st: parse_lsn(st["confirmed_lsn"]) >= end, 300, "SQLite caught up")
         S.FEED = "sq"
         out["latency_sqlite"] = report("SQLite", S.latency(server, cluster.bindir, dsn, args.rate,
                                                            args.seconds, args.connections, work))
@@ -214,6 +225,7 @@ def latency_text(lat: Any) -> str:
 def section(args: argparse.Namespace, r: dict[str, Any], load: tuple[float, float, float]) -> str:
     lat = r["latency"]
     cap, read = r["capture_pg"] / r["capture_sqlite"], r["read_pg"] / r["read_sqlite"]
+    where = "another database of the source cluster" if args.store_on_source else "a cluster of its own"
 
     def ok(good: bool) -> str:
         return "met" if good else "**missed**"
@@ -221,24 +233,24 @@ def section(args: argparse.Namespace, r: dict[str, Any], load: tuple[float, floa
     return "\n".join([
         "## Replicas: the PostgreSQL store vs SQLite (bench/replicas.py)",
         "",
-        f"{platform.machine()}, {os.cpu_count()} cores, load before the run "
+        (f"{platform.machine()}, {os.cpu_count()} cores, load before the run "
         f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}; PostgreSQL {r['server']} with `fsync=on` as the "
-        f"source and, in another database, the store; {r['changes']:,} changes "
-        "(bench/capture.py's workload, scaled).",
+        f"source and as the store ({where}); {r['changes']:,} changes "
+        "(bench/capture.py's workload, scaled)."),
         "",
         "| measure | SQLite | PostgreSQL store | ratio | target |",
         "| --- | --- | --- | --- | --- |",
-        f"| capture (changes/s) | {r['capture_sqlite']:,.0f} | {r['capture_pg']:,.0f} | {cap:.2f} | "
-        f">= {CAPTURE_TARGET} ({ok(cap >= CAPTURE_TARGET)}) |",
-        f"| one-client HTTP JSON read (changes/s; store: a non-leader replica) | {r['read_sqlite']:,.0f} | "
-        f"{r['read_pg']:,.0f} | {read:.2f} | >= {READ_TARGET} ({ok(read >= READ_TARGET)}) |",
+        (f"| capture (changes/s) | {r['capture_sqlite']:,.0f} | {r['capture_pg']:,.0f} | {cap:.2f} | "
+        f">= {CAPTURE_TARGET} ({ok(cap >= CAPTURE_TARGET)}) |"),
+        (f"| one-client HTTP JSON read (changes/s; store: a non-leader replica) | {r['read_sqlite']:,.0f} | "
+        f"{r['read_pg']:,.0f} | {read:.2f} | >= {READ_TARGET} ({ok(read >= READ_TARGET)}) |"),
         "",
-        f"Commit -> gRPC subscriber on the non-leader replica, pgbench at {args.rate:g} one-row "
+        (f"Commit -> gRPC subscriber on the non-leader replica, pgbench at {args.rate:g} one-row "
         f"commits/s ({lat.rate:,.0f} measured over {lat.seconds:.1f} s, {args.connections} connections): "
         f"p50 {lat.pct(50):.1f} ms, p99 {lat.pct(99):.1f} ms, max {lat.worst:.1f} ms, "
-        f"{lat.missing} missing; target p99 <= {P99_TARGET_MS:g} ms ({ok(lat.pct(99) <= P99_TARGET_MS)}).",
-        f"Same phase through the leader: {latency_text(r['latency_leader'])}; through a SQLite server "
-        f"(alone): {latency_text(r['latency_sqlite'])}.",
+        f"{lat.missing} missing; target p99 <= {P99_TARGET_MS:g} ms ({ok(lat.pct(99) <= P99_TARGET_MS)})."),
+        (f"Same phase through the leader: {latency_text(r['latency_leader'])}; through a SQLite server "
+        f"(alone): {latency_text(r['latency_sqlite'])}."),
     ])
 
 

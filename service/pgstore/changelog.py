@@ -65,6 +65,10 @@ _SMALL_PAYLOAD = 64 << 10
 _CHUNK_TYPES = ["text", "int8", "int8", "int4", "bytea"]
 
 
+class _Torn(Exception):
+    """A read outside a snapshot found pieces missing (a trim ran between its statements)."""
+
+
 def _lsn(value: int) -> int:
     """Clamp a position to what a bigint holds (cursors may name LSNs up to 2**64-1)."""
     return max(-1, min(value, MAX_LSN))
@@ -91,10 +95,14 @@ class PgChangeLog:
         t = {name: table(schema, name) for name in
              ("log_state", "lease", "txn", "chunk", "schema_frame", "consumer")}
         self._t = t
+        # Schema frames (few, small) come with the transaction rows, in one statement.
         self._q_meta = sql.SQL(
             "SELECT commit_lsn, xid, end_lsn, commit_ts, origin, change_count, payload_bytes, epoch, "
-            "chunk_count FROM {} WHERE feed = %s AND commit_lsn > %s AND commit_lsn <= %s "
-            "ORDER BY commit_lsn LIMIT %s").format(t["txn"])
+            "chunk_count, CASE WHEN EXISTS (SELECT 1 FROM {f} f WHERE f.feed = t.feed AND "
+            "f.commit_lsn = t.commit_lsn) THEN ARRAY(SELECT frame FROM {f} f WHERE f.feed = t.feed AND "
+            "f.commit_lsn = t.commit_lsn ORDER BY n) END "
+            "FROM {t} t WHERE feed = %s AND commit_lsn > %s AND commit_lsn <= %s "
+            "ORDER BY commit_lsn LIMIT %s").format(t=t["txn"], f=t["schema_frame"])
         self._q_chunks = sql.SQL(
             "SELECT c.commit_lsn, c.data FROM {c} c JOIN {t} t ON t.feed = c.feed AND "
             "t.commit_lsn = c.commit_lsn AND t.epoch = c.epoch WHERE t.feed = %s AND "
@@ -367,10 +375,22 @@ class PgChangeLog:
         high = MAX_LSN if upto_lsn is None else _lsn(upto_lsn)
         if max_changes <= 0 or high <= low:
             return []
+        # Fast path: each statement on its own (autocommit), two round trips for a live tail. A
+        # trim between them may remove pieces of what the first one listed: then again, in one
+        # snapshot.
+        with self._connection() as conn, conn.cursor(binary=True) as cur:
+            try:
+                return self._read(cur, after, max_changes, low, high)
+            except _Torn:
+                pass
         with self._snapshot() as cur:
-            rows = read_selection(self._meta_rows(cur, low, high, max_changes), after, max_changes,
-                                  lambda row: (row[0], row[5]))
-            return self._load(cur, rows) if rows else []
+            return self._read(cur, after, max_changes, low, high)
+
+    def _read(self, cur: psycopg.Cursor[Any], after: Cursor, max_changes: int, low: int,
+              high: int) -> list[StoredTransaction]:
+        rows = read_selection(self._meta_rows(cur, low, high, max_changes), after, max_changes,
+                              lambda row: (row[0], row[5]))
+        return self._load(cur, rows) if rows else []
 
     def _meta_rows(self, cur: psycopg.Cursor[Any], low: int, high: int,
                    max_changes: int) -> Iterator[tuple[Any, ...]]:
@@ -385,20 +405,17 @@ class PgChangeLog:
             batch = _READ_BATCH
 
     def _load(self, cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> list[StoredTransaction]:
-        """Payloads and schema frames of ``rows`` (consecutive transactions), one query each."""
+        """Payloads of ``rows`` (consecutive transactions), in one query."""
         first, last = rows[0][0], rows[-1][0]
-        frames: dict[int, list[bytes]] = defaultdict(list)
-        for lsn, frame in cur.execute(sql.SQL("SELECT commit_lsn, frame FROM {} WHERE feed = %s AND "
-                                              "commit_lsn BETWEEN %s AND %s ORDER BY commit_lsn, n")
-                                      .format(self._t["schema_frame"]), (self.feed, first, last)):
-            frames[lsn].append(frame)
         pieces: dict[int, list[bytes]] = defaultdict(list)
         for lsn, data in cur.execute(self._q_chunks, (self.feed, first, last)):
             pieces[lsn].append(data)
         out = []
-        for commit_lsn, xid, end_lsn, commit_ts, origin, count, size, _epoch, n in rows:
+        for commit_lsn, xid, end_lsn, commit_ts, origin, count, size, _epoch, n, frames in rows:
             parts = pieces.get(commit_lsn, [])
             if len(parts) != n:
+                if cur.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    raise _Torn  # not in a snapshot: trimmed meanwhile?
                 raise ChangeLogError(f"change log of feed {self.feed!r}: transaction {commit_lsn:X} has "
                                      f"{len(parts)} of its {n} payload pieces (the store is damaged)")
             if n == 1:
@@ -412,7 +429,7 @@ class PgChangeLog:
                     payload[pos:pos + len(part)] = part
                     pos += len(part)
             out.append(StoredTransaction(xid, commit_lsn, end_lsn, commit_ts, origin, count, payload,
-                                         tuple(frames.get(commit_lsn, ()))))
+                                         tuple(frames or ())))
         return out
 
     def split_points(self, from_lsn: int, to_lsn: int, parts: int) -> list[int]:
@@ -446,7 +463,7 @@ class PgChangeLog:
             return split_bounds(from_lsn, to_lsn, parts, base, top, first_reaching)
 
     def schema_history(self, after_lsn: int = 0) -> list[tuple[int, bytes]]:
-        with self._snapshot() as cur:
+        with self._connection() as conn, conn.cursor(binary=True) as cur:  # one statement: consistent
             return [(lsn, frame) for lsn, frame in cur.execute(sql.SQL(
                 "SELECT commit_lsn, frame FROM {} WHERE feed = %s AND commit_lsn > %s ORDER BY commit_lsn, n")
                 .format(self._t["schema_frame"]), (self.feed, _lsn(after_lsn)))]
