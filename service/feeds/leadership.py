@@ -3,7 +3,9 @@
 A thread ticks every TICK_SECONDS (sooner when kicked by a store notification): it heartbeats
 the replica, brings the supervisor's feeds in line with the catalogue when it changed, renews the
 leases it holds (a lease it lost stops that capture at once), and takes expired or free leases of
-running feeds while it leads fewer than its fair share, so feeds spread over the live replicas.
+running feeds while it leads fewer than its fair share, so feeds spread over the live replicas;
+one leading more than its share gives a lease up (every REBALANCE_SECONDS at most) while another
+live replica leads less.
 
 Timing (a leader SIGKILLed): its lease expires at most LEASE_SECONDS after its last renewal, the
 next tick of another replica (<= TICK_SECONDS) takes it, ends the old walsender and starts
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING
 from service.changelog.base import ChangeLogError
 from service.errors import PgfeedError
 from service.feeds.model import Leader, ReplicaInfo
-from service.pgstore.leases import fair_share
+from service.pgstore.leases import Lease, fair_share
 
 if TYPE_CHECKING:
     from service.feeds.supervisor import Supervisor
@@ -34,6 +36,7 @@ LEASE_SECONDS = 5.0
 TICK_SECONDS = 1.0
 SYNC_SECONDS = 5.0  # the catalogue is re-read at least this often (notifications may be lost)
 REPLICA_ALIVE_SECONDS = 3 * LEASE_SECONDS  # a replica whose heartbeat is older counts as gone
+REBALANCE_SECONDS = 10.0
 
 
 class Leadership:
@@ -49,6 +52,7 @@ class Leadership:
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._last_sync = 0.0
+        self._last_rebalance = time.monotonic()  # not in the first seconds: replicas still arrive
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -121,7 +125,8 @@ class Leadership:
                 else:
                     supervisor.ensure_capture(name)
             current = store.leases()
-            live = sum(1 for r in store.replicas() if r.age_seconds < REPLICA_ALIVE_SECONDS)
+            beats = store.replicas()
+            live = sum(1 for r in beats if r.age_seconds < REPLICA_ALIVE_SECONDS)
             share = fair_share(len(active), live)
             for name in active:
                 if name in self._held or len(self._held) >= share:
@@ -134,6 +139,23 @@ class Leadership:
                     self._held[name] = got.epoch
                     log.info("feed %s: this replica leads it now (epoch %d)", name, got.epoch)
                     supervisor.lead(name, got.epoch)
+            self._rebalance(current, {r.id for r in beats if r.age_seconds < REPLICA_ALIVE_SECONDS}, share)
+
+    def _rebalance(self, current: dict[str, Lease], live: set[str], share: int) -> None:
+        """Give one lease up (at most every REBALANCE_SECONDS) while this replica leads more than
+        its share and another live replica leads less: feeds spread over replicas that joined
+        late. The other replica takes it at its next tick (the release is notified)."""
+        if len(self._held) <= share or time.monotonic() - self._last_rebalance < REBALANCE_SECONDS:
+            return
+        counts = {replica: 0 for replica in live if replica != self._store.replica_id}
+        for lease in current.values():
+            if lease.live and lease.holder in counts:
+                counts[lease.holder] += 1
+        if counts and min(counts.values()) < share:
+            self._last_rebalance = time.monotonic()
+            name = max(self._held, key=lambda n: self._held[n])  # the most recently taken
+            log.info("feed %s: lease given up to spread feeds over replicas", name)
+            self.drop(name)
 
 
 class SupervisorEvents:

@@ -74,8 +74,10 @@ def renew(conn: psycopg.Connection, schema: str, feed: str, holder: str, epoch: 
 
 def release(conn: psycopg.Connection, schema: str, feed: str, holder: str, epoch: int) -> None:
     """Give the lease up now (it expires), keeping its epoch so the next holder's is higher."""
-    conn.execute(sql.SQL("UPDATE {} SET expires_at = now() WHERE feed = %s AND holder = %s "
-                         "AND epoch = %s").format(table(schema, "lease")), (feed, holder, epoch))
+    with conn.transaction():
+        conn.execute(sql.SQL("UPDATE {} SET expires_at = now() WHERE feed = %s AND holder = %s "
+                             "AND epoch = %s").format(table(schema, "lease")), (feed, holder, epoch))
+        conn.execute("SELECT pg_notify(%s, %s)", (channel(schema), f"l {feed}"))  # others take it now
 
 
 def leases(conn: psycopg.Connection, schema: str) -> dict[str, Lease]:

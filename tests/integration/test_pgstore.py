@@ -204,6 +204,30 @@ def test_a_live_reader_of_a_replica_that_does_not_capture_is_woken_by_notify(tmp
             assert len(bounds) == 3 and bounds[-1] == feed_json(a)["head_lsn"]
 
 
+def test_leases_spread_feeds_over_replicas_that_join_late(tmp_path, store, source):
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE u (id int PRIMARY KEY, v text)")
+    with replica(tmp_path, store, "a") as a:
+        create_feed(a, source, "f")
+        r = httpx.post(f"{a.http_url}/v1/feeds", json={
+            "name": "g", "dsn": source, "tables": ["public.u"], "options": {"heartbeat_seconds": 1}})
+        assert r.status_code == 201, r.text
+        wait_until(lambda: all((feed_json(a, n)["leader"] or {}).get("replica") == "a" for n in "fg"),
+                   15, "a leads both")
+        with replica(tmp_path, store, "b") as b:
+            def spread():
+                leads = {r["id"]: r["leads"] for r in httpx.get(f"{b.http_url}/v1/replicas").json()["replicas"]}
+                return leads if sorted(leads.get("a", []) + leads.get("b", [])) == ["f", "g"] and \
+                    len(leads.get("a", [])) == len(leads.get("b", [])) == 1 else None
+
+            wait_until(spread, 30, "one feed each")
+            insert(source, 1, 5)
+            with psycopg.connect(source, autocommit=True) as conn:
+                conn.execute("INSERT INTO u SELECT g, 'u' FROM generate_series(1, 3) g")
+            wait_ids(b, [1, 2, 3, 4, 5], "f")
+            wait_ids(a, [1, 2, 3], "g")
+
+
 def test_a_newer_store_schema_is_refused(pg_cluster):
     dsn = store_dsn(pg_cluster)
     with psycopg.connect(dsn, autocommit=True) as conn:
