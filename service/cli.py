@@ -49,6 +49,8 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
 
 
 def _feeds_create(args: argparse.Namespace) -> int:
+    from service.cli_options import options_from_args
+
     body: dict[str, Any] = {"name": args.name, "dsn": args.dsn, "options": {}}
     if args.all_tables:
         body["all_tables"] = True
@@ -58,8 +60,7 @@ def _feeds_create(args: argparse.Namespace) -> int:
         body["publication"] = args.publication
     if args.slot:
         body["slot"] = args.slot
-    if args.toast:
-        body["options"]["toast"] = args.toast
+    body["options"] = options_from_args(args)
     return _admin(args, "POST", "/v1/feeds", body)
 
 
@@ -68,6 +69,12 @@ def _demo(args: argparse.Namespace) -> int:
 
     return run_demo(pg_version=args.pg, seconds=args.seconds, http_port=args.http_port,
                     grpc_port=args.grpc_port)
+
+
+def _service_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
+    p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,12 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     feeds_sub = feeds.add_subparsers(dest="feeds_command", required=True)
 
     def admin_parser(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = feeds_sub.add_parser(name, help=help_text)
-        p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
-        p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
-        return p
+        return _service_options(feeds_sub.add_parser(name, help=help_text))
 
     create = admin_parser("create", "create a feed (same as POST /v1/feeds)")
+    from service.cli_options import add_option_flags
+
     create.add_argument("name")
     create.add_argument("--dsn", required=True)
     group = create.add_mutually_exclusive_group()
@@ -105,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--all-tables", action="store_true")
     create.add_argument("--publication", help="adopt an existing publication")
     create.add_argument("--slot", help="adopt an existing slot")
-    create.add_argument("--toast", choices=["omit", "placeholder", "reselect"])
+    add_option_flags(create)
     create.set_defaults(func=_feeds_create)
     admin_parser("list", "list feeds").set_defaults(func=lambda a: _admin(a, "GET", "/v1/feeds"))
     for verb in ("show", "pause", "resume"):
@@ -124,6 +130,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="delete even when the source cannot drop them (they are left behind)")
     delete.set_defaults(func=lambda a: _admin(
         a, "DELETE", f"/v1/feeds/{a.name}" + ("?force=true" if a.force else "")))
+
+    trim = admin_parser("trim", "drop what a reader at a cursor has consumed, even what consumers "
+                        "still hold (same as POST /v1/feeds/NAME/trim)")
+    trim.add_argument("name")
+    trim.add_argument("--before", required=True, help="cursor: drop everything a reader there has "
+                                                      "consumed ('latest': everything)")
+    trim.set_defaults(func=lambda a: _admin(a, "POST", f"/v1/feeds/{a.name}/trim", {"before": a.before}))
+
+    consumers = sub.add_parser("consumers", help="named consumers of a feed (their cursors hold "
+                                                 "retention)")
+    consumers_sub = consumers.add_subparsers(dest="consumers_command", required=True)
+    listed = _service_options(consumers_sub.add_parser("list", help="every consumer with its cursor, "
+                                                                    "lag, last ack and expiry"))
+    listed.add_argument("feed")
+    listed.set_defaults(func=lambda a: _admin(a, "GET", f"/v1/feeds/{a.feed}/consumers"))
+    dropped = _service_options(consumers_sub.add_parser(
+        "delete", help="delete a consumer: retention stops waiting for it (admin token)"))
+    dropped.add_argument("feed")
+    dropped.add_argument("name")
+    dropped.set_defaults(func=lambda a: _admin(a, "DELETE", f"/v1/feeds/{a.feed}/consumers/{a.name}"))
 
     demo = sub.add_parser("demo", help="start a local PostgreSQL, a feed and a workload; watch changes flow")
     demo.add_argument("--pg", default=None, help="PostgreSQL major version (default: 18 if available, else 15)")

@@ -24,6 +24,7 @@ from service.assembler.transactions import TransactionAssembler
 from service.dsn import mask_dsn, scrub
 from service.encoding.to_json import change_to_dict, dumps
 from service.errors import PgfeedError
+from service.replication.commands import streaming_mode
 
 __all__ = [
     "SESSION_OPTIONS",
@@ -266,8 +267,11 @@ def _prepare(conn: psycopg.Connection[Any], slot: str, publications: list[str],
     elif proto > highest:
         raise PeekError(f"the server (version {conn.info.server_version}) speaks pgoutput "
                         f"protocol up to {highest}, not {proto}")
+    # Messages are shown, so whole transactions: a streamed message can outlive its rolled-back
+    # subtransaction (replication.commands.streaming_mode).
+    streaming = streaming_mode(True, messages=True, proto_version=proto) == "on"
     return proto, pgoutput_options(proto=proto, publications=publications,
-                                   two_phase=info.two_phase)
+                                   two_phase=info.two_phase, streaming=streaming)
 
 
 def _changes(conn: psycopg.Connection[Any], slot: str, options: list[str],

@@ -15,12 +15,13 @@ import signal
 import socket
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import uvicorn
 
+from service.changelog.base import age_cutoff, pg_now_us
 from service.config import Settings
+from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.metrics import Metrics
 
@@ -96,6 +97,7 @@ class Runtime:
         # One set of metrics for both front ends (its own registry: no global state).
         self.metrics = Metrics(self.supervisor)
         self.http: uvicorn.Server | None = None
+        self.stop_signal = StopSignal()  # long-polls answer at once once shutdown begins
         self.grpc_port: int | None = None
         self.started = asyncio.Event()
 
@@ -107,6 +109,7 @@ class Runtime:
         tune_interpreter()
         await asyncio.to_thread(self.supervisor.start)
         app = create_app(self.supervisor, settings, self.metrics)
+        app.state.stop = self.stop_signal
         self.http = _HttpServer(uvicorn.Config(app, host=settings.http_host, port=settings.http_port,
                                                   log_level=settings.log_level.lower(), access_log=False,
                                                   lifespan="on"))
@@ -134,6 +137,7 @@ class Runtime:
 
     def request_stop(self) -> None:
         """Begin the ordered shutdown; a second request stops HTTP without waiting for its clients."""
+        self.stop_signal.set()
         if self.http is not None:
             if self.http.should_exit:
                 self.http.force_exit = True
@@ -162,11 +166,17 @@ class Runtime:
             await asyncio.to_thread(self.apply_retention)
 
     def apply_retention(self) -> None:
-        now_us = int((time.time() - 946_684_800) * 1e6)
+        """Each feed's retention: first expire the consumers idle past its bound (logged by the
+        log), then drop what its age and byte limits allow and no remaining consumer holds."""
+        now_us = pg_now_us()
         for name in self.supervisor.names():
             retention = self.supervisor.spec(name).options.retention
             try:
-                dropped = self.supervisor.changelog(name).retain(retention.hours, retention.bytes, now_us)
+                changelog = self.supervisor.changelog(name)
+                idle = age_cutoff(retention.consumer_max_idle_hours, now_us)
+                if idle is not None:
+                    changelog.expire_consumers(idle)
+                dropped = changelog.retain(retention.hours, retention.bytes, now_us)
             except Exception:
                 log.exception("retention of feed %s failed", name)
                 continue

@@ -17,14 +17,17 @@ import psycopg
 from service.assembler.relations import RelationCatalog
 from service.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from service.dsn import mask_dsn, scrub
+from service.encoding.to_proto import JsonColumnCache
 from service.errors import FeedExists, FeedNotFound, PgfeedError, SourceError
 from service.feeds.leadership import Leadership, SupervisorEvents, replica_infos
-from service.feeds.model import NAME_RE, FeedSpec, FeedStatus, Leader, ReplicaInfo, SlotRisk
+from service.feeds.model import ADOPTED_TABLES, NAME_RE, FeedSpec, FeedStatus, Leader, ReplicaInfo, SlotRisk
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
 from service.feeds.store import FeedStore, LocalStore
+from service.feeds.tail import SharedTail
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
+from service.replication.commands import source_refusal
 from service.replication.snapshot import take_snapshot
 
 log = logging.getLogger("pgfeed.supervisor")
@@ -45,6 +48,7 @@ class _Feed:
     catalog_lock: threading.RLock = field(default_factory=threading.RLock)
     thread: threading.Thread | None = None
     reader: FeedReader | None = None
+    tail: SharedTail | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
 
 
@@ -184,6 +188,8 @@ class Supervisor:
                              "snapshot is gone; leave 'slot' null or use snapshot 'never'")
         if not spec.all_tables and not spec.tables and spec.publication is None:
             raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
+        if spec.publication is not None and (spec.tables or spec.all_tables):
+            raise ValueError(ADOPTED_TABLES)
         with self._lock:
             if spec.name in self._feeds or any(s.name == spec.name for s, _ in self._store.feeds()):
                 raise FeedExists(f"feed {spec.name!r} already exists")
@@ -204,12 +210,19 @@ class Supervisor:
         owns_slot = spec.slot is None
         try:
             with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase)
+                if refusal:
+                    raise SourceError(refusal)
                 if owns_pub:
                     slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
                                              all_tables=spec.all_tables,
                                              partition_root=spec.options.partition_root)
-                elif not slots.publication_exists(conn, spec.publication_name):
-                    raise SourceError(f"publication {spec.publication_name!r} does not exist on the source")
+                else:  # adopted as it is: the feed shows what it really publishes
+                    held = slots.publication_tables(conn, spec.publication_name)
+                    if held is None:
+                        raise SourceError(f"publication {spec.publication_name!r} does not exist on "
+                                          "the source")
+                    spec = replace(spec, all_tables=held[0], tables=held[1])
                 exists = slots.slot_exists(conn, spec.slot_name)
             if owns_slot and exists:
                 raise SourceError(f"replication slot {spec.slot_name!r} already exists on the source; "
@@ -441,6 +454,17 @@ class Supervisor:
                                          toast=feed.spec.options.toast)
         return feed.reader
 
+    def tail(self, name: str) -> SharedTail:
+        """The feed's shared live tail (one per feed, with a reader of its own): what caught-up
+        subscribers read, decoded and encoded once for all of them."""
+        feed = self._get(name)
+        with feed.catalog_lock:
+            if feed.tail is None:
+                reader = FeedReader(feed.changelog, lambda: self.catalog(name),
+                                    toast=feed.spec.options.toast)
+                feed.tail = SharedTail(reader, JsonColumnCache(lambda: self.catalog(name)))
+        return feed.tail
+
     def check_reader(self, name: str, reader: FeedReader) -> None:
         """Raise FeedNotFound unless ``reader`` is still feed ``name``'s reader: the feed was
         deleted (and perhaps created again) since the reader was handed out, so its log is
@@ -483,7 +507,8 @@ class Supervisor:
             confirmed_lsn=feed.changelog.confirmed_lsn(), head_lsn=feed.changelog.head(),
             changes_per_second=round(stats.rate(), 1), changes_captured=stats.changes,
             bytes_captured=stats.bytes, last_error=stats.last_error,
-            proto_version=stats.proto_version, source=mask_dsn(spec.dsn),
+            proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
+            source=mask_dsn(spec.dsn),
         )
         if self._store.shared:
             try:
@@ -497,9 +522,13 @@ class Supervisor:
             try:
                 with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
                     info = slots.slot_info(conn, spec.slot_name)
+                    held = None if spec.owns_publication else slots.publication_tables(
+                        conn, spec.publication_name)
             except psycopg.Error as exc:
-                info = None
+                info = held = None
                 status.last_error = status.last_error or f"source unreachable: {scrub(str(exc).strip(), spec.dsn)}"
+            if held is not None:  # an adopted publication changes on the source, not through pgfeed
+                status.all_tables, status.tables = held[0], list(held[1])
             if info:
                 status.server_lsn = info.get("server_lsn")
                 status.slot_risk = SlotRisk(info.get("wal_status"), info.get("safe_wal_size"),

@@ -10,12 +10,13 @@ from fastapi.openapi.utils import get_openapi
 
 import service
 from service.config import Settings
+from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.http_api.auth import TokenAuth
 from service.http_api.errors import install_handlers
 from service.http_api.middleware import ObserveMiddleware
 from service.http_api.readahead import ReadAhead
-from service.http_api.routes import changes, consumers, feeds, ops, replicas
+from service.http_api.routes import changes, consumers, feeds, ops, replicas, retention
 from service.http_api.schemas import ErrorBody
 from service.metrics import Metrics
 
@@ -56,9 +57,11 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     app.state.metrics = metrics if metrics is not None else Metrics(supervisor)
     app.state.auth = TokenAuth(settings)
     app.state.read_ahead = ReadAhead()
+    app.state.stop = StopSignal()  # set by the runtime when shutdown begins: long-polls answer
     app.include_router(changes.router, responses=_READ_ERRORS)
     app.include_router(consumers.router, responses=_READ_ERRORS)  # PUT's 422: see _openapi
     app.include_router(feeds.router, responses=_ADMIN_ERRORS)
+    app.include_router(retention.router, responses=_ADMIN_ERRORS)
     app.include_router(replicas.router, responses={k: _ADMIN_ERRORS[k] for k in (401, 403)})
     app.include_router(ops.router)
     install_handlers(app)

@@ -8,13 +8,16 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
+from service.access import FEED_STATUS
 from service.config import Settings
+from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.http_api.auth import TokenAuth, bearer_scheme
 from service.http_api.readahead import ReadAhead
 from service.metrics import Metrics
 
-__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "SettingsDep", "SupervisorDep"]
+__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "SettingsDep", "StatusScope",
+           "StopDep", "SupervisorDep"]
 
 
 def _supervisor(request: Request) -> Supervisor:
@@ -32,6 +35,11 @@ def _read_ahead(request: Request) -> ReadAhead:
     return read_ahead
 
 
+def _stop(request: Request) -> StopSignal:
+    stop: StopSignal = request.app.state.stop
+    return stop
+
+
 def _metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -41,6 +49,7 @@ SupervisorDep = Annotated[Supervisor, Depends(_supervisor)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 ReadAheadDep = Annotated[ReadAhead, Depends(_read_ahead)]
+StopDep = Annotated[StopSignal, Depends(_stop)]
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
 
@@ -55,5 +64,11 @@ def require_admin(request: Request, credentials: Credentials) -> None:
     auth.check(credentials, "admin")
 
 
+def require_status(request: Request, credentials: Credentials) -> None:
+    auth: TokenAuth = request.app.state.auth
+    auth.check(credentials, FEED_STATUS)
+
+
 ReadScope = Depends(require_read)
 AdminScope = Depends(require_admin)
+StatusScope = Depends(require_status)  # a feed's status: the scope gRPC's ListFeeds/GetFeed need too

@@ -38,12 +38,17 @@ from service.assembler.model import StoredTransaction, payload_pieces
 from service.changelog.base import (
     MAX_LSN,
     ChangeLogError,
+    ConsumerState,
     LeaseLost,
     LogStats,
     age_cutoff,
     check_batch,
     check_consumer,
     check_lsn,
+    check_new_consumer,
+    log_expired,
+    overtaken,
+    pg_now_us,
     read_selection,
     release_bound,
     slowest,
@@ -262,17 +267,38 @@ class PgChangeLog:
                 conn.execute(sql.SQL("UPDATE {} SET confirmed_lsn = %s WHERE feed = %s")
                              .format(self._t["log_state"]), (lsn, self.feed))
 
-    def set_consumer(self, name: str, cursor: Cursor) -> None:
+    def set_consumer(self, name: str, cursor: Cursor, acked_us: int | None = None) -> None:
         """Any replica records acknowledgements (no lease needed): never backward."""
         check_consumer(name, cursor)
+        now = pg_now_us() if acked_us is None else acked_us
         t = self._t["consumer"]
         with self._connection() as conn, conn.transaction():
-            row = conn.execute(sql.SQL("SELECT lsn, seq FROM {} WHERE feed = %s AND name = %s FOR UPDATE")
-                               .format(t), (self.feed, name)).fetchone()
-            if row is None or cursor > Cursor(row[0], row[1]):
-                conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s) ON CONFLICT (feed, name) "
-                                     "DO UPDATE SET lsn = excluded.lsn, seq = excluded.seq").format(t),
-                             (self.feed, name, _lsn(cursor.lsn), cursor.seq))
+            # The log_state lock orders this with trims (a new consumer is checked against them).
+            (trimmed,) = conn.execute(sql.SQL("SELECT trimmed_lsn FROM {} WHERE feed = %s FOR SHARE")
+                                      .format(self._t["log_state"]), (self.feed,)).fetchone() or (0,)
+            row = conn.execute(sql.SQL("SELECT lsn, seq, acked_at FROM {} WHERE feed = %s AND name = %s "
+                                       "FOR UPDATE").format(t), (self.feed, name)).fetchone()
+            if row is None:
+                check_new_consumer(name, cursor, trimmed)
+            else:
+                cursor, now = max(Cursor(row[0], row[1]), cursor), max(now, row[2])  # kept when equal
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s, %s) ON CONFLICT (feed, name) "
+                                 "DO UPDATE SET lsn = excluded.lsn, seq = excluded.seq, "
+                                 "acked_at = excluded.acked_at").format(t),
+                         (self.feed, name, _lsn(cursor.lsn), cursor.seq, now))
+
+    def delete_consumer(self, name: str) -> bool:
+        with self._connection() as conn:
+            return conn.execute(sql.SQL("DELETE FROM {} WHERE feed = %s AND name = %s")
+                                .format(self._t["consumer"]), (self.feed, name)).rowcount > 0
+
+    def expire_consumers(self, acked_before_us: int) -> list[str]:
+        with self._connection() as conn:
+            names = sorted(n for (n,) in conn.execute(
+                sql.SQL("DELETE FROM {} WHERE feed = %s AND acked_at < %s RETURNING name")
+                .format(self._t["consumer"]), (self.feed, acked_before_us)))
+        log_expired(f"change log of feed {self.feed}", names, acked_before_us)
+        return names
 
     def trim(self, before_lsn: int, *, force: bool = False) -> int:
         with self._connection() as conn, conn.transaction():
@@ -329,10 +355,14 @@ class PgChangeLog:
                              "forced_trims = forced_trims + %s WHERE feed = %s").format(t["log_state"]),
                      (last_lsn, int(forced), self.feed))
         if forced:
-            names = [n for (n,) in conn.execute(sql.SQL("SELECT name FROM {} WHERE feed = %s ORDER BY name")
-                                                .format(t["consumer"]), (self.feed,))]
+            (trimmed,) = conn.execute(sql.SQL("SELECT trimmed_lsn FROM {} WHERE feed = %s")
+                                      .format(t["log_state"]), (self.feed,)).fetchone()
+            gone = overtaken(self._states(conn), trimmed)
+            conn.execute(sql.SQL("DELETE FROM {} WHERE feed = %s AND name = ANY(%s)").format(t["consumer"]),
+                         (self.feed, gone))
             log.warning("change log of feed %s: forced trim dropped transactions up to %X that "
-                        "consumer(s) %s had not acknowledged", self.feed, last_lsn, ", ".join(names))
+                        "consumer(s) %s had not acknowledged; they were removed", self.feed, last_lsn,
+                        ", ".join(gone))
         return int(last_ordinal - first_ordinal + 1)
 
     def _release_bound(self, conn: psycopg.Connection) -> int:
@@ -475,10 +505,16 @@ class PgChangeLog:
         return None if row is None else Cursor(row[0], row[1])
 
     def consumers(self) -> dict[str, Cursor]:
+        return {name: state.cursor for name, state in self.consumer_states().items()}
+
+    def consumer_states(self) -> dict[str, ConsumerState]:
         with self._connection() as conn:
-            rows = conn.execute(sql.SQL("SELECT name, lsn, seq FROM {} WHERE feed = %s ORDER BY name")
-                                .format(self._t["consumer"]), (self.feed,)).fetchall()
-        return {name: Cursor(lsn, seq) for name, lsn, seq in rows}
+            return self._states(conn)
+
+    def _states(self, conn: psycopg.Connection) -> dict[str, ConsumerState]:
+        rows = conn.execute(sql.SQL("SELECT name, lsn, seq, acked_at FROM {} WHERE feed = %s ORDER BY name")
+                            .format(self._t["consumer"]), (self.feed,)).fetchall()
+        return {name: ConsumerState(Cursor(lsn, seq), acked) for name, lsn, seq, acked in rows}
 
     def stats(self) -> LogStats:
         txn = self._t["txn"]

@@ -83,6 +83,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             name text NOT NULL,
             lsn bigint NOT NULL,
             seq bigint,
+            acked_at bigint NOT NULL,       -- last acknowledgement, µs since 2000-01-01
             PRIMARY KEY (feed, name))""",
     ),
 )

@@ -98,9 +98,10 @@ class Captured:
 
 
 @pytest.fixture(scope="module")
-def captured(pgfeed_service: Service, pg_cluster: Any) -> Iterator[Captured]:
-    """One feed per PostgreSQL version over the workload, with test_decoding's view of the same
-    WAL. Read-only for the tests that use it (the comparisons depend on it)."""
+def captured(pgfeed_service: Service, any_pg_cluster: Any) -> Iterator[Captured]:
+    """One feed per PostgreSQL version (14 included) over the workload, with test_decoding's view
+    of the same WAL. Read-only for the tests that use it (the comparisons depend on it)."""
+    pg_cluster = any_pg_cluster
     dsn = create_database(pg_cluster, prefix="http")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
@@ -674,6 +675,37 @@ def test_admin_lifecycle_on_a_real_source(pgfeed_service: Service, pg_dsn: str) 
         conn.execute("SELECT pg_drop_replication_slot('mine_slot')")
 
 
+@pg
+def test_two_phase_is_refused_where_the_source_lacks_it_creating_nothing(
+        pgfeed_service: Service, any_pg_dsn: str) -> None:
+    """two_phase needs pgoutput v3 (PostgreSQL 15): on 14 the feed is refused with a 422 that
+    says so, before a publication or slot exists; on 15+ it is created (and its slot is)."""
+    dsn = any_pg_dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE tp (id int PRIMARY KEY)")
+        version = conn.info.server_version
+    name = f"tp_{psycopg.conninfo.conninfo_to_dict(dsn)['dbname']}"
+    with httpx.Client(base_url=pgfeed_service.http_url, timeout=30) as client:
+        response = client.post("/v1/feeds", json={"name": name, "dsn": dsn, "tables": ["public.tp"],
+                                                  "options": {"two_phase": True}})
+        try:
+            if version < 150000:
+                error = _error(response, 422)
+                assert error["code"] == "source_error"
+                assert "two_phase needs PostgreSQL 15 or later" in error["message"], error
+                assert "PostgreSQL 14." in error["message"], error
+                assert _slot(dsn, f"pgfeed_{name}") is None
+                assert _publication(dsn, f"pgfeed_{name}") is None
+            else:
+                assert response.status_code == 201, response.text
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    row = conn.execute("SELECT two_phase FROM pg_replication_slots "
+                                       "WHERE slot_name = %s", (f"pgfeed_{name}",)).fetchone()
+                assert row == (True,)
+        finally:
+            client.delete(f"/v1/feeds/{name}")
+
+
 # -- errors -----------------------------------------------------------------------------------------
 
 EXPECTED_FORM = "16/B374D848"  # every malformed-cursor message shows the expected form
@@ -805,7 +837,9 @@ def _check_http_tokens(service: Service, name: str) -> None:
     admin: list[Call] = [("GET", "/v1/feeds", {}), ("GET", f"/v1/feeds/{name}", {}),
              ("POST", "/v1/feeds", {"json": {"name": "sneaky", "dsn": OFFLINE_DSN, "tables": ["public.t"]}}),
              ("POST", f"/v1/feeds/{name}/pause", {}), ("DELETE", f"/v1/feeds/{name}", {}),
-             ("PATCH", f"/v1/feeds/{name}", {"json": {"tables": ["public.t"]}})]
+             ("PATCH", f"/v1/feeds/{name}", {"json": {"tables": ["public.t"]}}),
+             ("DELETE", f"/v1/feeds/{name}/consumers/app", {}),
+             ("POST", f"/v1/feeds/{name}/trim", {"json": {"before": "latest"}})]
     anonymous = {"Authorization": ""}
     with httpx.Client(base_url=service.http_url, timeout=30) as client:
         for method, path, kw in reads + admin:
@@ -860,9 +894,21 @@ def _check_grpc_tokens(service: Service, name: str) -> None:
             metadata = (("authorization", f"Bearer {token}"),)
             frame = subscribe_one(metadata)
             assert [c.after["id"].int_value for c in frame.changes] == [1] and frame.final
-            assert [f.name for f in stub.ListFeeds(feed_pb2.ListFeedsRequest(), metadata=metadata,
-                                                   timeout=10).feeds] == [name]
-            assert stub.GetFeed(feed_pb2.GetFeedRequest(name=name), metadata=metadata, timeout=10).name == name
+        # Feed status is administration on gRPC as on HTTP (service.access): read tokens are refused.
+        as_reader = (("authorization", f"Bearer {READ}"),)
+        for status_call in (lambda md: stub.ListFeeds(feed_pb2.ListFeedsRequest(), metadata=md, timeout=10),
+                            lambda md: stub.GetFeed(feed_pb2.GetFeedRequest(name=name), metadata=md,
+                                                    timeout=10)):
+            with pytest.raises(grpc.RpcError) as denied:
+                status_call(as_reader)
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "admin token" in (denied.value.details() or "")
+        as_admin = (("authorization", f"Bearer {ADMIN}"),)
+        assert [f.name for f in stub.ListFeeds(feed_pb2.ListFeedsRequest(), metadata=as_admin,
+                                               timeout=10).feeds] == [name]
+        assert stub.GetFeed(feed_pb2.GetFeedRequest(name=name), metadata=as_admin, timeout=10).name == name
+        with httpx.Client(base_url=service.http_url, timeout=30) as client:  # the same rule on HTTP
+            assert client.get(f"/v1/feeds/{name}", headers={"Authorization": f"Bearer {READ}"}).status_code == 403
         # Health stays open for probes.
         health = health_pb2_grpc.HealthStub(channel)
         answer = health.Check(health_pb2.HealthCheckRequest(service="pgfeed.v1.ChangeFeed"), timeout=10)

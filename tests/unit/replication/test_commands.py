@@ -6,11 +6,14 @@ import pytest
 from psycopg import sql
 
 from service.replication.commands import (
+    OLDEST_SERVER,
     ReplicationLiteral,
     create_replication_slot,
     max_proto_version,
     publication_names,
+    source_refusal,
     start_replication,
+    streaming_mode,
 )
 
 
@@ -23,6 +26,15 @@ def text(cmd: sql.Composable) -> str:
     (180006, 4), (190000, 4)])
 def test_max_proto_version(version: int, proto: int) -> None:
     assert max_proto_version(version) == proto
+
+
+@pytest.mark.parametrize(("requested", "messages", "proto", "mode"), [
+    (True, False, 4, "on"), (True, False, 2, "on"), (True, False, 1, "off"),
+    (False, False, 4, "off"),
+    # A streamed message cannot be tied to its subtransaction: messages mean whole transactions.
+    (True, True, 4, "off"), (True, True, 3, "off"), (False, True, 4, "off")])
+def test_streaming_mode(requested: bool, messages: bool, proto: int, mode: str) -> None:
+    assert streaming_mode(requested, messages=messages, proto_version=proto) == mode
 
 
 def test_start_replication_full_options() -> None:
@@ -159,3 +171,14 @@ def _split_identifiers(raw: str) -> list[str]:
             return out
         assert raw[i] == ",", raw[i:]
         i += 1
+
+
+def test_source_refusal_names_the_oldest_server_and_two_phase() -> None:
+    assert OLDEST_SERVER == 140000
+    assert source_refusal(130012, two_phase=False) == \
+        "the source runs PostgreSQL 13.12; pgfeed needs PostgreSQL 14 or later"
+    assert source_refusal(140023, two_phase=False) is None
+    assert source_refusal(140023, two_phase=True) == \
+        "two_phase needs PostgreSQL 15 or later; the source runs PostgreSQL 14.23"
+    assert source_refusal(150018, two_phase=True) is None
+    assert source_refusal(180001, two_phase=True) is None
