@@ -82,6 +82,10 @@ def _lsn(value: int) -> int:
 class PgChangeLog:
     """ChangeLog of feed ``feed`` in the store's ``schema``; writes need ``lead(epoch)`` first."""
 
+    # Every read is a round trip to the store: callers on an event loop read it in a thread
+    # (``FeedReader.page(block=False)`` says ReaderBusy).
+    remote = True
+
     def __init__(self, pool: ConnectionPool, schema: str, feed: str, *, holder: str,
                  chunk_bytes: int = CHUNK_BYTES, owns_pool: bool = False) -> None:
         if chunk_bytes < 1:
