@@ -8,7 +8,6 @@ UNAVAILABLE it reconnects with backoff and resumes from the last whole transacti
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -20,6 +19,7 @@ import grpc
 
 from clients._cursor import format_lsn
 from clients._http_base import CursorLike, RetryPolicy
+from clients._json import embeddable, loads_exact
 from clients._models import Change, Transaction
 from clients.errors import (
     ClientError,
@@ -64,7 +64,7 @@ _FROM: dict[str, Callable[[Any], Any]] = {
     "numeric_value": lambda v: Decimal(v.numeric_value),
     "timestamp_value": lambda v: _timestamp(v.timestamp_value, _EPOCH),
     "local_timestamp_value": lambda v: _timestamp(v.local_timestamp_value, _NAIVE_EPOCH),
-    "json_value": lambda v: json.loads(v.json_value),
+    "json_value": lambda v: json_document(v.json_value),
     "list_value": lambda v: [from_value(x) for x in v.list_value.values],
     "date_value": lambda v: date.fromisoformat(v.date_value),
     "time_value": lambda v: dtime.fromisoformat(v.time_value),
@@ -72,10 +72,18 @@ _FROM: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def json_document(text: str) -> Any:
+    """A ``json_value`` (the document exactly as PostgreSQL printed it) parsed with exact numbers
+    (``_json.loads_exact``); a document nested past ``MAX_EMBEDDED_DEPTH`` stays its text, as
+    the HTTP feed serves it."""
+    return loads_exact(text) if embeddable(text) else text
+
+
 def from_value(value: Any) -> Any:
     """A ``pgfeed.v1.Value`` -> Python: None, bool, int, float (NaN/±inf/-0.0 included), str,
     bytes, Decimal (numeric), aware datetime (timestamptz), naive datetime (timestamp), date,
-    time (timetz with its tzinfo), str (interval, ISO 8601 duration), parsed JSON (json/jsonb),
+    time (timetz with its tzinfo), str (interval, ISO 8601 duration), parsed JSON (json/jsonb:
+    ``json_document``; ``value.json_value`` holds PostgreSQL's text),
     list (arrays). Values PostgreSQL can hold but these types cannot ('infinity', BC dates) come
     as their PostgreSQL text form."""
     kind = value.WhichOneof("kind")

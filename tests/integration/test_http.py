@@ -435,15 +435,18 @@ def test_named_consumers(captured: Captured) -> None:
         assert _error(client.get(f"{path}/reporting"), 404)["code"] == "consumer_not_found"
 
         put = client.put(f"{path}/reporting", json={"cursor": early})
-        assert put.status_code == 200 and put.json() == {"name": "reporting", "cursor": early}
-        assert client.get(f"{path}/reporting").json() == {"name": "reporting", "cursor": early}
+        shown = {"name", "cursor", "lag_bytes", "acked_at", "expires_at"}
+        assert put.status_code == 200 and set(put.json()) == shown
+        assert {k: put.json()[k] for k in ("name", "cursor")} == {"name": "reporting", "cursor": early}
+        assert client.get(f"{path}/reporting").json() == put.json()
         assert client.put(f"{path}/reporting", json={"cursor": later}).json()["cursor"] == later
         # Never backward: an older acknowledgement keeps the newer cursor.
         assert client.put(f"{path}/reporting", json={"cursor": early}).json()["cursor"] == later
         assert client.put(f"{path}/other.app-2", json={"cursor": "latest"}).json()["cursor"] == \
             everything[-1]["commit_lsn"]
         listed = client.get(path).json()["consumers"]
-        assert {"name": "reporting", "cursor": later} in listed and len(listed) >= 2
+        assert {"name": "reporting", "cursor": later} in \
+            [{"name": c["name"], "cursor": c["cursor"]} for c in listed] and len(listed) >= 2
 
         assert "16/B374D848" in _error(client.put(f"{path}/reporting", json={"cursor": "yesterday"}),
                                        400)["message"]
