@@ -61,17 +61,17 @@ class SlotInfo:
     confirmed_flush_lsn: int | None
 
 
-def peek_options(*, proto: int, publications: Sequence[str], two_phase: bool = False) -> list[str]:
+def peek_options(*, proto: int, publications: Sequence[str], two_phase: bool = False,
+                 streaming: bool = False) -> list[str]:
     """The arguments after the slot name of ``pg_logical_slot_peek_binary_changes``: the options
-    a feed's stream sends (``session.pgoutput_options``) with streaming and messages on where
-    the protocol has them, ``two_phase`` as the slot was created."""
+    a feed's stream sends (``session.pgoutput_options``) with messages on where the protocol has
+    them, ``two_phase`` as the slot was created. ``pgfeed peek`` shows messages, so it reads whole
+    transactions (``session.streaming_mode``: a streamed message can outlive its rolled-back
+    subtransaction); ``streaming`` asks for streamed ones anyway (tests of the decoder)."""
     try:
         pairs = session.pgoutput_options(
             proto_version=proto, publications=publications,
-            # Messages are shown, so whole transactions: a streamed message can outlive its
-            # rolled-back subtransaction (session.streaming_mode).
-            streaming=session.streaming_mode(True, messages=proto >= 2, proto_version=proto),
-            messages=proto >= 2,
+            streaming="on" if streaming and proto >= 2 else "off", messages=proto >= 2,
             two_phase=two_phase and proto >= 3)
     except ValueError as exc:
         raise PeekError(str(exc)) from None

@@ -172,6 +172,7 @@ class Runtime:
         for name in self.supervisor.names():
             retention = self.supervisor.spec(name).options.retention
             try:
+                self.supervisor.prepare_trim(name)
                 changelog = self.supervisor.changelog(name)
                 idle = age_cutoff(retention.consumer_max_idle_hours, now_us)
                 if idle is not None:

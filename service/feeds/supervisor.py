@@ -25,6 +25,7 @@ from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
 from service.feeds.store import FeedStore, LocalStore
 from service.feeds.tail import SharedTail
+from service.feeds.toastindex import ToastIndex
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
 from service.replication.commands import source_refusal
@@ -49,6 +50,7 @@ class _Feed:
     thread: threading.Thread | None = None
     reader: FeedReader | None = None
     tail: SharedTail | None = None
+    toast_index: ToastIndex | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
 
 
@@ -109,6 +111,7 @@ class Supervisor:
         for feed in feeds:
             self._join(feed)
             feed.changelog.close()
+            _close_index(feed)
         with self._lock:
             self._feeds.clear()
             self._started = False
@@ -273,6 +276,7 @@ class Supervisor:
                 log.warning("feed %s deleted with force: slot %r / publication %r left on the source "
                             "(%s); drop them there", name, spec.slot_name, spec.publication_name, reason)
             feed.changelog.close()
+            _close_index(feed)
             del self._feeds[name]
             self._store.remove(name)
             self._store.discard_log(name, feed.changelog)
@@ -451,8 +455,15 @@ class Supervisor:
         with feed.catalog_lock:
             if feed.reader is None:
                 feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name),
-                                         toast=feed.spec.options.toast)
+                                         toast=feed.spec.options.toast,
+                                         toast_index=self._toast_index(feed))
         return feed.reader
+
+    def prepare_trim(self, name: str) -> None:
+        """Before retention trims feed ``name``: a ``toast=reselect`` feed's index takes in what
+        is about to go, so fills after it stay what they would have been."""
+        if self.spec(name).options.toast == "reselect":
+            self.reader(name).index_toast()
 
     def tail(self, name: str) -> SharedTail:
         """The feed's shared live tail (one per feed, with a reader of its own): what caught-up
@@ -461,9 +472,20 @@ class Supervisor:
         with feed.catalog_lock:
             if feed.tail is None:
                 reader = FeedReader(feed.changelog, lambda: self.catalog(name),
-                                    toast=feed.spec.options.toast)
+                                    toast=feed.spec.options.toast,
+                                    toast_index=self._toast_index(feed))
                 feed.tail = SharedTail(reader, JsonColumnCache(lambda: self.catalog(name)))
         return feed.tail
+
+    def _toast_index(self, feed: _Feed) -> ToastIndex | None:
+        """The feed's toast index (``toast=reselect`` only), shared by its readers."""
+        if feed.spec.options.toast != "reselect":
+            return None
+        with feed.catalog_lock:
+            if feed.toast_index is None:
+                feed.toast_index = ToastIndex(self._feed_dir(feed.spec.name) / "toast.db"
+                                              if self._kind == "sqlite" else ":memory:")
+            return feed.toast_index
 
     def check_reader(self, name: str, reader: FeedReader) -> None:
         """Raise FeedNotFound unless ``reader`` is still feed ``name``'s reader: the feed was
@@ -547,6 +569,11 @@ def parallel(names: Sequence[str], fn: Callable[[str], _T]) -> list[_T]:
         return [fn(name) for name in names]
     with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="pgfeed-probe") as pool:
         return list(pool.map(fn, names))
+
+
+def _close_index(feed: _Feed) -> None:
+    if feed.toast_index is not None:
+        feed.toast_index.close()
 
 
 def _needs_snapshot(feed: _Feed) -> bool:

@@ -176,7 +176,8 @@ def expected(source: Source) -> list[dict[str, Any]]:
 
 
 def _peek(source: Source, proto: int) -> tuple[list[bytes], list[Transaction]]:
-    options = peek_options(proto=proto, publications=PUBLICATIONS, two_phase=proto >= 3)
+    options = peek_options(proto=proto, publications=PUBLICATIONS, two_phase=proto >= 3,
+                           streaming=True)
     with _session(source.dsn) as conn:
         rows = list(fetch_rows(conn, f"conf_v{proto}", options))
     return [data for _, _, data in rows], list(decode_rows(rows))

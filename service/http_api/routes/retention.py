@@ -32,6 +32,7 @@ def trim_feed(feed: FeedName, body: TrimRequest, supervisor: SupervisorDep) -> T
     if cursor.lsn > head:
         raise ApiError(400, "cursor_ahead", f"cursor {cursor} is past the feed's head {Cursor(head)}")
     known = set(changelog.consumers())
+    supervisor.prepare_trim(feed)  # a toast=reselect index takes in what is about to go
     dropped = changelog.trim(consumed_bound(changelog, cursor), force=True)
     removed = sorted(known - set(changelog.consumers()))
     stats = changelog.stats()

@@ -301,12 +301,23 @@ def test_deeply_nested_json_is_left_to_the_reference_path() -> None:
     assert orjson.loads(event)["after"]["id"] == 1  # whatever the reference wrote, it parses
 
 
-def test_reselect_mode_never_leaves_changes_in_wire_form() -> None:
-    """toast=reselect keeps an image per key as rows are decoded in order: no lazy rows there."""
+def test_reselect_mode_fills_unchanged_toast_on_the_reference_path() -> None:
+    """toast=reselect takes values from the fill index by position, so rows stay in wire form:
+    plain ones are transcoded, one with unchanged TOAST is loaded and filled, on JSON and proto."""
     rel = struct.pack(">I", RELID)
-    dec = decoder([("id", 20, True)], toast="reselect")
-    (change,) = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1"])]), lazy=True).changes
-    assert type(change) is not RawChange and change.after == {"id": 1}
+    dec = decoder([("id", 20, True), ("doc", 3802, False), ("body", 25, False)], toast="reselect")
+    dec.fills = lambda commit_lsn, seq: {"doc": (3802, '{"n": 1e-7}')} if (commit_lsn, seq) == (COMMIT, 1) else {}
+    txn = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "{}", "b"]),
+                             b"U" + rel + b"N" + tuple_data(["1", b"u", b"u"])]), lazy=True)
+    assert all(type(c) is RawChange for c in txn.changes)
+    plain, toasted = (orjson.loads(e) for e in change_events(txn))
+    assert "toast_filled" not in plain and plain["after"] == {"id": 1, "doc": {}, "body": "b"}
+    assert toasted["unchanged_toast"] == ["doc", "body"] and toasted["toast_filled"] == ["doc"]
+    assert toasted["after"]["id"] == 1 and "body" not in toasted["after"]
+    assert json.loads(json.dumps(toasted["after"]["doc"])) == {"n": 1e-7}
+    (raw,) = transaction_frames(txn)
+    pb = feed_pb2.Transaction.FromString(raw)
+    assert list(pb.changes[1].toast_filled) == ["doc"] and "body" not in pb.changes[1].after
 
 
 def test_fast_path_handles_values_exactly() -> None:

@@ -23,7 +23,8 @@ def test_pinned_settings_come_after_the_dsn_own() -> None:
 
 @pytest.mark.parametrize("proto", [1, 2, 3, 4])
 def test_peek_asks_pgoutput_what_the_stream_asks(proto: int) -> None:
-    streaming = "on" if proto >= 2 else "off"
+    # A feed that takes messages reads whole transactions, as peek does.
+    streaming = session.streaming_mode(True, messages=proto >= 2, proto_version=proto)
     command = start_replication("s", 0, proto_version=proto, publications=["p", 'q"r'],
                                 streaming=streaming, messages=proto >= 2,
                                 two_phase=proto >= 3).as_string()
