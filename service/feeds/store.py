@@ -43,6 +43,10 @@ class FeedStore(Protocol):
 
     def spill_dir(self, name: str) -> Path: ...
 
+    def toast_index_path(self, name: str) -> Path | str:
+        """Where a ``toast=reselect`` feed's fill index lives (``feeds.toastindex``)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -84,6 +88,9 @@ class LocalStore:
 
     def spill_dir(self, name: str) -> Path:
         return self._feed_dir(name) / "spill"
+
+    def toast_index_path(self, name: str) -> Path | str:
+        return self._feed_dir(name) / "toast.db" if self._kind == "sqlite" else ":memory:"
 
     def close(self) -> None:
         pass

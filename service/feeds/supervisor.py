@@ -483,8 +483,7 @@ class Supervisor:
             return None
         with feed.catalog_lock:
             if feed.toast_index is None:
-                feed.toast_index = ToastIndex(self._feed_dir(feed.spec.name) / "toast.db"
-                                              if self._kind == "sqlite" else ":memory:")
+                feed.toast_index = ToastIndex(self._store.toast_index_path(feed.spec.name))
             return feed.toast_index
 
     def check_reader(self, name: str, reader: FeedReader) -> None:

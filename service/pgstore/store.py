@@ -132,6 +132,12 @@ class PgStore:
     def spill_dir(self, name: str) -> Path:
         return self._spill_root / name
 
+    def toast_index_path(self, name: str) -> Path:
+        """Each replica builds a ``toast=reselect`` index of its own from the shared log, in its
+        temporary directory (rebuilt after a restart; see docs/design.md)."""
+        self.spill_dir(name).mkdir(parents=True, exist_ok=True)
+        return self.spill_dir(name) / "toast.db"
+
     # -- leases and replicas -----------------------------------------------------------------------
 
     def acquire(self, feed: str, ttl: float) -> Lease | None:

@@ -228,6 +228,29 @@ def test_leases_spread_feeds_over_replicas_that_join_late(tmp_path, store, sourc
             wait_ids(a, [1, 2, 3], "g")
 
 
+def test_toast_reselect_fills_on_a_replica_that_does_not_capture(tmp_path, store, source):
+    body = "".join(str(i) for i in range(5000))  # TOASTed, incompressible enough
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE docs (id int PRIMARY KEY, body text, n int)")
+        conn.execute("ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL")
+    with replica(tmp_path, store, "a") as a, replica(tmp_path, store, "b") as b:
+        r = httpx.post(f"{a.http_url}/v1/feeds", json={
+            "name": "d", "dsn": source, "tables": ["public.docs"],
+            "options": {"heartbeat_seconds": 1, "toast": "reselect"}})
+        assert r.status_code == 201, r.text
+        with psycopg.connect(source, autocommit=True) as conn:
+            conn.execute("INSERT INTO docs VALUES (1, %s, 0)", (body,))
+            conn.execute("UPDATE docs SET n = 1 WHERE id = 1")
+        reader = b if feed_json(a, "d")["leader"]["replica"] == "a" else a
+
+        def update():
+            page = httpx.get(f"{reader.http_url}/v1/feeds/d/changes", params={"after": "earliest"}).json()
+            return next((c for c in page["changes"] if c["op"] == "update"), None)
+
+        change = wait_until(update, 30, "the update served")
+        assert change["after"]["body"] == body and change["toast_filled"] == ["body"]
+
+
 def test_a_newer_store_schema_is_refused(pg_cluster):
     dsn = store_dsn(pg_cluster)
     with psycopg.connect(dsn, autocommit=True) as conn:
