@@ -19,7 +19,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
-                             changelog=args.changelog, log_format=args.log_format,
+                             changelog=args.changelog, store=args.store, store_schema=args.store_schema,
+                             replica_id=args.replica_id, log_format=args.log_format,
                              tls_cert_file=args.tls_cert, tls_key_file=args.tls_key,
                              tls_client_ca_file=args.tls_client_ca)
     from service.logs import configure_logging, known_secrets
@@ -104,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="PEM CA bundle: require client certificates signed by it")
     serve.add_argument("--log-format", choices=["text", "json"],
                        help="text (default) or json: one object a line, for log collectors")
+    serve.add_argument("--store", help="PostgreSQL store shared by replicas (postgresql://…; or PGFEED_STORE) "
+                                       "instead of the data dir")
+    serve.add_argument("--store-schema", help="schema of the store (default pgfeed)")
+    serve.add_argument("--replica-id", help="this replica's id in leases (default host:http-port)")
     serve.set_defaults(func=_serve)
 
     feeds = sub.add_parser("feeds", help="manage feeds of a running service (admin API)")

@@ -8,16 +8,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-from pydantic_settings import TomlConfigSettingsSource
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PGFEED_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="PGFEED_", extra="forbid", hide_input_in_errors=True)
 
     data_dir: Path = Path("pgfeed-data")
     changelog: Literal["sqlite", "memory"] = "sqlite"
+    # A PostgreSQL store (``postgresql://…`` or ``key=value`` conninfo) shared by several replicas
+    # instead of the data dir; a secret (it holds a password), never logged.
+    store: SecretStr | None = None
+    store_schema: str = Field("pgfeed", min_length=1, max_length=50)
+    replica_id: str | None = None  # default: host name and HTTP port
     http_host: str = "127.0.0.1"
     http_port: int = Field(8000, ge=0, le=65535)
     grpc_host: str = "127.0.0.1"
@@ -34,6 +45,18 @@ class Settings(BaseSettings):
     tls_client_ca_file: Path | None = None
     log_level: str = "INFO"
     log_format: Literal["text", "json"] = "text"  # json: one object a line (service/logs.py)
+
+    @field_validator("store")
+    @classmethod
+    def _store_dsn(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        try:
+            conninfo_to_dict(value.get_secret_value())
+        except psycopg.ProgrammingError:
+            raise ValueError("store must be a PostgreSQL connection string (postgresql://user@host/db "
+                             "or 'host=… dbname=…')") from None
+        return value
 
     @classmethod
     def load(cls, config_file: Path | None = None, **flags: Any) -> Settings:

@@ -77,6 +77,15 @@ def known_secrets(settings: Any, supervisor: Any) -> list[str]:
     from psycopg.conninfo import conninfo_to_dict
 
     out = [t.get_secret_value() for t in [*settings.read_tokens, *settings.admin_tokens]]
+    store = getattr(settings, "store", None)
+    store_text = store.get_secret_value() if hasattr(store, "get_secret_value") else store
+    if store_text:
+        try:
+            password = conninfo_to_dict(store_text).get("password")
+        except Exception:  # noqa: BLE001 - unparsable: the regexes remain
+            password = None
+        if password:
+            out.append(str(password))
     for name in supervisor.names():
         try:
             password = conninfo_to_dict(supervisor.spec(name).dsn).get("password")

@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -70,10 +72,28 @@ class _HttpServer(uvicorn.Server):
         yield
 
 
+def build_supervisor(settings: Settings) -> Supervisor:
+    """The supervisor over the configured store: the data dir, or a PostgreSQL store shared with
+    other replicas (then no data dir is needed: spill files go to a temporary directory)."""
+    if settings.store is None:
+        return Supervisor(settings.data_dir, changelog_kind=settings.changelog)
+    from service.pgstore.store import PgStore
+
+    replica_id = settings.replica_id or default_replica_id(settings.http_port)
+    store = PgStore(settings.store.get_secret_value(), replica_id=replica_id, schema=settings.store_schema)
+    log.info("store: %r as replica %s", store, replica_id)
+    return Supervisor(store=store, replica_id=replica_id)
+
+
+def default_replica_id(http_port: int) -> str:
+    """Host name and HTTP port (the process id when the port is picked by the system)."""
+    return f"{socket.gethostname()}:{http_port or os.getpid()}"
+
+
 class Runtime:
     def __init__(self, settings: Settings, supervisor: Supervisor | None = None) -> None:
         self.settings = settings
-        self.supervisor = supervisor or Supervisor(settings.data_dir, changelog_kind=settings.changelog)
+        self.supervisor = supervisor or build_supervisor(settings)
         # One set of metrics for both front ends (its own registry: no global state).
         self.metrics = Metrics(self.supervisor)
         self.http: uvicorn.Server | None = None

@@ -1,7 +1,7 @@
 """The ChangeLog protocol: the durable, ordered store of committed transactions of one feed.
 
-Implementations: ``memory.MemoryChangeLog`` (tests, demo) and ``sqlite.SqliteChangeLog`` (default).
-A PostgreSQL-backed store for several service replicas can implement the same protocol. The pure
+Implementations: ``memory.MemoryChangeLog`` (tests, demo), ``sqlite.SqliteChangeLog`` (default) and
+``service.pgstore.changelog.PgChangeLog`` (a PostgreSQL store shared by several replicas). The pure
 rules every store shares (batch checks, retention bounds, split points) live here too.
 """
 
@@ -28,6 +28,18 @@ class ChangeLogError(PgfeedError):
     """The change log cannot serve a call: closed, or its file is not a pgfeed log it understands."""
 
     code = "changelog_error"
+
+
+class StoreUnavailable(ChangeLogError):
+    """A shared store could not answer now (connection lost, lock or statement timeout): retry."""
+
+    code = "store_unavailable"
+
+
+class LeaseLost(ChangeLogError):
+    """This replica no longer holds the feed's lease (another one took over): it must not write."""
+
+    code = "lease_lost"
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,27 @@ class SlotRisk:
     retained_bytes: int | None = None  # bytes between restart_lsn and the server's current LSN
 
 
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """The replica capturing a feed (shared store): its id, lease epoch and since when (Unix s)."""
+
+    replica: str
+    epoch: int
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """A replica sharing the store: heartbeat times in Unix seconds, the feeds it leads."""
+
+    id: str
+    started_at: float
+    heartbeat_at: float
+    age_seconds: float
+    alive: bool
+    leads: list[str]
+
+
 @dataclass(slots=True)
 class FeedStatus:
     name: str
@@ -105,3 +126,4 @@ class FeedStatus:
     streaming_in_use: bool | None = None  # None until capture has connected
     slot_risk: SlotRisk = field(default_factory=SlotRisk)
     source: str = ""  # DSN with the password masked; never the secret
+    leader: Leader | None = None  # shared store only

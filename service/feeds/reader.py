@@ -111,6 +111,8 @@ class FeedReader:
         reader's transaction ends there instead, or raises ReaderBusy before its first one (an
         event loop reading a small page inline must not stall).
         """
+        if not block and getattr(self.changelog, "remote", False):  # round trips: not on the loop
+            raise ReaderBusy("a shared store's log is read off the event loop")
         if limit < 1:
             raise ValueError("limit must be at least 1")
         table_set = set(tables) if tables else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -15,15 +15,15 @@ from typing import TypeVar
 import psycopg
 
 from service.assembler.relations import RelationCatalog
-from service.changelog import open_changelog
-from service.changelog.base import ChangeLog
+from service.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from service.dsn import mask_dsn, scrub
 from service.encoding.to_proto import JsonColumnCache
 from service.errors import FeedExists, FeedNotFound, PgfeedError, SourceError
-from service.feeds.catalogue import Catalogue
-from service.feeds.model import ADOPTED_TABLES, NAME_RE, FeedSpec, FeedStatus, SlotRisk
+from service.feeds.leadership import Leadership, SupervisorEvents, replica_infos
+from service.feeds.model import ADOPTED_TABLES, NAME_RE, FeedSpec, FeedStatus, Leader, ReplicaInfo, SlotRisk
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
+from service.feeds.store import FeedStore, LocalStore
 from service.feeds.tail import SharedTail
 from service.feeds.toastindex import ToastIndex
 from service.replication import slots
@@ -60,31 +60,50 @@ class Supervisor:
     Errors: FeedNotFound (unknown name), FeedExists (create twice), SourceError (the source refused).
     With ``capture=False`` feeds are served from their logs but nothing is captured (read replicas of
     a copied data dir, tests of the serving layer).
+
+    ``store`` (default: the data dir) keeps the catalogue and the logs. A shared store
+    (``service.pgstore``) is used by several replicas: every replica serves every feed, the
+    holder of a feed's lease captures it (``leadership``), and changes any replica makes to the
+    catalogue reach the others through the store.
     """
 
-    def __init__(self, data_dir: Path, *, changelog_kind: str = "sqlite", capture: bool = True) -> None:
-        self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._kind = changelog_kind
+    def __init__(self, data_dir: Path | None = None, *, changelog_kind: str = "sqlite",
+                 capture: bool = True, store: FeedStore | None = None,
+                 replica_id: str | None = None) -> None:
+        if store is None:
+            if data_dir is None:
+                raise ValueError("a supervisor needs a data dir or a store")
+            store = LocalStore(Path(data_dir), changelog_kind)
+        self._store = store
+        self.replica_id = replica_id or socket.gethostname()
         self._capture = capture
         self._lock = threading.RLock()
         self._feeds: dict[str, _Feed] = {}
-        self._catalogue = Catalogue(self.data_dir / "catalogue.json")
         self._started = False
+        self._started_at = time.time()
+        self._leadership = Leadership(self, store) if store.shared and capture else None  # type: ignore[arg-type]
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
-        """Load the catalogue and start capturing every feed that is not paused."""
+        """Load the catalogue and start capturing every feed that is not paused (with a shared
+        store: the feeds whose lease this replica gets)."""
         with self._lock:
-            for spec, paused in self._catalogue.items():
+            for spec, paused in self._store.feeds():
                 if spec.name not in self._feeds:
                     self._feeds[spec.name] = self._open(spec, paused)
-                if not paused:
+                if not paused and not self._store.shared:
                     self._start_capture(self._feeds[spec.name])
             self._started = True
+        if self._store.shared:
+            self._store.listen(SupervisorEvents(self))  # type: ignore[attr-defined]
+        if self._leadership is not None:
+            self._leadership.start()
 
     def stop(self) -> None:
-        """Stop every capture (final feedback sent, connections closed) and close the logs."""
+        """Stop every capture (final feedback sent, connections closed; leases released) and close
+        the logs and the store."""
+        if self._leadership is not None:
+            self._leadership.stop()
         with self._lock:
             feeds = list(self._feeds.values())
             for feed in feeds:
@@ -96,18 +115,14 @@ class Supervisor:
         with self._lock:
             self._feeds.clear()
             self._started = False
+        self._store.close()
 
     @property
     def ready(self) -> bool:
         return self._started
 
-    def _feed_dir(self, name: str) -> Path:
-        return self.data_dir / "feeds" / name
-
     def _open(self, spec: FeedSpec, paused: bool) -> _Feed:
-        directory = self._feed_dir(spec.name)
-        directory.mkdir(parents=True, exist_ok=True)
-        changelog = open_changelog(self._kind, directory / "changelog.db")
+        changelog = self._store.open_log(spec.name)
         stats = CaptureStats(state="paused" if paused else "starting")
         return _Feed(spec, changelog, HeadNotifier(changelog.head()), stats, paused)
 
@@ -117,7 +132,8 @@ class Supervisor:
         feed.stop_event = threading.Event()
         feed.stats.state = "starting"
         capture = Capture(feed.spec, feed.changelog, feed.notifier, feed.stats,
-                          spill_dir=self._feed_dir(feed.spec.name) / "spill")
+                          spill_dir=self._store.spill_dir(feed.spec.name),
+                          before_start=(lambda: self._take_slot(feed)) if self._store.shared else None)
 
         def run(stop: threading.Event) -> None:
             if _needs_snapshot(feed) and not self._snapshot(feed):
@@ -178,13 +194,16 @@ class Supervisor:
         if spec.publication is not None and (spec.tables or spec.all_tables):
             raise ValueError(ADOPTED_TABLES)
         with self._lock:
-            if spec.name in self._feeds:
+            if spec.name in self._feeds or any(s.name == spec.name for s, _ in self._store.feeds()):
                 raise FeedExists(f"feed {spec.name!r} already exists")
             spec = self._prepare_source(spec)
+            self._store.add(spec)
             feed = self._open(spec, paused=False)
             self._feeds[spec.name] = feed
-            self._catalogue.put(spec)
-            self._start_capture(feed)
+            if self._leadership is not None:
+                self._leadership.kick()
+            elif not self._store.shared:
+                self._start_capture(feed)
         return self.status(spec.name)
 
     def _prepare_source(self, spec: FeedSpec) -> FeedSpec:
@@ -226,10 +245,13 @@ class Supervisor:
         cannot drop them the feed is kept (and resumed) and SourceError says why, unless
         ``force``: then the feed goes and the slot's name is logged for the operator to drop.
         """
+        was_paused = self._get(name).paused
+        if self._store.shared:  # the leader, wherever it runs, stops; nobody takes over
+            self._hold(name)
         with self._lock:
             feed = self._get(name)
-            self._join(feed)
             spec = feed.spec
+            self._join(feed)
             try:
                 with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
                     if spec.owns_slot:
@@ -239,7 +261,12 @@ class Supervisor:
             except (psycopg.Error, SourceError) as exc:
                 reason = scrub(str(exc).strip(), spec.dsn)
                 if not force:
-                    if not feed.paused:
+                    if self._store.shared:
+                        feed.paused = was_paused
+                        self._store.put(spec, paused=was_paused)
+                        if self._leadership is not None:
+                            self._leadership.kick()
+                    elif not feed.paused:
                         self._start_capture(feed)
                     raise SourceError(
                         f"feed {name!r} was not deleted: its slot {spec.slot_name!r} and publication "
@@ -251,8 +278,8 @@ class Supervisor:
             feed.changelog.close()
             _close_index(feed)
             del self._feeds[name]
-            self._catalogue.remove(name)
-            shutil.rmtree(self._feed_dir(name), ignore_errors=True)
+            self._store.remove(name)
+            self._store.discard_log(name, feed.changelog)
             feed.notifier.close()  # long-polls and live streams on it answer "not found" now
 
     def set_tables(self, name: str, tables: Sequence[str]) -> FeedStatus:
@@ -275,25 +302,145 @@ class Supervisor:
             raise SourceError(f"source refused the table list: {scrub(str(exc).strip(), spec.dsn)}") from None
         with self._lock:
             feed.spec = replace(spec, tables=names)
-            self._catalogue.put(feed.spec, paused=feed.paused)
+            self._store.put(feed.spec, feed.paused)
         return self.status(name)
 
     def pause(self, name: str) -> FeedStatus:
+        """Stop capturing (on whichever replica leads it) until resumed."""
         feed = self._get(name)
+        if self._store.shared:
+            self._hold(name)
         with self._lock:
-            self._join(feed)
+            if not self._store.shared:
+                self._store.put(feed.spec, True)
             feed.paused = True
+            self._join(feed)
             feed.stats.state = "paused"
-            self._catalogue.set_paused(name, True)
         return self.status(name)
+
+    def _hold(self, name: str) -> None:
+        """Pause a feed cluster-wide and give up its lease here. Leadership calls into the
+        supervisor under its own lock, so this runs without the supervisor's (no lock cycle); the
+        local paused flag goes first so that no tick takes the lease again meanwhile."""
+        feed = self._get(name)
+        feed.paused = True
+        self._store.put(feed.spec, True)
+        if self._leadership is not None:
+            self._leadership.drop(name)
 
     def resume(self, name: str) -> FeedStatus:
         feed = self._get(name)
         with self._lock:
             feed.paused = False
-            self._catalogue.set_paused(name, False)
-            self._start_capture(feed)
+            self._store.put(feed.spec, False)
+            if self._leadership is not None:
+                self._leadership.kick()
+            elif not self._store.shared:
+                self._start_capture(feed)
+            if self._store.shared:
+                feed.stats.state = "starting"
         return self.status(name)
+
+    # -- replicas (shared store) -----------------------------------------------------------------
+    def feed_flags(self) -> list[tuple[str, bool]]:
+        """``(name, paused)`` of every feed known here."""
+        with self._lock:
+            return [(name, feed.paused) for name, feed in sorted(self._feeds.items())]
+
+    def sync(self) -> None:
+        """Bring this replica's feeds in line with the store's catalogue (another replica created,
+        deleted, paused, resumed or altered one)."""
+        wanted = {spec.name: (spec, paused) for spec, paused in self._store.feeds()}
+        held: list[str] = []  # paused elsewhere: stop capturing here
+        with self._lock:
+            gone = [self._feeds.pop(n) for n in [n for n in self._feeds if n not in wanted]]
+            for name, (spec, paused) in wanted.items():
+                feed = self._feeds.get(name)
+                if feed is None:
+                    self._feeds[name] = self._open(spec, paused)
+                    continue
+                feed.spec = spec
+                if paused != feed.paused:
+                    feed.paused = paused
+                    feed.stats.state = "paused" if paused else "starting"
+                    if paused:
+                        held.append(name)
+        # Outside the supervisor's lock (see _hold): leases given up, deleted feeds closed.
+        for name in held + [feed.spec.name for feed in gone]:
+            if self._leadership is not None:
+                self._leadership.drop(name)
+        for feed in gone:  # deleted by another replica: no source work here
+            self._join(feed)
+            feed.changelog.close()
+            feed.notifier.close()
+
+    @property
+    def leadership(self) -> Leadership | None:
+        return self._leadership
+
+    def wake(self, name: str, head: int) -> None:
+        """The store says feed ``name`` holds transactions up to ``head``: wake its readers here.
+        No lock (a dict read): a supervisor busy stopping a capture never delays readers."""
+        feed = self._feeds.get(name)
+        if feed is not None:
+            feed.notifier.publish(head)
+
+    def lead(self, name: str, epoch: int) -> None:
+        """This replica took the feed's lease at ``epoch``: capture it, writing under that epoch."""
+        feed = self._get(name)
+        with self._lock:
+            feed.changelog.lead(epoch)  # type: ignore[attr-defined]
+            if not feed.paused:
+                self._start_capture(feed)
+
+    def stand_down(self, name: str) -> None:
+        """Stop capturing the feed here (its lease is gone or being given up)."""
+        with self._lock:
+            feed = self._feeds.get(name)
+        if feed is None:
+            return
+        self._join(feed)
+        lead = getattr(feed.changelog, "lead", None)
+        if lead is not None:
+            lead(None)
+        if not feed.paused:
+            feed.stats.state = "starting"
+
+    def ensure_capture(self, name: str) -> None:
+        """Restart the capture of a feed this replica leads if its thread ended (not on failure)."""
+        with self._lock:
+            feed = self._feeds.get(name)
+            if (feed is not None and not feed.paused and feed.stats.state != "failed"
+                    and (feed.thread is None or not feed.thread.is_alive())):
+                self._start_capture(feed)
+
+    def _take_slot(self, feed: _Feed) -> None:
+        """Before START_REPLICATION on a shared store: check the lease is still ours, then end a
+        previous leader's walsender, which would hold the slot until wal_sender_timeout."""
+        epoch = self._leadership.epoch(feed.spec.name) if self._leadership is not None else None
+        store = self._store
+        if epoch is None or store.renew(feed.spec.name, epoch, self._leadership.lease_seconds) is None:  # type: ignore[attr-defined,union-attr]
+            raise LeaseLost(f"feed {feed.spec.name!r}: this replica no longer holds its lease")
+        try:
+            with psycopg.connect(feed.spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                slots.free_slot(conn, feed.spec.slot_name)
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot free slot {feed.spec.slot_name!r}: "
+                              f"{scrub(str(exc).strip(), feed.spec.dsn)}") from None
+
+    def leaders(self) -> dict[str, Leader]:
+        """Each feed's current leader (shared store; empty for the embedded one)."""
+        if not self._store.shared:
+            return {}
+        return {name: Leader(lease.holder, lease.epoch, lease.since.timestamp())
+                for name, lease in self._store.leases().items() if lease.live}  # type: ignore[attr-defined]
+
+    def replicas(self) -> list[ReplicaInfo]:
+        """The replicas sharing the store, with their last heartbeat (just this one when embedded)."""
+        if not self._store.shared:
+            leading = [n for n, f in sorted(self._feeds.items()) if f.thread and f.thread.is_alive()]
+            return [ReplicaInfo(self.replica_id, self._started_at, time.time(), 0.0, True, leading)]
+        return replica_infos(self._store, self.leaders())  # type: ignore[arg-type]
 
     # -- reading ---------------------------------------------------------------------------------
     def changelog(self, name: str) -> ChangeLog:
@@ -336,8 +483,7 @@ class Supervisor:
             return None
         with feed.catalog_lock:
             if feed.toast_index is None:
-                feed.toast_index = ToastIndex(self._feed_dir(feed.spec.name) / "toast.db"
-                                              if self._kind == "sqlite" else ":memory:")
+                feed.toast_index = ToastIndex(self._store.toast_index_path(feed.spec.name))
             return feed.toast_index
 
     def check_reader(self, name: str, reader: FeedReader) -> None:
@@ -385,6 +531,14 @@ class Supervisor:
             proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
             source=mask_dsn(spec.dsn),
         )
+        if self._store.shared:
+            try:
+                status.leader = self.leaders().get(name)
+            except ChangeLogError as exc:
+                status.last_error = status.last_error or str(exc)
+            capturing = feed.thread is not None and feed.thread.is_alive()
+            if not feed.paused and not capturing and status.leader is not None:
+                status.state = "running"  # captured by the replica named in ``leader``
         if probe_source:
             try:
                 with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
@@ -425,3 +579,4 @@ def _needs_snapshot(feed: _Feed) -> bool:
     """An exported-snapshot feed whose snapshot never completed (completion records a position)."""
     return (feed.spec.options.snapshot == "export" and feed.spec.owns_slot
             and not feed.changelog.confirmed_lsn())
+

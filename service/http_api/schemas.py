@@ -281,6 +281,27 @@ class LogOut(BaseModel):
     forced_trims: int
 
 
+class LeaderOut(BaseModel):
+    """The replica capturing a feed (PostgreSQL store): its id, lease epoch and since when."""
+
+    replica: str
+    epoch: int
+    since: str  # ISO 8601 UTC
+
+
+class ReplicaOut(BaseModel):
+    id: str
+    started_at: str
+    heartbeat_at: str  # ISO 8601 UTC, the store's clock
+    age_seconds: float
+    alive: bool
+    leads: list[str]
+
+
+class ReplicaList(BaseModel):
+    replicas: list[ReplicaOut]
+
+
 class RetentionOut(BaseModel):
     hours: float | None
     bytes: int | None
@@ -328,6 +349,7 @@ class FeedPublic(BaseModel):
     slot_risk: SlotRiskOut
     log: LogOut | None = None
     consumers: list[ConsumerOut] = Field(default_factory=list)
+    leader: LeaderOut | None = None
 
 
 class FeedList(BaseModel):

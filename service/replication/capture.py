@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import psycopg
 
 from service.assembler.model import StoredTransaction
 from service.assembler.transactions import TransactionAssembler
-from service.changelog.base import ChangeLog
+from service.changelog.base import ChangeLog, LeaseLost, StoreUnavailable
 from service.changelog.spill_files import FileSpillStore
 from service.dsn import scrub
 from service.errors import PgfeedError, SourceError
@@ -94,13 +94,17 @@ class Capture:
     """
 
     def __init__(self, spec: FeedSpec, changelog: ChangeLog, notifier: HeadNotifier,
-                 stats: CaptureStats, *, spill_dir: Path, batch_messages: int = 20_000) -> None:
+                 stats: CaptureStats, *, spill_dir: Path, batch_messages: int = 20_000,
+                 before_start: Callable[[], None] | None = None) -> None:
+        """``before_start`` runs before each START_REPLICATION (a shared store's leader checks
+        its lease there and frees the slot from a previous leader's walsender)."""
         self.spec = spec
         self.changelog = changelog
         self.notifier = notifier
         self.stats = stats
         self.spill_dir = spill_dir
         self.batch_messages = batch_messages
+        self.before_start = before_start
 
     def run(self, stop: threading.Event) -> None:
         attempt = 0
@@ -108,7 +112,12 @@ class Capture:
             try:
                 self._session(stop)
                 attempt = 0
-            except SourceError as exc:
+            except LeaseLost as exc:  # another replica leads this feed now: stand by
+                self.stats.state = "starting"
+                self.stats.last_error = None
+                log.warning("feed %s: %s; capture stops here", self.spec.name, exc)
+                return
+            except (SourceError, StoreUnavailable) as exc:
                 self.stats.state = "starting"
                 self.stats.last_error = scrub(str(exc), self.spec.dsn)
                 self.stats.reconnects += 1
@@ -140,6 +149,8 @@ class Capture:
             streaming = streaming_mode(options.streaming, messages=options.messages,
                                        proto_version=proto)
             self.stats.streaming_in_use = streaming != "off"
+            if self.before_start is not None:
+                self.before_start()
             start_lsn = self.changelog.confirmed_lsn()
             stream.start(spec.slot_name, start_lsn, proto_version=proto,
                          publications=[spec.publication_name], streaming=streaming,

@@ -168,6 +168,21 @@ def drop_slot(conn: psycopg.Connection, slot: str, *, wait: float = DROP_WAIT) -
         time.sleep(0.05)
 
 
+def free_slot(conn: psycopg.Connection, slot: str, *, wait: float = DROP_WAIT) -> None:
+    """End the walsender streaming ``slot`` (a previous leader's, paused or cut off: it would keep
+    the slot until ``wal_sender_timeout``) and wait until the slot is free to start from."""
+    deadline = time.monotonic() + wait
+    while True:
+        row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                           (slot,)).fetchone()
+        if row is None or row[0] is None:
+            return
+        conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+        if time.monotonic() > deadline:
+            raise SourceError(f"replication slot {slot!r} is still in use after {wait:g} s")
+        time.sleep(0.05)
+
+
 def slot_info(conn: psycopg.Connection, slot: str) -> dict[str, Any] | None:
     """The slot's state and WAL risk, or None when it does not exist.
 

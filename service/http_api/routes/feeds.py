@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, Query, status
 from starlette.responses import Response
@@ -24,6 +25,7 @@ from service.http_api.schemas import (
     FeedOptionsOut,
     FeedPublic,
     FeedUpdate,
+    LeaderOut,
     LogOut,
     SlotRiskOut,
 )
@@ -62,7 +64,13 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         proto_version=status_.proto_version, streaming_in_use=status_.streaming_in_use,
         slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,
                               retained_bytes=risk.retained_bytes),
-        log=log_out, consumers=consumers)
+        log=log_out, consumers=consumers,
+        leader=None if status_.leader is None else LeaderOut(
+            replica=status_.leader.replica, epoch=status_.leader.epoch, since=iso_time(status_.leader.since)))
+
+
+def iso_time(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).isoformat()
 
 
 def _spec(body: FeedCreate) -> FeedSpec:

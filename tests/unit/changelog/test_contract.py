@@ -1,4 +1,5 @@
-"""The ChangeLog contract, run against every store (memory and SQLite)."""
+"""The ChangeLog contract, run against every store (memory, SQLite, and the PostgreSQL store on
+each of the suite's clusters)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,24 @@ from clients._cursor import EARLIEST, Cursor
 from service.changelog import KINDS, ChangeLogError, open_changelog
 from service.changelog.base import ChangeLog, ConsumerState, LogStats, pg_now_us
 from service.errors import RetentionError
+from tests.fixtures.fix_pg import PG_VERSIONS
 from tests.unit.changelog.txns import SECOND, lsns, txn
 
 L = 10_000  # commit LSNs below are multiples of L
 
+STORES = [*KINDS, *(pytest.param(f"postgresql-{v}", marks=pytest.mark.pg, id=f"pgstore{v}")
+                    for v in PG_VERSIONS)]
 
-@pytest.fixture(params=KINDS)
+
+@pytest.fixture(params=STORES)
 def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChangeLog]:
+    if request.param.startswith("postgresql-"):
+        from tests.fixtures.fix_pgstore import leading_changelog
+
+        clusters = request.getfixturevalue("pg_clusters")
+        with leading_changelog(clusters.get(request.param.split("-")[1])) as store:
+            yield store
+        return
     store = open_changelog(request.param, tmp_path / "changelog.db")
     yield store
     store.close()
