@@ -431,7 +431,7 @@ def _section(result: dict[str, Any]) -> str:
     lines = [
         "## Fan-out: many subscribers on one feed (bench/fanout.py)", "",
         f"{args.rate:g} one-row commits/s (`pgbench --rate`) for {args.seconds:g} s after "
-        f"{WARMUP_SECONDS:g} s of warm-up; every subscriber starts at `latest`. Server CPU a "
+        f"{WARMUP_SECONDS:g} s of warm-up; every subscriber starts at the head before the first commit. Server CPU a "
         "delivered row from the single-surface phases; latency (INSERT -> subscriber) from the "
         "N + N phase. The bare server (`fanout.py bare`) pushes one-row frames and JSON events it "
         "encodes once a tick, from the same two Python stacks (grpc.aio, uvicorn).", "",
