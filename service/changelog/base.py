@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from clients._cursor import Cursor
-from service.assembler.model import StoredTransaction
+from service.assembler.model import BackfillProgress, StoredTransaction
+from service.backfill.model import BackfillPart, BackfillRecord
 from service.errors import PgfeedError
 
 # LSNs are stored as SQLite's signed 64-bit integers; PostgreSQL never gets near 2**63.
@@ -51,10 +52,25 @@ class ChangeLog(Protocol):
     - ``trimmed_lsn`` (highest commit_lsn removed) never moves backward; ``head`` is kept when
       retention empties the log, so replays below it are still skipped.
     - Schema history is never trimmed.
+    - Backfill progress is stored atomically with the chunk that made it: a transaction that
+      ``append`` stores and whose ``progress`` is set also sets that backfill part's ``last_key``,
+      ``rows``, ``chunks`` and ``done`` (absolute values) in the same atomic write; a skipped
+      replay changes nothing. Backfill records are never trimmed with transactions.
     """
 
     def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
-        """Store committed transactions (ascending commit_lsn) and optionally advance confirmed_lsn."""
+        """Store committed transactions (ascending commit_lsn) and optionally advance confirmed_lsn;
+        apply the ``progress`` of every stored one (see the class docstring)."""
+        ...
+
+    def save_backfill(self, record: BackfillRecord) -> None:
+        """Create or update a backfill: its header (tables, options, state, error, timestamps) is
+        replaced; its parts are created when the log does not hold them yet, and a part the log
+        holds keeps its stored progress (only ``append`` moves progress)."""
+        ...
+
+    def backfills(self) -> list[BackfillRecord]:
+        """Every backfill with its parts and their durable progress, oldest first."""
         ...
 
     def head(self) -> int:
@@ -122,6 +138,13 @@ class ChangeLog(Protocol):
     def consumers(self) -> dict[str, Cursor]: ...
 
     def close(self) -> None: ...
+
+
+def apply_progress(part: BackfillPart, progress: BackfillProgress) -> BackfillPart:
+    """``part`` with a chunk's progress applied (for stores that keep parts as records)."""
+    from dataclasses import replace
+    return replace(part, last_key=progress.last_key, rows=progress.rows, chunks=progress.chunks,
+                   done=progress.done)
 
 
 def slowest(cursors: Iterable[Cursor]) -> Cursor | None:
