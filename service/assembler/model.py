@@ -192,3 +192,4 @@ class Transaction:
     # seq of the last change the decoder scanned (filtered-out ones included), -1 if none: the
     # next cursor is commit_lsn:last_seq, or commit_lsn once last_seq == change_count - 1.
     last_seq: int | None = None
+    backfill: str | None = None  # the backfill id of a backfill chunk (origin "pgfeed.backfill")

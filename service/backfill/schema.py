@@ -1,29 +1,20 @@
-"""Initial snapshot: the rows a feed's tables held when its slot was created, as stored transactions.
+"""A published table as pgoutput describes it: its columns (what pgoutput sends) and the Relation,
+Type and Insert messages a backfill stores its rows as, encoded the way PostgreSQL's proto.c
+writes them, so readers, filters, Arrow and Spark decode them like streamed rows.
 
-With ``snapshot: "export"`` the slot is created with ``EXPORT_SNAPSHOT``; every transaction that
-committed before the slot's consistent point is in that snapshot, every later one is streamed. The
-snapshot's rows are read through ``SET TRANSACTION SNAPSHOT`` and stored exactly like streamed
-inserts (pgoutput Relation + Insert messages, encoded here), so readers, filters, Arrow and Spark
-need nothing special. They are positioned just below the consistent point, one transaction per
-``rows_per_transaction`` rows, with ``origin = "pgfeed.snapshot"`` so a consumer can tell a
-backfilled row from a live insert.
+(Until 2026-11-24 this was ``replication/snapshot.py``, the exported-snapshot initial load; the
+feed option ``snapshot`` now runs a backfill instead.)
 """
 
 from __future__ import annotations
 
 import struct
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
 from service.assembler.model import FRAME, StoredTransaction
-from service.changelog.base import ChangeLog
-from service.dsn import scrub
-from service.errors import SourceError
-from service.feeds.model import FeedSpec
 
 SNAPSHOT_ORIGIN = "pgfeed.snapshot"
 PG_EPOCH_UNIX = 946_684_800
@@ -126,53 +117,6 @@ def insert_message(header: bytes, values: tuple[str | None, ...]) -> bytes:
     return b"".join(parts)
 
 
-def snapshot_transactions(conn: psycopg.Connection, snapshot_name: str, publication: str,
-                          consistent_lsn: int, *, rows_per_transaction: int = 10_000,
-                          ) -> Iterator[StoredTransaction]:
-    """Read every published table in the exported snapshot and yield its rows as transactions
-    with ascending commit LSNs just below ``consistent_lsn``.
-
-    ``conn`` must be a fresh connection (not in a transaction) to the slot's database; the
-    replication connection that exported ``snapshot_name`` must stay open and idle meanwhile.
-    """
-    conn.autocommit = False
-    with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
-        tables = published_tables(conn, publication)
-        plans = []
-        for table in tables:
-            query = _select(table)
-            count = conn.execute(sql.SQL("SELECT count(*) FROM ({}) s").format(query)).fetchone()
-            plans.append((table, query, int(count[0]) if count else 0))
-        chunks = sum(-(-rows // rows_per_transaction) for _, _, rows in plans)
-        if chunks >= consistent_lsn:
-            raise SourceError(f"cannot place {chunks} snapshot transactions below the slot's "
-                              f"consistent point {consistent_lsn:X}")
-        commit_lsn = consistent_lsn - chunks
-        commit_ts = int((time.time() - PG_EPOCH_UNIX) * 1e6)
-        for table, query, rows in plans:
-            if not rows:
-                continue
-            header = b"I" + _U32.pack(table.oid) + b"N" + _I16.pack(len(table.columns))
-            payload = bytearray().join(_schema_frames(commit_lsn, table))
-            count = 0
-            with conn.cursor().copy(sql.SQL("COPY ({}) TO STDOUT").format(query)) as copy:
-                for row in copy.rows():
-                    message = insert_message(header, row)
-                    payload += FRAME.pack(commit_lsn, len(message))
-                    payload += message
-                    count += 1
-                    if count == rows_per_transaction:
-                        yield _transaction(commit_lsn, commit_ts, payload, count, table)
-                        commit_lsn += 1
-                        payload = bytearray().join(_schema_frames(commit_lsn, table))
-                        count = 0
-            if count:
-                yield _transaction(commit_lsn, commit_ts, payload, count, table)
-                commit_lsn += 1
-
-
 def _select(table: PublishedTable) -> sql.Composed:
     columns = sql.SQL(", ").join(sql.Identifier(c[0]) for c in table.columns)
     query = sql.SQL("SELECT {} FROM {}").format(columns, sql.Identifier(table.schema, table.name))
@@ -189,31 +133,3 @@ def _transaction(commit_lsn: int, commit_ts: int, payload: bytearray, count: int
                              schema_frames=_schema_frames(commit_lsn, table))
 
 
-def take_snapshot(spec: FeedSpec, changelog: ChangeLog, *, batch_transactions: int = 8) -> int:
-    """Create the feed's slot with an exported snapshot and store the snapshot's rows; returns the
-    consistent point, recorded as the log's confirmed position (so capture starts right there).
-
-    Safe to repeat after a crash: a log that never recorded a confirmed position holds at most an
-    interrupted snapshot, which is dropped together with the slot before starting over.
-    """
-    from service.replication import slots
-    from service.replication.stream import exported_slot
-
-    try:
-        if changelog.head():
-            changelog.trim(_MAX_LSN, force=True)
-        with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=10) as conn:
-            if slots.slot_exists(conn, spec.slot_name):
-                slots.drop_slot(conn, spec.slot_name)
-        with exported_slot(spec.dsn, spec.slot_name, two_phase=spec.options.two_phase) as (lsn, name):
-            with psycopg.connect(spec.dsn, connect_timeout=10) as conn:
-                batch: list[StoredTransaction] = []
-                for txn in snapshot_transactions(conn, name, spec.publication_name, lsn):
-                    batch.append(txn)
-                    if len(batch) >= batch_transactions:
-                        changelog.append(batch)
-                        batch = []
-                changelog.append(batch, confirmed_lsn=lsn)
-    except psycopg.Error as exc:
-        raise SourceError(f"initial snapshot failed: {scrub(str(exc).strip(), spec.dsn)}") from None
-    return lsn
