@@ -15,7 +15,7 @@ from service.http_api.auth import TokenAuth
 from service.http_api.errors import install_handlers
 from service.http_api.middleware import ObserveMiddleware
 from service.http_api.readahead import ReadAhead
-from service.http_api.routes import changes, consumers, feeds, ops
+from service.http_api.routes import backfills, changes, consumers, feeds, ops
 from service.http_api.schemas import ErrorBody
 from service.metrics import Metrics
 
@@ -59,6 +59,7 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     app.include_router(changes.router, responses=_READ_ERRORS)
     app.include_router(consumers.router, responses=_READ_ERRORS)  # PUT's 422: see _openapi
     app.include_router(feeds.router, responses=_ADMIN_ERRORS)
+    app.include_router(backfills.router, responses=_ADMIN_ERRORS)
     app.include_router(ops.router)
     install_handlers(app)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)

@@ -45,7 +45,7 @@ class ChangeEvent(BaseModel):
     commit_lsn: str
     xid: int
     commit_ts: str = Field(description="ISO 8601 commit time, UTC")
-    op: Literal["insert", "update", "delete", "truncate", "message"]
+    op: Literal["insert", "update", "delete", "truncate", "message", "read"]
     schema_: str | None = Field(None, alias="schema")
     table: str | None = None
     key: dict[str, Any] | None = Field(None, description="Replica-identity columns of the row "
@@ -155,7 +155,10 @@ class FeedOptionsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     toast: Literal["omit", "placeholder", "reselect"] = "placeholder"
-    snapshot: Literal["never", "export"] = "never"
+    snapshot: Literal["never", "backfill", "export"] = Field(
+        "never", description="`backfill`: backfill every table of the feed when it is created "
+                             "(a backfill like any other: resumable, with progress); `export` is "
+                             "the older name of the same")
     messages: bool = True
     two_phase: bool = False
     streaming: bool = True
@@ -213,6 +216,7 @@ class FeedUpdate(BaseModel):
 
     tables: list[TableName] = Field(min_length=1, max_length=10_000,
                                     description="`schema.table` names: replaces the feed's list")
+    backfill: bool = Field(False, description="Backfill the tables this adds to the list")
 
 
 class SlotRiskOut(BaseModel):
@@ -247,6 +251,54 @@ class FeedOptionsOut(BaseModel):
     retention: RetentionOut
 
 
+class BackfillCreate(BaseModel):
+    """`POST /v1/feeds/{feed}/backfills`: the tables to read into the feed, and how."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "tables": ["public.orders"], "chunk_rows": 10000, "parallel": 2}]})
+
+    tables: list[TableName] = Field(min_length=1, max_length=1000,
+                                    description="`schema.table` names, each in the feed's publication")
+    chunk_rows: int = Field(10_000, ge=1, le=1_000_000, description="Rows read per chunk (one "
+                                                                     "short transaction each)")
+    parallel: int = Field(2, ge=1, le=16, description="Source connections reading at once "
+                                                      "(several tables, or key ranges of one)")
+
+
+class BackfillTableOut(BaseModel):
+    table: str
+    parts: int = Field(description="Key ranges the table is read in")
+    rows: int = Field(description="Rows stored so far")
+    chunks: int
+    estimate_left: int = Field(description="Rows still to read, estimated (pg_class.reltuples)")
+    done: bool
+
+
+class BackfillOut(BaseModel):
+    """A backfill's state and progress (durable, with the chunks) plus this process's rate."""
+
+    id: str
+    state: Literal["running", "done", "cancelled", "failed"]
+    tables: list[BackfillTableOut]
+    rows: int
+    chunks: int
+    estimate_left: int
+    rows_per_second: float
+    eta_seconds: float | None = Field(None, description="At the current rate; null when unknown")
+    chunk_rows: int
+    parallel: int
+    initial: bool = Field(description="The feed's initial snapshot (option `snapshot`)")
+    redone_chunks: int = Field(description="Chunks read again in this process (a TRUNCATE or "
+                                           "schema change in their window, ...)")
+    last_error: str | None = None
+    created_at: float
+    finished_at: float | None = None
+
+
+class BackfillList(BaseModel):
+    backfills: list[BackfillOut]
+
+
 class FeedPublic(BaseModel):
     """A feed's definition and status. The source DSN is shown with its password masked."""
 
@@ -273,6 +325,7 @@ class FeedPublic(BaseModel):
     slot_risk: SlotRiskOut
     log: LogOut | None = None
     consumers: list[ConsumerOut] = Field(default_factory=list)
+    backfills: list[BackfillOut] = Field(default_factory=list, description="Running backfills")
 
 
 class FeedList(BaseModel):

@@ -17,6 +17,7 @@ from service.http_api.deps import AdminScope, SupervisorDep
 from service.http_api.errors import ApiError
 from service.http_api.routes.changes import FeedName
 from service.http_api.schemas import (
+    BackfillOut,
     ConsumerOut,
     ErrorBody,
     FeedCreate,
@@ -62,7 +63,15 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         proto_version=status_.proto_version,
         slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,
                               retained_bytes=risk.retained_bytes),
-        log=log_out, consumers=consumers)
+        log=log_out, consumers=consumers, backfills=_running_backfills(supervisor, status_.name))
+
+
+def _running_backfills(supervisor: Supervisor, name: str) -> list[BackfillOut]:
+    from service.http_api.routes.backfills import running
+    try:
+        return running(supervisor, name)
+    except PgfeedError:  # the log is closing (feed being deleted)
+        return []
 
 
 def _spec(body: FeedCreate) -> FeedSpec:
@@ -134,7 +143,7 @@ def update_feed(feed: FeedName, body: FeedUpdate, supervisor: SupervisorDep) -> 
     changes committed after it follow the new list, and capture goes on. 422 for a feed of all
     tables or an adopted publication, or when the source refuses (unknown tables)."""
     try:
-        updated = supervisor.set_tables(feed, body.tables)
+        updated = supervisor.set_tables(feed, body.tables, backfill=body.backfill)
     except ValueError as exc:
         raise ApiError(422, "invalid_feed", str(exc)) from None
     log.info("feed %s now captures %s", feed, ", ".join(updated.tables))

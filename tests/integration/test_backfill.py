@@ -1,0 +1,226 @@
+"""Backfills on real PostgreSQL, through the served API: a table read into the feed while writers
+insert, update (keys too), delete and truncate it; applying the feed from the start (``read`` an
+upsert) must give exactly ``SELECT *`` at the feed's head, over HTTP and gRPC.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+
+from clients import FeedClient, GrpcFeedClient
+from clients.errors import ClientError
+from tests.fixtures.fix_service import FeedFactory, Service, wait_until
+from tests.integration.capture_helpers import MARKER_PREFIX, emit_marker
+
+pytestmark = [pytest.mark.pg]
+
+TABLE = "bt"
+KEY_MOVE = 10_000_000  # an update that changes the key moves it up by this much
+
+Row = tuple[Any, ...]
+
+
+def create_table(dsn: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, v text, n numeric, "
+                     "ts timestamptz, j jsonb, doubled bigint GENERATED ALWAYS AS (id * 2) STORED)")
+        conn.execute(f"INSERT INTO {TABLE} (id, v, n, ts, j) SELECT g, 'row ' || g || E'\\t\\\\', "
+                     "g * 1.25, '2026-01-01'::timestamptz + g * interval '1 second', "
+                     "jsonb_build_object('g', g, 'h', 'x' || g) "
+                     "FROM generate_series(1, %s) g", (rows,))
+
+
+def writers(dsn: str, stop: threading.Event, seed: int, first_id: int, *,
+            truncate_after: float | None = None) -> threading.Thread:
+    """Random inserts, updates (some moving the key), deletes and (once) a TRUNCATE, until stopped."""
+
+    def run() -> None:
+        rng = random.Random(seed)
+        next_id = first_id
+        started = time.monotonic()
+        truncated = truncate_after is None
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                with conn.transaction():
+                    for _ in range(rng.randint(1, 5)):
+                        pick = rng.randint(1, next_id)
+                        action = rng.random()
+                        if action < 0.3:
+                            conn.execute(f"INSERT INTO {TABLE} (id, v, n, ts, j) VALUES (%s, 'new', 1, now(), "
+                                         "'{\"x\": 1}')", (next_id,))
+                            next_id += 1
+                        elif action < 0.6:
+                            conn.execute(f"UPDATE {TABLE} SET v = 'upd ' || %s, n = n + 1 WHERE id = %s",
+                                         (rng.random(), pick))
+                        elif action < 0.75:
+                            conn.execute(f"UPDATE {TABLE} SET id = id + {KEY_MOVE} WHERE id = %s "
+                                         f"AND id < {KEY_MOVE}", (pick,))
+                        else:
+                            conn.execute(f"DELETE FROM {TABLE} WHERE id = %s", (pick,))
+                if not truncated and time.monotonic() - started > (truncate_after or 0):
+                    conn.execute(f"TRUNCATE {TABLE}")
+                    truncated = True
+                time.sleep(rng.uniform(0, 0.003))
+
+    thread = threading.Thread(target=run, name=f"writer-{seed}", daemon=True)
+    thread.start()
+    return thread
+
+
+def source_rows(dsn: str) -> dict[int, Row]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(f"SELECT id, v, n, ts, j FROM {TABLE}").fetchall()
+    return {r[0]: (r[1], Decimal(r[2]), r[3].isoformat(), r[4]) for r in rows}
+
+
+def apply(changes: list[Any]) -> tuple[dict[int, Row], int]:
+    """The table a reader builds from the feed (read = upsert); also the number of reads."""
+    table: dict[int, Row] = {}
+    reads = 0
+    for c in changes:
+        if c.op == "message" or c.table not in (None, TABLE):
+            continue
+        if c.op == "truncate":
+            if f"public.{TABLE}" in (c.tables or []):
+                table.clear()
+            continue
+        if c.op == "delete":
+            table.pop(c.key["id"], None)
+            continue
+        if c.op == "update" and c.key and c.key["id"] != c.after["id"]:
+            table.pop(c.key["id"], None)
+        reads += c.op == "read"
+        a = c.after
+        assert "doubled" not in a  # generated columns are not published, so not read either
+        table[a["id"]] = (a["v"], Decimal(str(a["n"])), _iso(a["ts"]), a["j"])
+    return table, reads
+
+
+def _iso(value: Any) -> str:
+    return value if isinstance(value, str) else value.isoformat()
+
+
+def http_changes(service: Service, feed: str) -> list[Any]:
+    with FeedClient(service.http_url) as client:
+        return list(client.iter_changes(feed, "earliest", limit=5000))
+
+
+def grpc_changes(service: Service, feed: str, marker: str) -> list[Any]:
+    out = []
+    with GrpcFeedClient(service.grpc_target) as client:
+        for txn in client.subscribe(feed, "earliest"):
+            out.extend(txn.changes)
+            if any(c.op == "message" and c.prefix == MARKER_PREFIX and c.content == marker.encode()
+                   for c in txn.changes):
+                return out
+    raise AssertionError("the gRPC stream ended")
+
+
+def wait_done(client: FeedClient, feed: str, backfill_id: str, timeout: float = 120) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        b = client.backfill(feed, backfill_id)
+        return b if b["state"] != "running" else None
+    return wait_until(finished, timeout, f"backfill {backfill_id}")
+
+
+def wait_marker(service: Service, feed: str, dsn: str) -> str:
+    token = emit_marker(dsn)
+    with FeedClient(service.http_url) as client:
+        def arrived() -> bool:
+            return any(c.op == "message" and c.content == token.encode()
+                       for c in client.iter_changes(feed, "earliest", ops=["message"]))
+        wait_until(arrived, 60, "the marker")
+    return token
+
+
+@pytest.mark.parametrize(("rows", "chunk_rows", "parallel", "seed"), [
+    pytest.param(20_000, 1500, 1, 1, id="serial"),
+    pytest.param(30_000, 4000, 3, 2, id="parallel"),
+])
+def test_backfill_under_concurrent_writes_equals_the_table(
+        pg_dsn: str, pgfeed_service: Service, make_served_feed: FeedFactory, rows: int,
+        chunk_rows: int, parallel: int, seed: int) -> None:
+    create_table(pg_dsn, rows)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"ANALYZE {TABLE}")  # reltuples: the estimate, and the split of the key span
+    feed = make_served_feed(pg_dsn, tables=(f"public.{TABLE}",))
+    stop = threading.Event()
+    threads = [writers(pg_dsn, stop, seed * 10 + i, rows + 1 + i * 1_000_000,
+                       truncate_after=1.0 if i == 0 and seed == 2 else None) for i in range(2)]
+    try:
+        with FeedClient(pgfeed_service.http_url) as client:
+            time.sleep(0.3)
+            started = client.start_backfill(feed, [f"public.{TABLE}"], chunk_rows=chunk_rows,
+                                            parallel=parallel)
+            assert started["state"] == "running" and started["id"].startswith("bf_")
+            status = client.get_feed(feed)
+            assert [b["id"] for b in status["backfills"]] == [started["id"]]
+            done = wait_done(client, feed, started["id"])
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert done["state"] == "done", done
+    (table_progress,) = done["tables"]
+    assert table_progress["done"] and table_progress["chunks"] >= 2
+    assert table_progress["parts"] == (parallel if parallel > 1 else 1)
+    marker = wait_marker(pgfeed_service, feed, pg_dsn)
+    expected = source_rows(pg_dsn)
+
+    changes = http_changes(pgfeed_service, feed)
+    built, reads = apply(changes)
+    assert reads > 0 and reads == done["rows"]
+    assert built == expected
+    read_changes = [c for c in changes if c.op == "read"]
+    assert len({c.key["id"] for c in read_changes}) == len(read_changes)  # no row read twice
+    built_grpc, _ = apply(grpc_changes(pgfeed_service, feed, marker))
+    assert built_grpc == expected
+
+
+def test_backfill_refusals_start_nothing(pg_dsn: str, pgfeed_service: Service,
+                                         make_served_feed: FeedFactory) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE keyed (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO keyed SELECT g, 'v' FROM generate_series(1, 50000) g")
+        conn.execute("CREATE TABLE keyless (v text)")
+        conn.execute("CREATE TABLE outside (id int PRIMARY KEY)")
+    feed = make_served_feed(pg_dsn, tables=("public.keyed", "public.keyless"))
+
+    def refused(body: dict[str, Any], status: int, code: str, words: str) -> None:
+        with FeedClient(pgfeed_service.http_url) as client:
+            response = client._http.post(f"/v1/feeds/{feed}/backfills", json=body)
+            assert response.status_code == status, response.text
+            error = response.json()["error"]
+            assert error["code"] == code and words in error["message"], error
+            assert client.backfills(feed) == [] or all(
+                b["tables"][0]["table"] == "public.keyed" for b in client.backfills(feed))
+
+    refused({"tables": ["public.outside"]}, 400, "table_not_published", "not in the feed's publication")
+    refused({"tables": ["public.nope"]}, 404, "table_not_found", "does not exist")
+    refused({"tables": ["public.keyless"]}, 400, "backfill_invalid", "no primary key")
+    refused({"tables": ["public.keyed", "public.keyed"]}, 400, "backfill_invalid", "twice")
+    refused({"tables": ["public.keyed"], "chunk_rows": 0}, 422, "invalid_body", "chunk_rows")
+    refused({"tables": ["public.keyed"], "parallel": 99}, 422, "invalid_body", "parallel")
+    refused({"tables": []}, 422, "invalid_body", "tables")
+    refused({"tables": ["public.keyed"], "speed": "fast"}, 422, "invalid_body", "speed")
+    with FeedClient(pgfeed_service.http_url) as client:
+        assert client.backfills(feed) == []
+        first = client.start_backfill(feed, ["public.keyed"], chunk_rows=100, parallel=1)
+        refused({"tables": ["public.keyed"]}, 409, "backfill_running", first["id"])
+        assert [b["id"] for b in client.backfills(feed)] == [first["id"]]
+        cancelled = client.cancel_backfill(feed, first["id"])
+        assert cancelled["state"] == "cancelled"
+        assert client.backfill(feed, first["id"])["state"] == "cancelled"
+        with pytest.raises(ClientError) as err:
+            client.backfill(feed, "bf_nope")
+        assert err.value.status == 404
+        again = client.start_backfill(feed, ["public.keyed"], chunk_rows=20_000)
+        assert wait_done(client, feed, again["id"])["rows"] == 50_000
