@@ -79,12 +79,13 @@ class BackfillManager:
     """The backfills of one feed. ``start_workers``/``stop_workers`` follow the feed's capture:
     workers only run while capture does (a watermark needs someone to see it)."""
 
-    def __init__(self, spec: Callable[[], FeedSpec], changelog: ChangeLog, tracker: WindowTracker,
-                 *, on_chunk: Callable[[int], None] | None = None) -> None:
+    def __init__(self, spec: Callable[[], FeedSpec], changelog: ChangeLog,
+                 tracker: WindowTracker) -> None:
         self._spec = spec
         self._changelog = changelog
         self.tracker = tracker
-        self._on_chunk = on_chunk or (lambda rows: None)
+        # rows and chunks stored (and chunks redone) by this process's workers: metrics
+        self.rows_stored = self.chunks_stored = self.chunks_redone = 0
         self._lock = threading.RLock()
         self._runs: dict[str, _Run] = {}
         self._running = False
@@ -166,6 +167,10 @@ class BackfillManager:
         if run is None:
             return 0.0, 0, None
         return run.rate(), run.redos, run.error
+
+    def running_count(self) -> int:
+        with self._lock:
+            return len(self._runs)
 
     def initial_running(self) -> bool:
         with self._lock:
@@ -308,6 +313,7 @@ class BackfillManager:
                 if chunk.outcome == "redo":
                     redos += 1
                     run.redos += 1
+                    self.chunks_redone += 1
                     run.error = f"chunk redone: {chunk.problem}"
                     if redos > MAX_REDOS:
                         raise BackfillError(f"part {part.part} of {part.table}: {redos} chunks in a "
@@ -319,7 +325,8 @@ class BackfillManager:
                 chunks += 1
                 after = last
                 run.count(chunk.stored_rows)
-                self._on_chunk(chunk.stored_rows)
+                self.rows_stored += chunk.stored_rows
+                self.chunks_stored += 1
                 if read.exhausted:
                     return
         finally:

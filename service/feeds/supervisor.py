@@ -69,8 +69,6 @@ class Supervisor:
         self._feeds: dict[str, _Feed] = {}
         self._catalogue = Catalogue(self.data_dir / "catalogue.json")
         self._started = False
-        self.backfill_rows = 0  # rows and chunks stored by backfills in this process (metrics)
-        self.backfill_chunks = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -109,14 +107,8 @@ class Supervisor:
         changelog = open_changelog(self._kind, directory / "changelog.db")
         stats = CaptureStats(state="paused" if paused else "starting")
         feed = _Feed(spec, changelog, HeadNotifier(changelog.head()), stats, paused)
-        feed.backfills = BackfillManager(lambda: feed.spec, changelog, feed.tracker,
-                                         on_chunk=self._count_chunk)
+        feed.backfills = BackfillManager(lambda: feed.spec, changelog, feed.tracker)
         return feed
-
-    def _count_chunk(self, rows: int) -> None:
-        """Metrics hook: a chunk of ``rows`` rows was stored by a backfill."""
-        self.backfill_rows += rows
-        self.backfill_chunks += 1
 
     def _start_capture(self, feed: _Feed) -> None:
         if not self._capture or (feed.thread and feed.thread.is_alive()):

@@ -57,6 +57,9 @@ def test_demo_shows_changes_flowing_and_ctrl_c_stops_everything() -> None:
                 pass
             time.sleep(0.2)
         assert {c["op"] for c in changes} >= {"insert"}
+        # the seeded customers, backfilled when the demo's feed was created (option snapshot)
+        reads = {c["key"]["id"] for c in changes if c["op"] == "read" and c["table"] == "customers"}
+        assert reads == set(range(1, 21)), changes
         assert {f"{c['schema']}.{c['table']}" for c in changes} <= {"public.orders", "public.customers"}
         demo.send_signal(signal.SIGINT)  # Ctrl-C
         out, _ = demo.communicate(timeout=60)
