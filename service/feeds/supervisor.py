@@ -348,7 +348,8 @@ class Supervisor:
         feed = self._get(name)
         spec, stats = feed.spec, feed.stats
         state = stats.state
-        if state == "running" and feed.backfills is not None and feed.backfills.initial_running():
+        if state in ("starting", "running") and feed.backfills is not None \
+                and feed.backfills.initial_running():
             state = "snapshotting"
         status = FeedStatus(
             name=spec.name, state=state, slot=spec.slot_name, publication=spec.publication_name,

@@ -224,3 +224,52 @@ def test_backfill_refusals_start_nothing(pg_dsn: str, pgfeed_service: Service,
         assert err.value.status == 404
         again = client.start_backfill(feed, ["public.keyed"], chunk_rows=20_000)
         assert wait_done(client, feed, again["id"])["rows"] == 50_000
+
+
+def test_initial_snapshot_is_a_backfill_that_pause_stops_and_resume_finishes(
+        pg_dsn: str, pgfeed_service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Feed option ``snapshot`` (``export``, its older name, here): the feed's tables are backfilled
+    when it is created, with progress in status; pause stops the workers, resume goes on, and
+    the feed then holds exactly the table; delete stops them too."""
+    import service.feeds.supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "DEFAULT_CHUNK_ROWS", 300)  # many chunks: time to pause
+    create_table(pg_dsn, 20_000)
+    name = "snap_feed"
+    with FeedClient(pgfeed_service.http_url) as client:
+        created = client.create_feed(name, pg_dsn, tables=[f"public.{TABLE}"],
+                                     options={"snapshot": "export", "heartbeat_seconds": 1})
+        try:
+            assert created["state"] == "snapshotting"
+            (initial,) = created["backfills"]
+            client.pause(name)
+            paused = client.backfill(name, initial["id"])
+            assert paused["state"] == "running" and paused["rows"] < 20_000
+            time.sleep(1.0)
+            assert client.backfill(name, initial["id"])["rows"] == paused["rows"]
+            assert not [t for t in threading.enumerate() if initial["id"] in t.name]
+            client.resume(name)
+            done = wait_done(client, name, initial["id"])
+            assert done["state"] == "done" and done["rows"] == 20_000 and done["initial"]
+            assert client.get_feed(name)["state"] == "running"
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute(f"UPDATE {TABLE} SET v = 'after' WHERE id <= 10")
+            wait_marker(pgfeed_service, name, pg_dsn)
+            built, reads = apply(list(client.iter_changes(name, "earliest", limit=5000)))
+            assert reads == 20_000 and built == source_rows(pg_dsn)
+
+            # set-tables with backfill: the added table is read into the feed
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE added (id int PRIMARY KEY, v text)")
+                conn.execute("INSERT INTO added SELECT g, 'a' FROM generate_series(1, 3000) g")
+            response = client._http.patch(f"/v1/feeds/{name}", json={
+                "tables": [f"public.{TABLE}", "public.added"], "backfill": True})
+            assert response.status_code == 200, response.text
+            (second,) = response.json()["backfills"]
+            assert wait_done(client, name, second["id"])["rows"] == 3000
+            third = client.start_backfill(name, ["public.added"], chunk_rows=10, parallel=1)
+        finally:
+            client.delete_feed(name)
+    # delete stopped the third backfill's workers with the feed
+    wait_until(lambda: not [t for t in threading.enumerate() if third["id"] in t.name], 10,
+               "the backfill workers to stop")
