@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from service.errors import FeedNotFound
 from service.feeds.supervisor import parallel
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class FeedCollector(Collector):
             forced.add_metric(labels, stats.forced_trims)
             try:
                 backfills = self.supervisor.backfills(name)
-            except Exception:  # noqa: BLE001 - deleted mid-scrape
+            except FeedNotFound:  # deleted mid-scrape
                 continue
             bf_rows.add_metric(labels, backfills.rows_stored)
             bf_chunks.add_metric(labels, backfills.chunks_stored)

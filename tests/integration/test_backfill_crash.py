@@ -9,7 +9,6 @@ import threading
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from service.backfill.model import BackfillRecord

@@ -7,8 +7,8 @@ import json
 
 import orjson
 import pytest
-
 from pgfeed.v1 import feed_pb2
+
 from service.assembler.changes import TransactionDecoder
 from service.assembler.relations import RelationCatalog
 from service.backfill.window import WindowTracker
