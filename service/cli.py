@@ -8,9 +8,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 
