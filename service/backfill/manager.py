@@ -268,7 +268,7 @@ class BackfillManager:
 
     def _read_part(self, run: _Run, part: BackfillPart, conn: psycopg.Connection,
                    spec: FeedSpec) -> None:
-        plan = source.describe(conn, spec.publication_name, part.table)
+        plan = source.describe(conn, spec.publication_name, part.table, estimate=False)
         tracker = self.tracker
         generation = tracker.watch(plan.oid, plan.key, plan.key_index)
         try:

@@ -35,7 +35,7 @@ _ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
 _SIMPLE = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
 
 _TABLE = """
-SELECT c.oid, c.relreplident, c.relkind, GREATEST(c.reltuples, 0)::bigint
+SELECT c.oid, c.relreplident, c.relkind, c.reltuples::bigint
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s
 """
@@ -101,8 +101,10 @@ def connect(dsn: str) -> psycopg.Connection:
     return psycopg.connect(make_conninfo(dsn, **extra), autocommit=True)
 
 
-def describe(conn: psycopg.Connection, publication: str, table: str) -> TablePlan:
-    """The table as the feed publishes it; BackfillError when it cannot be backfilled."""
+def describe(conn: psycopg.Connection, publication: str, table: str, *,
+             estimate: bool = True) -> TablePlan:
+    """The table as the feed publishes it; BackfillError when it cannot be backfilled.
+    ``estimate=False`` leaves ``reltuples`` as pg_class has it (no count of a fresh table)."""
     schema, name = split_name(table)
     row = conn.execute(_TABLE, (schema, name)).fetchone()
     if row is None:
@@ -117,9 +119,6 @@ def describe(conn: psycopg.Connection, publication: str, table: str) -> TablePla
         raise BackfillError(f"table {schema}.{name} is not in the feed's publication "
                             f"{publication!r}: add it first (set-tables)", code="table_not_published")
     row_filter, attnames = published
-    if relkind == "p":
-        raise BackfillError(f"table {schema}.{name} is partitioned: backfill its partitions, or "
-                            "a feed that publishes them by their own names")
     if ident == "n":
         raise BackfillError(f"table {schema}.{name} has REPLICA IDENTITY NOTHING: its deletes "
                             "carry no key, so a backfill could not tell which rows they remove")
@@ -141,7 +140,34 @@ def describe(conn: psycopg.Connection, publication: str, table: str) -> TablePla
                                      tuple(user_types), row_filter)
     messages = tuple(type_message(*t) for t in user_types) + (relation_message(published_table),)
     return TablePlan(oid, schema, name, columns, key, tuple(columns.index(k) for k in key),
-                     tuple(types[k] for k in key), messages, row_filter, int(reltuples))
+                     tuple(types[k] for k in key), messages, row_filter,
+                     _estimate(conn, oid, relkind, int(reltuples)) if estimate else int(reltuples))
+
+
+_SMALL = 64 << 20  # a table smaller than this is counted when it was never analyzed
+
+
+def _estimate(conn: psycopg.Connection, oid: int, relkind: str, reltuples: int) -> int:
+    """Rows in the table, estimated: pg_class.reltuples (of its leaves when partitioned); a table
+    never analyzed (-1 on PostgreSQL 14+) is counted when small, else guessed from its size."""
+    row = conn.execute("SELECT COALESCE(sum(GREATEST(c.reltuples, 0)), 0)::bigint, "
+                       "COALESCE(sum(pg_relation_size(c.oid)), 0)::bigint FROM pg_partition_tree(%s) t "
+                       "JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf", (oid,)).fetchone()
+    known, size = (int(row[0]), int(row[1])) if row else (0, 0)
+    if known > 0:
+        return known
+    if size >= _SMALL:
+        return size // 100
+    count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+        sql.SQL("{}.{}").format(*(sql.Identifier(p) for p in _names(conn, oid))))).fetchone()
+    return int(count[0]) if count else 0
+
+
+def _names(conn: psycopg.Connection, oid: int) -> tuple[str, str]:
+    row = conn.execute("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON "
+                       "n.oid = c.relnamespace WHERE c.oid = %s", (oid,)).fetchone()
+    assert row is not None
+    return row[0], row[1]
 
 
 def split(conn: psycopg.Connection, plan: TablePlan, parts: int,
@@ -204,7 +230,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
         conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(sql.Identifier(schema, name)))
         xip = {int(r[0]) & 0xFFFFFFFF for r in conn.execute(
             "SELECT pg_snapshot_xip(pg_current_snapshot())::text::bigint").fetchall()}
-        plan = describe(conn, publication, table)
+        plan = describe(conn, publication, table, estimate=False)
         query = _chunk_query(plan, after, upper, limit)
         header = b"I" + _U32.pack(plan.oid) + b"N" + _I16.pack(len(plan.columns))
         key_index = plan.key_index

@@ -273,3 +273,32 @@ def test_initial_snapshot_is_a_backfill_that_pause_stops_and_resume_finishes(
     # delete stopped the third backfill's workers with the feed
     wait_until(lambda: not [t for t in threading.enumerate() if third["id"] in t.name], 10,
                "the backfill workers to stop")
+
+
+def test_partitioned_table_published_by_its_root(pg_dsn: str, pgfeed_service: Service,
+                                                 make_served_feed: FeedFactory) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE pt (id bigint PRIMARY KEY, v text) PARTITION BY RANGE (id)")
+        for i, (lo, hi) in enumerate([(0, 3000), (3000, 6000), (6000, 100000)]):
+            conn.execute(f"CREATE TABLE pt_{i} PARTITION OF pt FOR VALUES FROM ({lo}) TO ({hi})")
+        conn.execute("INSERT INTO pt SELECT g, 'v' || g FROM generate_series(1, 8000) g")
+    feed = make_served_feed(pg_dsn, tables=("public.pt",))
+    with FeedClient(pgfeed_service.http_url) as client:
+        started = client.start_backfill(feed, ["public.pt"], chunk_rows=500, parallel=2)
+        assert started["estimate_left"] == 8000  # counted: never analyzed
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            for i in range(1, 3000, 50):  # rows moving between partitions while chunks are read
+                conn.execute("UPDATE pt SET id = id + 20000 WHERE id = %s", (i,))
+                conn.execute("UPDATE pt SET v = 'w' WHERE id = %s", (i + 3000,))
+        assert wait_done(client, feed, started["id"])["state"] == "done"
+        wait_marker(pgfeed_service, feed, pg_dsn)
+        table: dict[int, str] = {}
+        for c in client.iter_changes(feed, "earliest", limit=5000, tables=["public.pt"]):
+            if c.op == "delete":
+                table.pop(c.key["id"], None)
+            else:
+                if c.op == "update" and c.key["id"] != c.after["id"]:
+                    table.pop(c.key["id"], None)
+                table[c.after["id"]] = c.after["v"]
+    with psycopg.connect(pg_dsn) as conn:
+        assert table == dict(conn.execute("SELECT id, v FROM pt").fetchall())
