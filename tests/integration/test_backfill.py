@@ -302,3 +302,29 @@ def test_partitioned_table_published_by_its_root(pg_dsn: str, pgfeed_service: Se
                 table[c.after["id"]] = c.after["v"]
     with psycopg.connect(pg_dsn) as conn:
         assert table == dict(conn.execute("SELECT id, v FROM pt").fetchall())
+
+
+def test_cli_backfill_follow_prints_plain_progress_off_a_terminal(
+        pg_dsn: str, pgfeed_service: Service, make_served_feed: FeedFactory) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE clit (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO clit SELECT g, 'v' FROM generate_series(1, 4000) g")
+    feed = make_served_feed(pg_dsn, tables=("public.clit",))
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, "-m", "service", "backfill", feed, "--tables", "public.clit",
+         "--chunk-rows", "500", "--parallel", "1", "--follow", "--url", pgfeed_service.http_url],
+        capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(root), "PATH": "/usr/bin"})
+    assert run.returncode == 0, run.stderr
+    last = run.stdout.strip().splitlines()[-1]
+    assert " done public.clit: rows 4000 " in last and "chunks 9" in last, run.stdout  # 8 + the empty end
+    assert "started: public.clit" in run.stderr
+    again = subprocess.run(
+        [sys.executable, "-m", "service", "backfill", feed, "--tables", "public.nope",
+         "--url", pgfeed_service.http_url],
+        capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(root), "PATH": "/usr/bin"})
+    assert again.returncode == 1 and "table_not_found" in again.stderr
