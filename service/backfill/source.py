@@ -3,9 +3,9 @@
 Each chunk is one short REPEATABLE READ transaction that takes no lock stronger than
 ``ACCESS SHARE`` (taken first, so the columns it describes stay those it reads) and reads
 ``chunk_rows`` rows in key order after the last key read (keyset pagination on the primary key or
-replica-identity index), with ``COPY (SELECT …) TO STDOUT``: PostgreSQL's text output in the
-replication session's settings, so a value is byte for byte what pgoutput would send. Rows are
-encoded here as pgoutput Insert messages, off the capture thread.
+replica-identity index), with ``COPY (SELECT col::text …) TO STDOUT (FORMAT binary)``: each value
+in PostgreSQL's text output in the replication session's settings, byte for byte what pgoutput
+would send. Rows are encoded here as pgoutput Insert messages (``rows``), off the capture thread.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from service.backfill.rows import copy_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
 from service.backfill.window import Entry, Key
 from service.errors import BackfillError
@@ -31,8 +32,6 @@ _INT_TYPES = frozenset({20, 21, 23})
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-_ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
-_SIMPLE = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
 
 _TABLE = """
 SELECT c.oid, c.relreplident, c.relkind, c.reltuples::bigint
@@ -231,40 +230,22 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
         xip = {int(r[0]) & 0xFFFFFFFF for r in conn.execute(
             "SELECT pg_snapshot_xip(pg_current_snapshot())::text::bigint").fetchall()}
         plan = describe(conn, publication, table, estimate=False)
-        query = _chunk_query(plan, after, upper, limit)
         header = b"I" + _U32.pack(plan.oid) + b"N" + _I16.pack(len(plan.columns))
-        key_index = plan.key_index
+        nkeys = len(plan.key)
         entries: list[Entry] = []
-        append = entries.append
-        pack = _I32.pack
-        last: list[bytes] | None = None
-        with conn.cursor().copy(query) as copy:
+        with conn.cursor().copy(_chunk_query(plan, after, upper, limit)) as copy:
             for block in copy:
-                line = bytes(block)
-                if line.endswith(b"\n"):
-                    line = line[:-1]
-                if b"\\" in line:
-                    values = [None if v == b"\\N" else _unescape(v) for v in line.split(b"\t")]
-                else:
-                    values = line.split(b"\t")  # type: ignore[assignment]
-                parts = [header]
-                for v in values:
-                    if v is None:
-                        parts.append(b"n")
-                    else:
-                        parts.append(b"t" + pack(len(v)))
-                        parts.append(v)
-                message = b"".join(parts)
-                key = tuple(values[i] for i in key_index)
-                append((key, _U32.pack(len(message)) + message))  # type: ignore[arg-type]
-                last = key  # type: ignore[assignment]
-    last_key = None if last is None else [v.decode() for v in last]
+                copy_rows(block, header, nkeys, entries)
+    last_key = None if not entries else [v.decode() for v in entries[-1][0]]
     return ChunkRead(plan, entries, xip, last_key, len(entries) < limit)
 
 
 def _chunk_query(plan: TablePlan, after: list[str] | None, upper: list[str] | None,
                  limit: int) -> sql.Composed:
-    columns = sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns)
+    """COPY BINARY of the chunk's key columns then every published column, each as its text
+    output (``rows.copy_rows`` turns a tuple into an Insert message)."""
+    texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c))
+                               for c in (*plan.key, *plan.columns))
     key = sql.SQL(", ").join(sql.Identifier(k) for k in plan.key)
     conditions: list[sql.Composable] = []
     if plan.row_filter:
@@ -276,26 +257,17 @@ def _chunk_query(plan: TablePlan, after: list[str] | None, upper: list[str] | No
     if upper is not None:
         conditions.append(sql.SQL("{} <= {}").format(row, _literals(upper)))
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
-    return sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT").format(
-        columns, sql.Identifier(plan.schema, plan.name), where, key, sql.Literal(limit))
+    # ORDER BY names the table's columns qualified: bare, ``id`` would be the output column
+    # ``id::text`` (SQL resolves ORDER BY names to output columns first) and sort as text.
+    order = sql.SQL(", ").join(sql.Identifier(plan.schema, plan.name, k) for k in plan.key)
+    return sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT binary)").format(
+        texts, sql.Identifier(plan.schema, plan.name), where, order, sql.Literal(limit))
 
 
 def _literals(values: list[str]) -> sql.Composable:
     if len(values) == 1:
         return sql.Literal(values[0])
     return sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
-
-
-def _unescape(value: bytes) -> bytes:
-    """A COPY text-format field without its backslash escapes."""
-    def one(m: re.Match[bytes]) -> bytes:
-        if m.group(1) is not None:
-            return bytes([int(m.group(1), 8) & 0xFF])
-        if m.group(2) is not None:
-            return bytes([int(m.group(2), 16)])
-        c = m.group(3)
-        return _SIMPLE.get(c, c)
-    return _ESCAPE.sub(one, value)
 
 
 def key_of(values: Key) -> list[str]:
