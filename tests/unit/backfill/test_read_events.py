@@ -10,6 +10,7 @@ import pytest
 from pgfeed.v1 import feed_pb2
 
 from service.assembler.changes import TransactionDecoder
+from service.assembler.model import Op
 from service.assembler.relations import RelationCatalog
 from service.backfill.window import WindowTracker
 from service.encoding import transcode
@@ -58,3 +59,25 @@ def test_protobuf_frames_of_a_chunk_carry_op_read_and_the_backfill_id() -> None:
         assert (msg.backfill, msg.origin, msg.commit_lsn) == ("bf_1", "pgfeed.backfill", 0x5000_0000)
         assert [c.op for c in msg.changes] == [feed_pb2.OP_READ, feed_pb2.OP_READ]
         assert [c.after["v"].string_value for c in msg.changes] == ["read", "read"]
+
+
+def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it() -> None:
+    from clients._cursor import EARLIEST, Cursor
+    from service.assembler.relations import RelationCatalog
+    from service.changelog.memory import MemoryChangeLog
+    from service.feeds.reader import FeedReader
+
+    unit = chunk_unit()
+    log = MemoryChangeLog()
+    log.append([unit])
+    catalog = RelationCatalog()
+    for lsn, frame in log.schema_history():
+        catalog.add(lsn, frame)
+    reader = FeedReader(log, lambda: catalog)
+    other = reader.page(EARLIEST, 1, tables=["public.other"])
+    assert other.transactions == [] and other.next == Cursor(unit.commit_lsn)
+    assert other.passed is not None and other.passed.backfill == "bf_1"
+    assert reader.page(EARLIEST, 1, ops=[Op.INSERT]).next == Cursor(unit.commit_lsn)
+    mine = reader.page(EARLIEST, 10, tables=["public.t"], ops=[Op.READ])
+    assert [c.after for t in mine.transactions for c in t.changes] == [
+        {"id": 1, "v": "read"}, {"id": 2, "v": "read"}]
