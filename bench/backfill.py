@@ -41,7 +41,6 @@ import psycopg
 from _results import write_section
 from serve import (
     FEED,
-    TICK_SQL,
     TICKS,
     Cpu,
     Server,
@@ -84,11 +83,11 @@ def copy_rate(dsn: str, rows: int) -> tuple[float, int]:
     """rows/s of COPY (SELECT …) TO STDOUT read by a psycopg client into /dev/null; bytes read."""
     nbytes = 0
     t = time.monotonic()
-    with psycopg.connect(dsn) as conn, open(os.devnull, "wb") as sink:
-        with conn.cursor().copy(f"COPY (SELECT {COLUMNS} FROM wide) TO STDOUT") as copy:
-            for block in copy:
-                sink.write(block)
-                nbytes += len(block)
+    with psycopg.connect(dsn) as conn, open(os.devnull, "wb") as sink, \
+            conn.cursor().copy(f"COPY (SELECT {COLUMNS} FROM wide) TO STDOUT") as copy:
+        for block in copy:
+            sink.write(block)
+            nbytes += len(block)
     return rows / (time.monotonic() - t), nbytes
 
 

@@ -343,9 +343,9 @@ class BackfillManager:
 
     def _finish(self, run: _Run) -> None:
         """Every part read: wait until the log holds every part as done (the last chunks are
-        appended by capture's writer), then record the backfill as done."""
-        deadline = time.monotonic() + CHUNK_TIMEOUT
-        while not run.stop.is_set() and time.monotonic() < deadline:
+        appended by capture's writer), then record the backfill as done. Stopped (pause), the
+        record stays running and the next start finds every part done and finishes it."""
+        while not run.stop.is_set():
             record = self._durable(run.record.id)
             if record is None or record.state != "running":
                 return
