@@ -39,6 +39,13 @@ CHUNK_TIMEOUT = 120.0  # seconds a worker waits for capture to judge a chunk bef
 MAX_REDOS = 200  # chunks judged "redo" in a row before the backfill fails with the reason
 RETRIES = 5  # source errors in a row before the backfill fails
 BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
+PIPELINE = 2  # chunks a worker has read and capture has not judged yet (memory: this many chunks)
+
+
+def stored_start(stored: BackfillProgress, part: BackfillPart) -> list[str] | None:
+    """Where the chunk after ``stored`` starts (exclusive)."""
+    text = stored.last_key if stored.last_key is not None else part.lower
+    return None if text is None else json.loads(text)
 
 
 @dataclass
@@ -280,37 +287,40 @@ class BackfillManager:
                     raise psycopg.OperationalError("capture did not start following the table in time")
             _, committed = source.in_progress(conn)
             tracker.suspect(committed)
-            after = part.start_key()
             upper = json.loads(part.upper) if part.upper else None
-            rows, chunks, redos = part.rows, part.chunks, 0
+            # What the log holds for the part; then each stored chunk's result.
+            stored = BackfillProgress(run.record.id, part.part, part.last_key, part.rows,
+                                      part.chunks, part.done)
+            after = part.start_key()
+            # Chunks read and not yet judged, oldest first: the next one is read while capture
+            # judges the previous (a chunk is stored only if the one before it was).
+            pending: deque[tuple[Chunk, bool]] = deque()
+            exhausted, redos = False, 0
             while not run.stop.is_set():
-                token = f"{run.record.id}.{part.part}.{chunks}.{secrets.token_hex(4)}"
-                floor = int(conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())"
-                                         "::text::bigint").fetchone()[0]) & 0xFFFFFFFF  # type: ignore[index]
-                chunk = Chunk(token, run.record.id, part.part, plan.oid, floor)
-                tracker.register(chunk)
-                try:
-                    source.emit_watermark(conn, token, "l")
-                    read = source.read_chunk(conn, spec.publication_name, part.table, after, upper,
-                                             run.record.chunk_rows)
-                    last = read.last_key if read.last_key is not None else after
-                    progress = BackfillProgress(run.record.id, part.part,
-                                                None if last is None else json.dumps(last),
-                                                rows, chunks, read.exhausted)
-                    tracker.read(token, read.entries, read.xip, progress, read.plan.messages)
-                    source.emit_watermark(conn, token, "h")
-                except BaseException:
-                    tracker.cancel(token=token)
-                    raise
+                if not exhausted and len(pending) < PIPELINE:
+                    pred = pending[-1][0] if pending else None
+                    chunk, last, exhausted = self._chunk(run, part, conn, spec, plan, after, upper,
+                                                         pred, stored)
+                    pending.append((chunk, exhausted))
+                    after = last
+                    continue
+                if not pending:
+                    return
+                chunk, was_last = pending[0]
                 if not chunk.done.wait(CHUNK_TIMEOUT):
-                    tracker.cancel(token=token)
+                    for c, _ in pending:
+                        tracker.cancel(token=c.token)
                     if run.stop.is_set():
                         return
-                    raise psycopg.OperationalError("capture did not see the chunk's high watermark "
+                    raise psycopg.OperationalError("capture did not see a chunk's high watermark "
                                                    f"within {CHUNK_TIMEOUT:.0f} s")
+                pending.popleft()
                 if chunk.outcome == "cancelled":
                     return
                 if chunk.outcome == "redo":
+                    for c, _ in pending:  # read after it: redone with it
+                        tracker.cancel(token=c.token)
+                    pending.clear()
                     redos += 1
                     run.redos += 1
                     self.chunks_redone += 1
@@ -318,19 +328,46 @@ class BackfillManager:
                     if redos > MAX_REDOS:
                         raise BackfillError(f"part {part.part} of {part.table}: {redos} chunks in a "
                                             f"row had to be redone; last: {chunk.problem}")
+                    after, exhausted = stored_start(stored, part), False
                     run.stop.wait(min(0.05 * redos, 2.0))
                     continue
                 redos = 0
-                rows += chunk.stored_rows
-                chunks += 1
-                after = last
+                assert chunk.result is not None
+                stored = chunk.result
                 run.count(chunk.stored_rows)
                 self.rows_stored += chunk.stored_rows
                 self.chunks_stored += 1
-                if read.exhausted:
+                if was_last:
                     return
         finally:
             tracker.unwatch(plan.oid)
+
+    def _chunk(self, run: _Run, part: BackfillPart, conn: psycopg.Connection, spec: FeedSpec,
+               plan: source.TablePlan, after: list[str] | None, upper: list[str] | None,
+               pred: Chunk | None, stored: BackfillProgress,
+               ) -> tuple[Chunk, list[str] | None, bool]:
+        """Register, bracket with watermarks and read one chunk; returns it, the last key read
+        (``after`` when none) and whether the range has no more rows."""
+        tracker = self.tracker
+        token = f"{run.record.id}.{part.part}.{secrets.token_hex(6)}"
+        floor = int(conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                    .fetchone()[0]) & 0xFFFFFFFF  # type: ignore[index]
+        chunk = Chunk(token, run.record.id, part.part, plan.oid, floor, pred=pred)
+        tracker.register(chunk)
+        try:
+            source.emit_watermark(conn, token, "l")
+            read = source.read_chunk(conn, spec.publication_name, part.table, after, upper,
+                                     run.record.chunk_rows)
+            last = read.last_key if read.last_key is not None else after
+            progress = BackfillProgress(run.record.id, part.part,
+                                        None if last is None else json.dumps(last),
+                                        stored.rows, stored.chunks, read.exhausted)
+            tracker.read(token, read.entries, read.xip, progress, read.plan.messages)
+            source.emit_watermark(conn, token, "h")
+        except BaseException:
+            tracker.cancel(token=token)
+            raise
+        return chunk, last, read.exhausted
 
     def _fail(self, run: _Run, error: str) -> None:
         log.error("backfill %s failed: %s", run.record.id, error)

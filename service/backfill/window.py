@@ -95,6 +95,9 @@ class Chunk:
     relation_id: int
     floor: int  # snapshot xmin (32-bit) read before the low watermark: no xip member is older
     schema: tuple[bytes, ...] = ()  # Type/Relation messages for the read transaction (reader's)
+    # The chunk of the same part read just before this one while it was not yet judged: this one
+    # is stored only if that one was, and counts its rows and chunks from that one's result.
+    pred: Chunk | None = None
     # set by the reader once the chunk is read (before the high watermark is written)
     entries: list[Entry] | None = None
     xip: frozenset[int] = frozenset()
@@ -105,6 +108,7 @@ class Chunk:
     problem: str | None = None
     outcome: str | None = None  # "stored", "redo", "cancelled"
     stored_rows: int = 0
+    result: BackfillProgress | None = None  # the part's progress once this chunk is stored
     done: threading.Event = field(default_factory=threading.Event)
 
     def finish(self, outcome: str, problem: str | None = None) -> None:
@@ -112,6 +116,7 @@ class Chunk:
         if problem is not None:
             self.problem = problem
         self.entries = None
+        self.pred = None  # judged: nothing needs the chunk before it any more (no chain builds up)
         self.done.set()
 
 
@@ -368,6 +373,10 @@ class WindowTracker:
         if _keep(unit):
             chunk.problem = "its high watermark's transaction held other changes"
             return None
+        pred = chunk.pred
+        if pred is not None and (pred.outcome != "stored" or pred.result is None):
+            chunk.problem = "the chunk before it was not stored"
+            return None
         excluded = set(chunk.changed)
         for xid in chunk.xip:
             recent = self._recent.get(xid)
@@ -389,10 +398,12 @@ class WindowTracker:
         lsn = _lsn8(unit.commit_lsn)
         schema = tuple(lsn + struct.pack(">I", len(m)) + m for m in chunk.schema)
         payload = b"".join(schema) + (lsn + lsn.join(bodies) if bodies else b"")
-        base = chunk.progress
-        progress = BackfillProgress(base.backfill_id, base.part, base.last_key,
-                                    base.rows + len(bodies), base.chunks + 1, base.done)
+        own = chunk.progress
+        base = pred.result if pred is not None and pred.result is not None else own
+        progress = BackfillProgress(own.backfill_id, own.part, own.last_key,
+                                    base.rows + len(bodies), base.chunks + 1, own.done)
         chunk.stored_rows = len(bodies)
+        chunk.result = progress
         chunk.finish("stored")
         from service.assembler.model import BACKFILL_ORIGIN
         return StoredTransaction(0, unit.commit_lsn, unit.end_lsn, unit.commit_ts,

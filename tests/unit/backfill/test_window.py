@@ -207,3 +207,28 @@ def test_the_assembler_takes_watermark_messages_out_of_their_transaction() -> No
     assert first.watermark == content
     assert second.watermark is None and second.change_count == 1  # a user's message stays
     assert assembler.confirmable_lsn == 408
+
+
+def test_a_chunk_read_before_the_previous_was_judged_follows_its_fate() -> None:
+    tracker = WindowTracker()
+    first = start(tracker)
+    tracker.process([watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1, 2))
+    second = Chunk("c2", "bf_1", 0, REL, 100, pred=first)
+    tracker.register(second)
+    tracker.process([watermark("c1", "h", 1100), watermark("c2", "l", 1200)])
+    tracker.read("c2", entries(3, 4, 5), (), BackfillProgress("bf_1", 0, '["5"]', 0, 0, True), SCHEMA)
+    (unit,) = tracker.process([watermark("c2", "h", 1300)])
+    assert stored_ids(unit) == [3, 4, 5]
+    assert unit.progress == BackfillProgress("bf_1", 0, '["5"]', 12 + 3, 2 + 1, True)
+
+    redone = start(tracker, "c3")
+    tracker.process([watermark("c3", "l", 2000), txn(300, 2050, TruncateMessage(None, 0, (REL,)))])
+    read(tracker, "c3", (6,))
+    after = Chunk("c4", "bf_1", 0, REL, 100, pred=redone)
+    tracker.register(after)
+    tracker.process([watermark("c3", "h", 2100), watermark("c4", "l", 2200)])
+    read(tracker, "c4", (7,))
+    assert tracker.process([watermark("c4", "h", 2300)]) == []
+    assert (redone.outcome, after.outcome) == ("redo", "redo")
+    assert after.problem == "the chunk before it was not stored"
