@@ -96,6 +96,9 @@ class BackfillManager:
         self._lock = threading.RLock()
         self._runs: dict[str, _Run] = {}
         self._running = False
+        # per table: the plan of its last chunk and that plan's catalog digest (source.read_chunk)
+        self._plans: dict[str, source.TablePlan] = {}
+        self._fingerprints: dict[str, str | None] = {}
 
     # -- the API's verbs ----------------------------------------------------------------------------
     def start(self, tables: Sequence[str], *, chunk_rows: int, parallel: int,
@@ -357,7 +360,9 @@ class BackfillManager:
         try:
             source.emit_watermark(conn, token, "l")
             read = source.read_chunk(conn, spec.publication_name, part.table, after, upper,
-                                     run.record.chunk_rows)
+                                     run.record.chunk_rows, self._plans.get(part.table),
+                                     self._fingerprints.get(part.table))
+            self._plans[part.table], self._fingerprints[part.table] = read.plan, read.fingerprint
             last = read.last_key if read.last_key is not None else after
             progress = BackfillProgress(run.record.id, part.part,
                                         None if last is None else json.dumps(last),

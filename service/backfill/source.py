@@ -217,19 +217,54 @@ class ChunkRead:
     xip: set[int]
     last_key: list[str] | None  # key of the last row read (None when no rows)
     exhausted: bool  # fewer rows than asked: the range has no more
+    fingerprint: str | None = None  # digest of the catalog rows the plan was read from
+
+
+# Everything ``describe`` reads that can change under a running backfill, as one digest: a chunk
+# compares it (one query, with its snapshot's in-progress xids) instead of describing again.
+_FINGERPRINT = """
+SELECT md5(concat_ws('|',
+    (SELECT string_agg(concat_ws(':', attnum, attname, atttypid, atttypmod, attisdropped,
+                                 attgenerated), ',' ORDER BY attnum)
+     FROM pg_attribute WHERE attrelid = %(oid)s AND attnum > 0),
+    (SELECT concat_ws(':', relreplident, relkind, relname, relnamespace) FROM pg_class
+     WHERE oid = %(oid)s),
+    (SELECT string_agg(concat_ws(':', indexrelid, indkey::text, indisprimary, indisreplident),
+                       ',' ORDER BY indexrelid) FROM pg_index WHERE indrelid = %(oid)s),
+    (SELECT string_agg({published}, ',') FROM pg_publication_tables
+     WHERE pubname = %(pub)s AND schemaname = %(schema)s AND tablename = %(name)s))),
+    ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) x)
+"""
 
 
 def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: list[str] | None,
-               upper: list[str] | None, limit: int) -> ChunkRead:
-    """One chunk: rows with key > ``after`` and <= ``upper``, in key order, at most ``limit``."""
+               upper: list[str] | None, limit: int, known: TablePlan | None = None,
+               fingerprint: str | None = None) -> ChunkRead:
+    """One chunk: rows with key > ``after`` and <= ``upper``, in key order, at most ``limit``.
+    ``known``/``fingerprint``: the plan of the previous chunk and its catalog digest, reused
+    when the digest is the same (``ChunkRead.fingerprint`` is this chunk's)."""
+    schema, name = split_name(table)
+    published = ("concat_ws(':', rowfilter, attnames::text)" if conn.info.server_version >= 150000
+                 else "tablename::text")
     with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        conn.execute("SET LOCAL lock_timeout = '10s'")
-        schema, name = split_name(table)
-        conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(sql.Identifier(schema, name)))
-        xip = {int(r[0]) & 0xFFFFFFFF for r in conn.execute(
-            "SELECT pg_snapshot_xip(pg_current_snapshot())::text::bigint").fetchall()}
-        plan = describe(conn, publication, table, estimate=False)
+        # one round trip: isolation, lock timeout and the lock (taken first: the columns the
+        # chunk describes stay the columns it reads)
+        conn.execute(sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+                             "SET LOCAL lock_timeout = '10s'; LOCK TABLE {} IN ACCESS SHARE MODE")
+                     .format(sql.Identifier(schema, name)))
+        oid = known.oid if known is not None else 0
+        row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),  # type: ignore[arg-type]
+                           {"oid": oid, "pub": publication, "schema": schema, "name": name}).fetchone()
+        assert row is not None
+        digest, xids = row
+        xip = {int(x) & 0xFFFFFFFF for x in xids}
+        plan = known
+        if plan is None or digest != fingerprint:
+            plan = describe(conn, publication, table, estimate=False)
+            again = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),  # type: ignore[arg-type]
+                                 {"oid": plan.oid, "pub": publication, "schema": schema,
+                                  "name": name}).fetchone()
+            digest = again[0] if again else None
         header = b"I" + _U32.pack(plan.oid) + b"N" + _I16.pack(len(plan.columns))
         nkeys = len(plan.key)
         entries: list[Entry] = []
@@ -237,7 +272,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
             for block in copy:
                 copy_rows(block, header, nkeys, entries)
     last_key = None if not entries else [v.decode() for v in entries[-1][0]]
-    return ChunkRead(plan, entries, xip, last_key, len(entries) < limit)
+    return ChunkRead(plan, entries, xip, last_key, len(entries) < limit, digest)
 
 
 def _chunk_query(plan: TablePlan, after: list[str] | None, upper: list[str] | None,

@@ -328,3 +328,31 @@ def test_cli_backfill_follow_prints_plain_progress_off_a_terminal(
          "--url", pgfeed_service.http_url],
         capture_output=True, text=True, timeout=60, check=False, env={"PYTHONPATH": str(root), "PATH": "/usr/bin"})
     assert again.returncode == 1 and "table_not_found" in again.stderr
+
+
+def test_a_column_added_during_a_backfill_reaches_the_rows_read_after_it(
+        pg_dsn: str, pgfeed_service: Service, make_served_feed: FeedFactory) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE grows (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO grows SELECT g, 'v' || g FROM generate_series(1, 20000) g")
+    feed = make_served_feed(pg_dsn, tables=("public.grows",))
+    with FeedClient(pgfeed_service.http_url) as client:
+        started = client.start_backfill(feed, ["public.grows"], chunk_rows=200, parallel=1)
+        wait_until(lambda: client.backfill(feed, started["id"])["rows"] > 0, 30, "a first chunk")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE grows ADD COLUMN w int DEFAULT 7")
+            conn.execute("UPDATE grows SET w = 8, v = 'late' WHERE id = 19999")
+        done = wait_done(client, feed, started["id"])
+        assert done["state"] == "done" and done["rows"] == 20000
+        wait_marker(pgfeed_service, feed, pg_dsn)
+        table: dict[int, dict[str, Any]] = {}
+        widths = set()
+        for c in client.iter_changes(feed, "earliest", limit=5000, tables=["public.grows"]):
+            table[c.after["id"]] = {"v": c.after["v"], "w": c.after.get("w")}
+            widths.add(len(c.after))
+    assert widths == {2, 3}  # rows read before the ALTER have no w, those after it have it
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT id, v, w FROM grows").fetchall()
+    late = {i for i, row in table.items() if row["w"] is not None}
+    assert {i: row["v"] for i, row in table.items()} == {i: v for i, v, _ in rows}
+    assert all(table[i]["w"] == w for i, _, w in rows if i in late) and 19999 in late
