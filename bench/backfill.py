@@ -143,7 +143,7 @@ def live_phase(server: Server, cluster: LocalCluster, dsn: str, args: argparse.N
         runner.start()
         time.sleep(1.0)  # warm-up commits, before the backfill starts
         t0 = time.time()
-        done = backfill(server, chunk_rows, args.parallel)
+        done = backfill(server, chunk_rows, args.live_parallel or args.parallel)
         t1 = time.time()
         runner.join()
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -171,6 +171,8 @@ def main() -> None:
                              "chunks: shorter appends for live commits to queue behind)")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--live-rate", type=float, default=500.0)
+    parser.add_argument("--live-parallel", type=int, default=0,
+                        help="parallel of the backfill beside the live subscriber (0: --parallel)")
     parser.add_argument("--pg-version", default="18")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
@@ -240,7 +242,7 @@ Machine: 2 cores shared with other work; `uptime` before: `{uptime}`; after: `{u
 | --- | --- | --- |
 | `COPY (SELECT …) TO STDOUT` -> /dev/null (psycopg client) | {copy_best:,.0f} rows/s | reference |
 | backfill into the feed, nothing else running | {best['rate']:,.0f} rows/s ({ratio:.2f}x COPY; {best['seconds']:.1f} s, {best['chunks']} chunks) | >= {TARGET_RATIO}x COPY: {"met" if ratio >= TARGET_RATIO else "NOT met"} |
-| backfill with a live subscriber at {args.live_rate:.0f} commits/s (`chunk_rows` {args.live_chunk_rows:,}) | {live['rows_per_s']:,.0f} rows/s | |
+| backfill with a live subscriber at {args.live_rate:.0f} commits/s (`chunk_rows` {args.live_chunk_rows:,}, `parallel` {args.live_parallel or args.parallel}) | {live['rows_per_s']:,.0f} rows/s | |
 | commit -> subscriber latency during that backfill | p50 {live['p50']:.1f} ms, p99 {live['p99']:.1f} ms, max {live['max']:.1f} ms ({live['commits']:,} commits, {live['missing']} missing) | p99 <= {P99_TARGET_MS:.0f} ms: {"met" if live['p99'] <= P99_TARGET_MS else "NOT met"} |
 
 Source's extra load while backfilling alone: postgres {best['pg_cpu']:.1f} CPU-s
