@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from service.backfill.rows import copy_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
-from service.backfill.window import Entry, Key
+from service.backfill.window import Entry
 from service.errors import BackfillError
 from service.replication.stream import SESSION_OPTIONS
 
@@ -303,7 +303,3 @@ def _literals(values: list[str]) -> sql.Composable:
     if len(values) == 1:
         return sql.Literal(values[0])
     return sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
-
-
-def key_of(values: Key) -> list[str]:
-    return [v.decode() for v in values]

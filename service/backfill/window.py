@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from service.assembler.model import FRAME, BackfillProgress, StoredTransaction
+from service.assembler.model import BACKFILL_ORIGIN, FRAME, BackfillProgress, StoredTransaction
 from service.assembler.spill import SpilledPayload
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import RelationMessage, TruncateMessage
@@ -405,7 +405,6 @@ class WindowTracker:
         chunk.stored_rows = len(bodies)
         chunk.result = progress
         chunk.finish("stored")
-        from service.assembler.model import BACKFILL_ORIGIN
         return StoredTransaction(0, unit.commit_lsn, unit.end_lsn, unit.commit_ts,
                                  f"{BACKFILL_ORIGIN}:{chunk.backfill_id}", len(bodies), payload,
                                  schema, progress=progress)
