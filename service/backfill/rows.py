@@ -42,8 +42,12 @@ def _copy_rows(block: bytes | memoryview, header: bytes, nkeys: int,
         key: list[bytes | None] = []
         parts = [header]
         for i in range(fields):
+            if end - pos < 4:
+                raise ValueError("COPY BINARY data: short field")
             n = _i32(data, pos)[0]
             pos += 4
+            if n < -1 or end - pos < n:
+                raise ValueError("COPY BINARY data: bad field length")
             value = None if n < 0 else data[pos:pos + n]
             if n > 0:
                 pos += n
