@@ -91,7 +91,10 @@ def _unquote(part: str) -> str:
 def connect(dsn: str) -> psycopg.Connection:
     """A normal (not replication) autocommit connection with the replication session's settings."""
     params = conninfo_to_dict(dsn)
-    options = " ".join(str(o) for o in (params.get("options"), SESSION_OPTIONS) if o)
+    # synchronous_commit on: a watermark's commit flushes WAL, so the stream gets it at once
+    # (FIELD-NOTES: with it off, decoding waits for a later flush)
+    options = " ".join(str(o) for o in (params.get("options"), SESSION_OPTIONS,
+                                        "-c synchronous_commit=on") if o)
     extra: dict[str, str | int] = {"options": options}
     if "connect_timeout" not in params:
         extra["connect_timeout"] = 10
