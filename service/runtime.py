@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from service.config import Settings
+from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.metrics import Metrics
 
@@ -76,6 +77,7 @@ class Runtime:
         # One set of metrics for both front ends (its own registry: no global state).
         self.metrics = Metrics(self.supervisor)
         self.http: uvicorn.Server | None = None
+        self.stop_signal = StopSignal()  # long-polls answer at once once shutdown begins
         self.grpc_port: int | None = None
         self.started = asyncio.Event()
 
@@ -87,6 +89,7 @@ class Runtime:
         tune_interpreter()
         await asyncio.to_thread(self.supervisor.start)
         app = create_app(self.supervisor, settings, self.metrics)
+        app.state.stop = self.stop_signal
         self.http = _HttpServer(uvicorn.Config(app, host=settings.http_host, port=settings.http_port,
                                                   log_level=settings.log_level.lower(), access_log=False,
                                                   lifespan="on"))
@@ -114,6 +117,7 @@ class Runtime:
 
     def request_stop(self) -> None:
         """Begin the ordered shutdown; a second request stops HTTP without waiting for its clients."""
+        self.stop_signal.set()
         if self.http is not None:
             if self.http.should_exit:
                 self.http.force_exit = True

@@ -67,7 +67,7 @@ class StoredTransaction:
     messages (so a transaction decodes on its own) and the changes (Insert, Update, Delete,
     Truncate, transactional Message). ``change_count`` counts only the changes; change ``seq``
     numbers are their 0-based order. A non-transactional logical message is stored as a unit of
-    its own with ``xid = 0`` and ``commit_lsn = end_lsn = `` its LSN.
+    its own with ``xid = 0``, ``end_lsn`` its LSN and ``commit_lsn = end_position(end_lsn)``.
     """
 
     xid: int
@@ -103,6 +103,18 @@ class StoredTransaction:
             pos += size
             yield lsn, view[pos:pos + length]
             pos += length
+
+
+def end_position(end_lsn: int) -> int:
+    """The position of a unit that PostgreSQL reports at the *end* of its WAL record (a
+    non-transactional logical message; the schema-only unit of a PREPARE): one byte before it.
+
+    The record's end is where the next record starts, which may be another transaction's commit
+    record, i.e. that transaction's ``commit_lsn``. One byte earlier lies inside the unit's own
+    record, where no record starts and no other record ends: the position can collide with no
+    other unit's, and it sorts after every commit before the record and before the next one.
+    """
+    return end_lsn - 1
 
 
 def frame(lsn: int, message: bytes | memoryview) -> bytes:

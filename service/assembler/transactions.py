@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import partial
 from itertools import chain
 
-from service.assembler.model import FRAME, Payload, StoredTransaction
+from service.assembler.model import FRAME, Payload, StoredTransaction, end_position
 from service.assembler.spill import SpilledPayload, SpillStore
 from service.errors import AssemblyError
 from service.pgoutput.decode import decode, message_tag_name
@@ -112,8 +112,9 @@ class TransactionAssembler:
     - A transaction with no changes is not emitted unless it carries Relation/Type frames (pgoutput
       will not resend them, so the log's schema history needs them); it then has change_count 0.
     - At Prepare (and Stream Prepare) the transaction is parked until Commit Prepared; its schema
-      frames are emitted at once as a change-less unit (xid 0, at the prepare's end LSN), because
-      pgoutput counts them as sent and later transactions may rely on them.
+      frames are emitted at once as a change-less unit (xid 0, at ``end_position`` of the
+      prepare's end LSN), because pgoutput counts them as sent and later transactions may rely
+      on them.
     - ``confirmable_lsn`` stays below ``hold_lsn`` while a prepared transaction is pending:
       PostgreSQL re-sends a PREPARE after restart only if the slot was not confirmed past it.
     - Rollback Prepared for an unknown gid is ignored, like PostgreSQL's apply worker does: a
@@ -365,7 +366,8 @@ class TransactionAssembler:
                 self._advance(msg.lsn)
             return []
         body = bytes(message[:1]) + bytes(message[5:]) if in_block else bytes(message)
-        unit = StoredTransaction(0, msg.lsn, msg.lsn, 0, None, 1, _pack(lsn, len(body)) + body)
+        unit = StoredTransaction(0, end_position(msg.lsn), msg.lsn, 0, None, 1,
+                                 _pack(lsn, len(body)) + body)
         if not inside:
             self._advance(msg.lsn)
         return [unit]
@@ -485,7 +487,8 @@ class TransactionAssembler:
         txn.schema_published = True
         schema = tuple(txn.schema)
         payload = b"".join(schema)
-        return [StoredTransaction(0, end_lsn, end_lsn, prepare_ts, None, 0, payload, schema)]
+        return [StoredTransaction(0, end_position(end_lsn), end_lsn, prepare_ts, None, 0, payload,
+                                  schema)]
 
     def _commit_prepared(self, lsn: int, message: bytes | memoryview) -> list[StoredTransaction]:
         self._idle(message[0], lsn)

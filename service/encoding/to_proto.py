@@ -38,6 +38,7 @@ __all__ = [
     "FRAME_CHANGES",
     "ColumnKinds",
     "Framer",
+    "JsonColumnCache",
     "change_bytes",
     "json_columns",
     "transaction_frames",
@@ -547,6 +548,27 @@ def json_columns(catalog: RelationCatalog) -> dict[tuple[str, str], dict[str, st
         newest = versions[-1]
         out[(newest.schema, newest.table)] = _json_kinds(newest.columns)
     return out
+
+
+class JsonColumnCache:
+    """``json_columns`` of a feed for a stream of pages, refreshed when a page brings a loaded
+    change of a table not known yet, and every ``refresh_seconds`` (an ALTER TABLE). Changes left
+    in wire form carry their own relation version, which ``transaction_frames`` reads instead."""
+
+    def __init__(self, catalog: Callable[[], RelationCatalog], refresh_seconds: float = 5.0) -> None:
+        self._catalog = catalog
+        self._refresh = refresh_seconds
+        self._kinds: ColumnKinds = {}
+        self._at = -refresh_seconds - 1.0
+
+    def kinds(self, transactions: Iterable[Transaction], now: float) -> ColumnKinds:
+        kinds = self._kinds
+        if now - self._at > self._refresh or any(
+                type(c) is not RawChange and c.table is not None and (c.schema, c.table) not in kinds
+                for t in transactions for c in t.changes):
+            self._kinds = json_columns(self._catalog())
+            self._at = now
+        return self._kinds
 
 
 def _json_kinds(columns: Iterable[Any]) -> dict[str, str]:

@@ -24,6 +24,11 @@ class HeadNotifier:
     def head(self) -> int:
         return self._head
 
+    @property
+    def closed(self) -> bool:
+        """The feed was deleted: readers should find out from its (closed) log."""
+        return self._closed
+
     def publish(self, head: int) -> None:
         with self._lock:
             if head <= self._head:
@@ -77,3 +82,29 @@ class HeadNotifier:
 def _resolve(fut: asyncio.Future[int | None], head: int | None) -> None:
     if not fut.done():
         fut.set_result(head)
+
+
+class StopSignal:
+    """Set once the server begins to stop, so that waits end at once (long-polls answer with what
+    they have) instead of holding the shutdown for their full ``wait``. Used on one event loop."""
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+        self._set = False
+
+    def future(self) -> asyncio.Future[None]:
+        """A future done once ``set`` was called (for ``HeadNotifier.wait_beyond``'s ``stop``)."""
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+            if self._set:
+                self._future.set_result(None)
+        return self._future
+
+    def set(self) -> None:
+        self._set = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    @property
+    def is_set(self) -> bool:
+        return self._set

@@ -21,13 +21,16 @@ from service.backfill.window import WindowTracker
 from service.changelog import open_changelog
 from service.changelog.base import ChangeLog
 from service.dsn import mask_dsn, scrub
+from service.encoding.to_proto import JsonColumnCache
 from service.errors import BackfillError, FeedExists, FeedNotFound, SourceError
 from service.feeds.catalogue import Catalogue
 from service.feeds.model import NAME_RE, FeedSpec, FeedStatus, SlotRisk
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
+from service.feeds.tail import SharedTail
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
+from service.replication.commands import source_refusal
 
 log = logging.getLogger("pgfeed.supervisor")
 
@@ -47,6 +50,7 @@ class _Feed:
     catalog_lock: threading.RLock = field(default_factory=threading.RLock)
     thread: threading.Thread | None = None
     reader: FeedReader | None = None
+    tail: SharedTail | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     tracker: WindowTracker = field(default_factory=WindowTracker)
     backfills: BackfillManager | None = None
@@ -197,6 +201,9 @@ class Supervisor:
         owns_slot = spec.slot is None
         try:
             with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase)
+                if refusal:
+                    raise SourceError(refusal)
                 if owns_pub:
                     slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
                                              all_tables=spec.all_tables,
@@ -310,6 +317,17 @@ class Supervisor:
                 feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name),
                                          toast=feed.spec.options.toast)
         return feed.reader
+
+    def tail(self, name: str) -> SharedTail:
+        """The feed's shared live tail (one per feed, with a reader of its own): what caught-up
+        subscribers read, decoded and encoded once for all of them."""
+        feed = self._get(name)
+        with feed.catalog_lock:
+            if feed.tail is None:
+                reader = FeedReader(feed.changelog, lambda: self.catalog(name),
+                                    toast=feed.spec.options.toast)
+                feed.tail = SharedTail(reader, JsonColumnCache(lambda: self.catalog(name)))
+        return feed.tail
 
     def check_reader(self, name: str, reader: FeedReader) -> None:
         """Raise FeedNotFound unless ``reader`` is still feed ``name``'s reader: the feed was

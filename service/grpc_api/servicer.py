@@ -19,10 +19,9 @@ import grpc
 from pgfeed.v1 import feed_pb2, feed_pb2_grpc
 
 from clients._cursor import Cursor, CursorError, parse_cursor
-from service.assembler.changes import RawChange
 from service.assembler.model import Op
 from service.changelog.base import ChangeLogError
-from service.encoding.to_proto import ColumnKinds, Framer, json_columns
+from service.encoding.to_proto import Framer, JsonColumnCache
 from service.errors import FeedNotFound, PgfeedError, RetentionError
 from service.feeds.model import FeedStatus
 from service.feeds.reader import FeedReader, Page, ReaderBusy, parse_ops
@@ -57,8 +56,7 @@ class _Stream:
         self.request = request
         self.reader: FeedReader | None = None
         self.framer = Framer()
-        self._kinds: ColumnKinds = {}
-        self._kinds_at = -1.0
+        self._kinds = JsonColumnCache(lambda: supervisor.catalog(request.feed))
 
     def start(self) -> Cursor:
         """The feed's reader and the resolved start cursor (FeedNotFound, RetentionError)."""
@@ -78,21 +76,9 @@ class _Stream:
         # Retention may have trimmed past ``after`` while the stream ran: checked after the read,
         # so a read that returned is known to have missed nothing.
         self.reader.resolve(after)
-        frames = self.framer.frames(page.transactions, page.next, self._column_kinds(page))
+        kinds = self._kinds.kinds(page.transactions, time.monotonic())
+        frames = self.framer.frames(page.transactions, page.next, kinds)
         return page, frames
-
-    def _column_kinds(self, page: Page) -> ColumnKinds:
-        """json/jsonb columns per table (newest schema version), refreshed when a page brings a
-        table not known yet, and every few seconds (an ALTER TABLE). Changes left in wire form
-        carry their own relation version, which ``transaction_frames`` reads instead."""
-        now = time.monotonic()
-        kinds = self._kinds
-        if now - self._kinds_at > 5.0 or any(
-                type(c) is not RawChange and c.table is not None and (c.schema, c.table) not in kinds
-                for t in page.transactions for c in t.changes):
-            self._kinds = json_columns(self.supervisor.catalog(self.request.feed))
-            self._kinds_at = now
-        return self._kinds
 
 
 class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc]
@@ -134,7 +120,26 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc
             # (resuming does not rescan, and retention does not overtake a caught-up subscriber).
             passed = None
             sent_at = time.monotonic()
+            shared = self.supervisor.tail(parsed.feed) \
+                if parsed.tables is None and parsed.ops is None else None
             while True:
+                if tailing and shared is not None and not notifier.closed:  # the shared tail
+                    part = await shared.after(position, notifier.head)
+                    if part is not None and part.next > position:
+                        for entry in part.entries:
+                            for frame in entry.frames:
+                                yield frame
+                        if part.entries:
+                            sent_at = time.monotonic()
+                        if served is not None:
+                            served.inc(part.change_count)
+                        position = part.next
+                        if stop.done():
+                            await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
+                        await notifier.wait_beyond(position.lsn, TAIL_WAIT, stop)
+                        if stop.done():
+                            await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
+                        continue
                 try:
                     page, frames = await _read(stream, position, tailing)
                 except RetentionError as exc:

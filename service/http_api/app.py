@@ -10,6 +10,7 @@ from fastapi.openapi.utils import get_openapi
 
 import service
 from service.config import Settings
+from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.http_api.auth import TokenAuth
 from service.http_api.errors import install_handlers
@@ -56,6 +57,7 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     app.state.metrics = metrics if metrics is not None else Metrics(supervisor)
     app.state.auth = TokenAuth(settings)
     app.state.read_ahead = ReadAhead()
+    app.state.stop = StopSignal()  # set by the runtime when shutdown begins: long-polls answer
     app.include_router(changes.router, responses=_READ_ERRORS)
     app.include_router(consumers.router, responses=_READ_ERRORS)  # PUT's 422: see _openapi
     app.include_router(feeds.router, responses=_ADMIN_ERRORS)

@@ -9,12 +9,14 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
 from service.config import Settings
+from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.http_api.auth import TokenAuth, bearer_scheme
 from service.http_api.readahead import ReadAhead
 from service.metrics import Metrics
 
-__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "SettingsDep", "SupervisorDep"]
+__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "SettingsDep", "StopDep",
+           "SupervisorDep"]
 
 
 def _supervisor(request: Request) -> Supervisor:
@@ -32,6 +34,11 @@ def _read_ahead(request: Request) -> ReadAhead:
     return read_ahead
 
 
+def _stop(request: Request) -> StopSignal:
+    stop: StopSignal = request.app.state.stop
+    return stop
+
+
 def _metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -41,6 +48,7 @@ SupervisorDep = Annotated[Supervisor, Depends(_supervisor)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 ReadAheadDep = Annotated[ReadAhead, Depends(_read_ahead)]
+StopDep = Annotated[StopSignal, Depends(_stop)]
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
 

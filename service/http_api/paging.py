@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from starlette.concurrency import run_in_threadpool
@@ -17,8 +17,10 @@ from starlette.concurrency import run_in_threadpool
 from clients._cursor import Cursor, CursorError, parse_cursor
 from service.assembler.model import Op
 from service.changelog.base import ChangeLogError
-from service.feeds.reader import FeedReader, parse_ops
+from service.feeds.notify import HeadNotifier, StopSignal
+from service.feeds.reader import FeedReader, Page, parse_ops
 from service.feeds.supervisor import Supervisor
+from service.feeds.tail import SharedTail
 from service.http_api import encode
 from service.http_api.encode import Encoded
 from service.http_api.errors import ApiError, bad_parameter
@@ -106,12 +108,19 @@ class Answer:
 
 
 async def serve_page(supervisor: Supervisor, feed: str, request: PageRequest,
-                     read_ahead: ReadAhead | None = None) -> Answer:
+                     read_ahead: ReadAhead | None = None, stop: StopSignal | None = None) -> Answer:
     """Page the feed; when the page is empty and nothing more is there, wait up to
     ``request.wait`` seconds for a commit and page again (from the advanced cursor). With
-    ``read_ahead``, the next page is read while the client handles this one."""
+    ``read_ahead``, the next page is read while the client handles this one. Once ``stop`` is
+    set, a long-poll answers with what it has instead of waiting."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.wait
+    stopped = None if stop is None else stop.future()
+    tail = supervisor.tail(feed) if _shareable(request) else None
+    if tail is not None and isinstance(request.after, Cursor):
+        answer = await _from_tail(tail, supervisor.notifier(feed), request, deadline, stopped)
+        if answer is not None:
+            return answer
     reading = _Reading(supervisor, feed, request)
     after, head = await run_in_threadpool(reading.resolve)
     out = await read_ahead.take(reading.key(after)) if read_ahead is not None else None
@@ -122,9 +131,14 @@ async def serve_page(supervisor: Supervisor, feed: str, request: PageRequest,
         head = max(head, page.head)
         remaining = deadline - loop.time()
         if out.change_count or page.next < reading.bound(head) or remaining <= 0 \
-                or reading.done(page.next):
+                or reading.done(page.next) or (stopped is not None and stopped.done()):
             break
-        head = max(head, await supervisor.notifier(feed).wait_beyond(head, remaining))
+        if tail is not None:  # caught up: go on from the shared tail
+            answer = await _from_tail(tail, supervisor.notifier(feed), replace(request, after=page.next),
+                                      deadline, stopped, caught_up=True)
+            if answer is not None:
+                return answer
+        head = max(head, await supervisor.notifier(feed).wait_beyond(head, remaining, stopped))
         out = await run_in_threadpool(reading.read, page.next)
     body, headers = out.finish(head, reading.to)
     answer = Answer(body, out.media_type, headers, out.change_count)
@@ -136,6 +150,43 @@ async def serve_page(supervisor: Supervisor, feed: str, request: PageRequest,
 
         answer.read_next = read_next
     return answer
+
+
+def _shareable(request: PageRequest) -> bool:
+    """Can the shared tail answer this request? Unfiltered JSON changes up to the head."""
+    return (request.fmt == "json" and request.transactions is None and request.tables is None
+            and request.ops is None and request.to is None)
+
+
+async def _from_tail(tail: SharedTail, notifier: HeadNotifier, request: PageRequest,
+                     deadline: float, stopped: asyncio.Future[None] | None, *,
+                     caught_up: bool = False) -> Answer | None:
+    """A page from the feed's shared tail, on the event loop (no worker thread, no decoder):
+    None when the tail does not cover the cursor, or holds more than ``limit`` changes past it
+    (the reader pages the log, slicing a transaction as usual). A reader known to be
+    ``caught_up`` may (re)start the tail at its cursor."""
+    loop = asyncio.get_running_loop()
+    cursor = request.after
+    assert isinstance(cursor, Cursor)
+    base, top = tail.covered
+    if cursor.seq is not None or not (base <= cursor.lsn <= top or caught_up):
+        return None
+    head = notifier.head
+    while True:
+        part = await tail.after(cursor, head)
+        if part is None or part.change_count > request.limit or (part.next <= cursor and head > cursor.lsn):
+            return None
+        remaining = deadline - loop.time()
+        if part.change_count or remaining <= 0 or (stopped is not None and stopped.done()):
+            break
+        cursor = part.next
+        head = max(head, await notifier.wait_beyond(max(head, cursor.lsn), remaining, stopped))
+        if notifier.closed:
+            return None
+    body = b'{"changes":[' + b",".join(e.events for e in part.entries if e.events) + b"],"
+    out = Encoded(body, "application/json", Page([], part.next, head, False), part.change_count)
+    body, headers = out.finish(head, None)
+    return Answer(body, out.media_type, headers, out.change_count)
 
 
 class _Reading:

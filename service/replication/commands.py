@@ -17,12 +17,14 @@ from psycopg.abc import AdaptContext
 from clients._cursor import format_lsn
 
 __all__ = [
+    "OLDEST_SERVER",
     "STREAMING_MODES",
     "ReplicationLiteral",
     "create_replication_slot",
     "identify_system",
     "max_proto_version",
     "publication_names",
+    "source_refusal",
     "start_replication",
 ]
 
@@ -62,6 +64,23 @@ def max_proto_version(server_version: int) -> int:
     if server_version >= 140000:
         return 2
     return 1
+
+
+# The oldest PostgreSQL pgfeed captures from (server_version_num): 14 brought pgoutput v2
+# (streaming, logical messages), which the feed options rely on. The suite tests 14, 15 and 18.
+OLDEST_SERVER = 140000
+
+
+def source_refusal(server_version: int, *, two_phase: bool) -> str | None:
+    """Why a source cannot carry a feed with these options (None: it can). Asked at feed creation,
+    before anything is created on the source."""
+    release = f"{server_version // 10000}.{server_version % 10000}"
+    if server_version < OLDEST_SERVER:
+        return (f"the source runs PostgreSQL {release}; pgfeed needs PostgreSQL "
+                f"{OLDEST_SERVER // 10000} or later")
+    if two_phase and max_proto_version(server_version) < 3:
+        return f"two_phase needs PostgreSQL 15 or later; the source runs PostgreSQL {release}"
+    return None
 
 
 def identify_system() -> sql.SQL:

@@ -25,19 +25,20 @@ def feed_dir(tmp_path):
     return tmp_path / "data"
 
 
-def test_values_survive_exactly(pg_dsn, feed_dir):
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+def test_values_survive_exactly(any_pg_dsn, feed_dir):
+    with psycopg.connect(any_pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE v (id int PRIMARY KEY, f8 float8, f4 float4, n numeric, t text, b bytea, "
                      "ts timestamptz, arr int[], j jsonb)")
-    sup = make_feed(feed_dir, pg_dsn, ("public.v",))
+    sup = make_feed(feed_dir, any_pg_dsn, ("public.v",))
     try:
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        with psycopg.connect(any_pg_dsn, autocommit=True) as conn:
             conn.execute("""INSERT INTO v VALUES
               (1, 'NaN', 'Infinity', 'NaN', 'a', '\\x00ff', 'infinity', '{1,NULL,3}', '{"k": [1, 2]}'),
               (2, '-Infinity', '-0', '123456789012345678901234567890.123456789012345678901', 'b', '', '-infinity', '{}', 'null'),
               (3, '-0', '1.5', '-Infinity', NULL, NULL, '2026-11-22 10:00:00.123456+00', NULL, NULL),
               (4, 1.0000000000000002, 3.4028235e38, 'Infinity', 'é', '\\x', '0044-03-15 12:00:00+00 BC', '{{1,2},{3,4}}', '"s"')""")
-        rows = {c.after["id"]: c.after for _, c in data_changes(wait_for_marker(sup, "f", pg_dsn))}
+        txns = wait_for_marker(sup, "f", any_pg_dsn)
+        rows = {c.after["id"]: c.after for _, c in data_changes(txns)}
     finally:
         sup.stop()
     assert math.isnan(rows[1]["f8"]) and rows[1]["f4"] == math.inf
@@ -54,13 +55,13 @@ def test_values_survive_exactly(pg_dsn, feed_dir):
     assert rows[3]["t"] is None and rows[4]["t"] == "é"
 
 
-def test_truncate_options_and_schema_changes(pg_dsn, feed_dir):
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+def test_truncate_options_and_schema_changes(any_pg_dsn, feed_dir):
+    with psycopg.connect(any_pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE parent (id serial PRIMARY KEY, a text)")
         conn.execute("CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent)")
-    sup = make_feed(feed_dir, pg_dsn, ("public.parent", "public.child"))
+    sup = make_feed(feed_dir, any_pg_dsn, ("public.parent", "public.child"))
     try:
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        with psycopg.connect(any_pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO parent (a) VALUES ('x')")
             conn.execute("ALTER TABLE parent ADD COLUMN b int DEFAULT 7")
             conn.execute("INSERT INTO parent (a, b) VALUES ('y', 8)")
@@ -69,7 +70,7 @@ def test_truncate_options_and_schema_changes(pg_dsn, feed_dir):
             conn.execute("INSERT INTO child VALUES (1, 1)")
             conn.execute("TRUNCATE parent, child RESTART IDENTITY CASCADE")
             conn.execute("TRUNCATE child")
-        changes = [c for _, c in data_changes(wait_for_marker(sup, "f", pg_dsn))]
+        changes = [c for _, c in data_changes(wait_for_marker(sup, "f", any_pg_dsn))]
     finally:
         sup.stop()
     inserts = [c.after for c in changes if c.op == "insert" and c.table == "parent"]
@@ -81,16 +82,16 @@ def test_truncate_options_and_schema_changes(pg_dsn, feed_dir):
     assert truncates[1].options == {"cascade": False, "restart_identity": False}
 
 
-def test_aborted_streamed_transaction_leaves_no_trace(pg_cluster, pg_dsn, feed_dir):
-    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+def test_aborted_streamed_transaction_leaves_no_trace(any_pg_cluster, any_pg_dsn, feed_dir):
+    dbname = psycopg.conninfo.conninfo_to_dict(any_pg_dsn)["dbname"]
+    with psycopg.connect(any_pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE s (id int PRIMARY KEY, pad text)")
         # The walsender reads this when it connects: small enough that these transactions stream.
         conn.execute(psycopg.sql.SQL("ALTER DATABASE {} SET logical_decoding_work_mem = '64kB'").format(
             psycopg.sql.Identifier(dbname)))
-    sup = make_feed(feed_dir, pg_dsn, ("public.s",))
+    sup = make_feed(feed_dir, any_pg_dsn, ("public.s",))
     try:
-        with psycopg.connect(pg_dsn) as conn:
+        with psycopg.connect(any_pg_dsn) as conn:
             conn.execute("INSERT INTO s SELECT g, repeat('x', 100) FROM generate_series(1, 5000) g")
             conn.rollback()
             conn.execute("INSERT INTO s SELECT g, 'kept' FROM generate_series(1, 3000) g")
@@ -99,7 +100,7 @@ def test_aborted_streamed_transaction_leaves_no_trace(pg_cluster, pg_dsn, feed_d
             conn.execute("ROLLBACK TO SAVEPOINT sp")
             conn.execute("INSERT INTO s SELECT g, 'kept' FROM generate_series(6001, 7000) g")
             conn.commit()
-        txns = wait_for_marker(sup, "f", pg_dsn)
+        txns = wait_for_marker(sup, "f", any_pg_dsn)
         status = sup.status("f")
     finally:
         sup.stop()

@@ -18,7 +18,7 @@ from service.assembler.model import Transaction
 from service.encoding.to_json import change_to_dict, dumps
 from service.localpg import LocalCluster
 from service.peek import SESSION_OPTIONS, decode_rows, default_proto, fetch_rows, pgoutput_options
-from tests.fixtures.fix_pg import create_database
+from tests.fixtures.fix_pg import ALL_PG_VERSIONS, create_database
 from tests.fixtures.fix_testdecoding import (
     IntervalIso,
     TableInfo,
@@ -36,10 +36,6 @@ from tests.integration.workloads import EVOLVING, NOT_PUBLISHED, PUBLICATIONS, S
 pytestmark = pytest.mark.pg
 
 TD_SLOT = "conf_td"
-
-# Tables whose values pgfeed is known to get wrong, kept out of the main comparison and checked
-# by a strict xfail test each (so a fix shows up as an XPASS failure: then drop the entry).
-KNOWN_MISMATCHES: dict[str, str] = {}
 
 
 @dataclass
@@ -59,8 +55,8 @@ def _session(dsn: str) -> psycopg.Connection[Any]:
 
 
 @pytest.fixture(scope="module")
-def source(pg_cluster: LocalCluster) -> Iterator[Source]:
-    dsn = create_database(pg_cluster, "conf")
+def source(any_pg_cluster: LocalCluster) -> Iterator[Source]:
+    dsn = create_database(any_pg_cluster, "conf")
     with psycopg.connect(dsn, autocommit=True) as conn:
         workloads.create_schema(conn)
         highest = default_proto(conn.info.server_version)
@@ -147,17 +143,6 @@ def _comparable(event: dict[str, Any], lsn: int, tables: dict[str, TableInfo],
     return comparable_event(event, lsn, {**tables, name: info})
 
 
-def only_tables(units: list[dict[str, Any]], keep: Any) -> list[dict[str, Any]]:
-    """Units with just the row changes whose table satisfies ``keep`` (truncates and messages
-    go with tables that are not known mismatches); empty units dropped."""
-    out = []
-    for unit in units:
-        changes = [c for c in unit["changes"] if keep(c.get("table"))]
-        if changes:
-            out.append({**unit, "changes": changes})
-    return out
-
-
 def diff_units(got: list[dict[str, Any]], want: list[dict[str, Any]], limit: int = 15) -> list[str]:
     """Readable differences, unit by unit and change by change."""
     out = []
@@ -196,10 +181,15 @@ def _peek(source: Source, proto: int) -> tuple[list[bytes], list[Transaction]]:
     return [data for _, _, data in rows], list(decode_rows(rows))
 
 
-@pytest.mark.parametrize("proto", [1, 2, 3, 4], ids=lambda v: f"v{v}")
+# every protocol version each server speaks (14: 1-2, 15: 1-3, 16+: 1-4), none it does not
+PROTO_CASES = [pytest.param(version, proto, id=f"pg{version}-v{proto}")
+               for version in ALL_PG_VERSIONS
+               for proto in range(1, default_proto(int(version) * 10000) + 1)]
+
+
+@pytest.mark.parametrize(("any_pg_cluster", "proto"), PROTO_CASES, indirect=["any_pg_cluster"])
 def test_matches_test_decoding(source: Source, expected: list[dict[str, Any]], proto: int) -> None:
-    if proto > source.highest_proto:
-        pytest.skip(f"this server speaks pgoutput up to v{source.highest_proto}")
+    assert proto <= source.highest_proto
     messages, txns = _peek(source, proto)
 
     tags = {m[:1].decode() for m in messages}
@@ -214,19 +204,8 @@ def test_matches_test_decoding(source: Source, expected: list[dict[str, Any]], p
 
     got, problems = pgfeed_units(txns, source.tables)
     assert not problems, "\n".join(problems[:20])
-    keep = lambda table: table not in KNOWN_MISMATCHES
-    mismatches = diff_units(only_tables(got, keep), only_tables(expected, keep))
+    mismatches = diff_units(got, expected)
     assert not mismatches, "\n".join(mismatches)
-
-
-@pytest.mark.parametrize("table", [pytest.param(t, marks=pytest.mark.xfail(reason=why, strict=True))
-                                   for t, why in KNOWN_MISMATCHES.items()])
-def test_known_mismatch(source: Source, expected: list[dict[str, Any]], table: str) -> None:
-    _, txns = _peek(source, source.highest_proto)
-    got, _ = pgfeed_units(txns, source.tables)
-    keep = lambda name: name == table
-    mismatches = diff_units(only_tables(got, keep), only_tables(expected, keep))
-    assert only_tables(expected, keep) and not mismatches, "\n".join(mismatches)
 
 
 def test_reference_saw_every_workload(source: Source, expected: list[dict[str, Any]]) -> None:

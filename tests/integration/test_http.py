@@ -98,9 +98,10 @@ class Captured:
 
 
 @pytest.fixture(scope="module")
-def captured(pgfeed_service: Service, pg_cluster: Any) -> Iterator[Captured]:
-    """One feed per PostgreSQL version over the workload, with test_decoding's view of the same
-    WAL. Read-only for the tests that use it (the comparisons depend on it)."""
+def captured(pgfeed_service: Service, any_pg_cluster: Any) -> Iterator[Captured]:
+    """One feed per PostgreSQL version (14 included) over the workload, with test_decoding's view
+    of the same WAL. Read-only for the tests that use it (the comparisons depend on it)."""
+    pg_cluster = any_pg_cluster
     dsn = create_database(pg_cluster, prefix="http")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
@@ -672,6 +673,37 @@ def test_admin_lifecycle_on_a_real_source(pgfeed_service: Service, pg_dsn: str) 
     assert len(bodies) > 15 and not [b for b in bodies if secret in b]
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot('mine_slot')")
+
+
+@pg
+def test_two_phase_is_refused_where_the_source_lacks_it_creating_nothing(
+        pgfeed_service: Service, any_pg_dsn: str) -> None:
+    """two_phase needs pgoutput v3 (PostgreSQL 15): on 14 the feed is refused with a 422 that
+    says so, before a publication or slot exists; on 15+ it is created (and its slot is)."""
+    dsn = any_pg_dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE tp (id int PRIMARY KEY)")
+        version = conn.info.server_version
+    name = f"tp_{psycopg.conninfo.conninfo_to_dict(dsn)['dbname']}"
+    with httpx.Client(base_url=pgfeed_service.http_url, timeout=30) as client:
+        response = client.post("/v1/feeds", json={"name": name, "dsn": dsn, "tables": ["public.tp"],
+                                                  "options": {"two_phase": True}})
+        try:
+            if version < 150000:
+                error = _error(response, 422)
+                assert error["code"] == "source_error"
+                assert "two_phase needs PostgreSQL 15 or later" in error["message"], error
+                assert "PostgreSQL 14." in error["message"], error
+                assert _slot(dsn, f"pgfeed_{name}") is None
+                assert _publication(dsn, f"pgfeed_{name}") is None
+            else:
+                assert response.status_code == 201, response.text
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    row = conn.execute("SELECT two_phase FROM pg_replication_slots "
+                                       "WHERE slot_name = %s", (f"pgfeed_{name}",)).fetchone()
+                assert row == (True,)
+        finally:
+            client.delete(f"/v1/feeds/{name}")
 
 
 # -- errors -----------------------------------------------------------------------------------------

@@ -13,11 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from clients import FeedClient, parse_cursor
-
-pyspark = pytest.importorskip("pyspark")
-from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 

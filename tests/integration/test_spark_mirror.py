@@ -10,15 +10,12 @@ from typing import Any
 
 import psycopg
 import pytest
-
-from clients import ColumnInfo, TableInfo
-from tests.fixtures.fix_service import Service, current_lsn, wait_until
-
-pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import IntegerType, StructField, StructType
 
+from clients import ColumnInfo, TableInfo
 from spark_connector import latest_rows, table_schema
+from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from clients._cursor import CURSOR_PATTERN, Cursor, format_lsn
 from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import dumps
-from service.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, SupervisorDep
+from service.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
 from service.http_api.encode import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from service.http_api.errors import ApiError
 from service.http_api.paging import (
@@ -69,6 +69,7 @@ def _answer(out: Answer, metrics: Metrics, feed: str) -> Response:
             responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
 async def changes(
     feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
+    stop: StopDep,
     after: After = "earliest",
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes scanned at most "
                                 "(filtered-out ones count too)")] = 1000,
@@ -90,13 +91,14 @@ async def changes(
         after=parse_cursor_param("after", after), limit=limit, tables=parse_tables(tables),
         ops=parse_ops_param(ops), to=None if to is None else parse_cursor_param("to", to),
         wait=wait, fmt=fmt)
-    return _answer(await serve_page(supervisor, feed, request, read_ahead), metrics, feed)
+    return _answer(await serve_page(supervisor, feed, request, read_ahead, stop), metrics, feed)
 
 
 @router.get("/{feed}/transactions", response_model=TransactionsPage, summary="A page of transactions",
             responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
 async def transactions(
     feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
+    stop: StopDep,
     after: After = "earliest",
     limit: Annotated[int, Query(ge=1, le=MAX_TRANSACTIONS, description="Transactions a page at "
                                 "most")] = 100,
@@ -110,7 +112,7 @@ async def transactions(
     would not fit in `max_changes`; only a transaction larger than that on its own is sliced."""
     request = PageRequest(after=parse_cursor_param("after", after), limit=max_changes, wait=wait,
                           fmt=fmt, transactions=limit)
-    return _answer(await serve_page(supervisor, feed, request, read_ahead), metrics, feed)
+    return _answer(await serve_page(supervisor, feed, request, read_ahead, stop), metrics, feed)
 
 
 @router.get("/{feed}/splits", response_model=SplitsOut, summary="Cut a range into parts")

@@ -97,8 +97,19 @@ def test_non_transactional_message_is_a_unit_of_its_own() -> None:
     asm = TransactionAssembler()
     msg = w.message("audit", b"\x00\x01", transactional=False, lsn=300)
     [unit] = run(asm, (300, msg))
-    assert unit == StoredTransaction(0, 300, 300, 0, None, 1, frame(300, msg), ())
+    # Positioned one byte before its record's end (where another commit record may start).
+    assert unit == StoredTransaction(0, 299, 300, 0, None, 1, frame(300, msg), ())
     assert asm.confirmable_lsn == 300
+
+
+def test_message_and_the_commit_right_after_it_get_distinct_ordered_positions() -> None:
+    """PostgreSQL reports a non-transactional message at its record's end, which is the commit
+    LSN of a transaction whose commit record comes right after it (issue 13, item 1)."""
+    asm = TransactionAssembler()
+    msg = w.message("audit", b"x", transactional=False, lsn=300)
+    units = run(asm, (100, w.begin(7, 300)), (300, msg), (120, w.insert(1, "a")),
+                (308, w.commit(300, 308)))
+    assert [(u.xid, u.commit_lsn, u.end_lsn) for u in units] == [(0, 299, 300), (7, 300, 308)]
 
 
 def test_heartbeat_is_dropped_and_advances_confirmable_outside_transactions() -> None:
@@ -236,7 +247,7 @@ def test_prepare_publishes_its_schema_frames_at_once() -> None:
     rel = w.relation(1)
     [unit] = run(asm, (100, w.begin_prepare(9, "g1", 150, 158)), (105, rel), (110, w.insert(1, "p")),
                  (158, w.prepare(9, "g1", 150, 158, ts=5)))
-    assert unit == StoredTransaction(0, 158, 158, 5, None, 0, frame(105, rel), (frame(105, rel),))
+    assert unit == StoredTransaction(0, 157, 158, 5, None, 0, frame(105, rel), (frame(105, rel),))
     [t] = run(asm, (300, w.commit_prepared(9, "g1", 300, 308)))
     assert t.schema_frames == () and t.payload.startswith(frame(105, rel))  # decodes on its own
 

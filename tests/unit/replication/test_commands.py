@@ -6,10 +6,12 @@ import pytest
 from psycopg import sql
 
 from service.replication.commands import (
+    OLDEST_SERVER,
     ReplicationLiteral,
     create_replication_slot,
     max_proto_version,
     publication_names,
+    source_refusal,
     start_replication,
 )
 
@@ -159,3 +161,14 @@ def _split_identifiers(raw: str) -> list[str]:
             return out
         assert raw[i] == ",", raw[i:]
         i += 1
+
+
+def test_source_refusal_names_the_oldest_server_and_two_phase() -> None:
+    assert OLDEST_SERVER == 140000
+    assert source_refusal(130012, two_phase=False) == \
+        "the source runs PostgreSQL 13.12; pgfeed needs PostgreSQL 14 or later"
+    assert source_refusal(140023, two_phase=False) is None
+    assert source_refusal(140023, two_phase=True) == \
+        "two_phase needs PostgreSQL 15 or later; the source runs PostgreSQL 14.23"
+    assert source_refusal(150018, two_phase=True) is None
+    assert source_refusal(180001, two_phase=True) is None

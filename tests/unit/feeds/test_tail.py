@@ -1,0 +1,125 @@
+"""SharedTail: what caught-up readers get is encoded once, covers its range without a gap, and
+equals what each reader's own paging gives (JSON events and gRPC frames, byte for byte)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from clients._cursor import Cursor
+from service.assembler.model import StoredTransaction
+from service.assembler.relations import RelationCatalog
+from service.changelog.memory import MemoryChangeLog
+from service.encoding.to_json import change_events
+from service.encoding.to_proto import Framer, JsonColumnCache
+from service.feeds.reader import FeedReader
+from service.feeds.tail import SharedTail
+from tests.unit.changelog.txns import relation_frame, txn
+
+
+def _feed(*transactions: StoredTransaction, **tail_options: int) -> tuple[MemoryChangeLog, SharedTail, FeedReader]:
+    log = MemoryChangeLog()
+    log.append([txn(0x1000, 2, schema=True), *transactions])
+    catalog = RelationCatalog()
+    catalog.add(0x100, relation_frame(0x100)[12:])
+    reader = FeedReader(log, lambda: catalog)
+    tail = SharedTail(FeedReader(log, lambda: catalog), JsonColumnCache(lambda: catalog),
+                      **tail_options)
+    return log, tail, reader
+
+
+def test_readers_at_different_cursors_get_the_bytes_their_own_paging_gives() -> None:
+    log, tail, reader = _feed()
+
+    async def main() -> None:
+        assert await tail.after(Cursor(0x1000), log.head()) is not None  # starts at 0x1000
+        log.append([txn(0x2000, 3), txn(0x3000, 1), txn(0x4000, 2)])
+        first = await tail.after(Cursor(0x1000), log.head())
+        again = await tail.after(Cursor(0x2000), log.head())
+        assert first is not None and again is not None
+        assert [e.commit_lsn for e in first.entries] == [0x2000, 0x3000, 0x4000]
+        assert first.next == Cursor(0x4000) and first.change_count == 6
+        assert again.entries == first.entries[1:]  # the same objects: encoded once
+        assert all(a is b for a, b in zip(again.entries, first.entries[1:], strict=True))
+        page = reader.page(Cursor(0x1000), 100, lazy=True)
+        assert b",".join(e.events for e in first.entries) == \
+            b",".join(ev for t in page.transactions for ev in change_events(t))
+        assert [f for e in first.entries for f in e.frames] == \
+            Framer().frames(page.transactions, page.next)
+
+    asyncio.run(main())
+
+
+def test_a_reader_below_the_tail_or_inside_a_transaction_pages_the_log_itself() -> None:
+    log, tail, _ = _feed(txn(0x2000, 2))
+
+    async def main() -> None:
+        assert await tail.after(Cursor(0x2000), log.head()) is not None
+        assert tail.covered == (0x2000, 0x2000)
+        assert await tail.after(Cursor(0x1000), log.head()) is None
+        assert await tail.after(Cursor(0x2000, 0), log.head()) is None
+
+    asyncio.run(main())
+
+
+def test_units_without_changes_move_the_cursor() -> None:
+    log, tail, _ = _feed()
+
+    async def main() -> None:
+        await tail.after(Cursor(0x1000), log.head())
+        log.append([StoredTransaction(0, 0x1800, 0x1808, 0, None, 0, b""), txn(0x2000, 1),
+                    StoredTransaction(0, 0x2800, 0x2808, 0, None, 0, b"")])
+        part = await tail.after(Cursor(0x1000), log.head())
+        assert part is not None and [e.commit_lsn for e in part.entries] == [0x2000]
+        assert part.next == Cursor(0x2800)
+
+    asyncio.run(main())
+
+
+def test_eviction_keeps_the_range_contiguous() -> None:
+    log, tail, _ = _feed(max_entries=2)
+
+    async def main() -> None:
+        await tail.after(Cursor(0x1000), log.head())
+        log.append([txn(0x2000, 1), txn(0x3000, 1), txn(0x4000, 1)])
+        # Only the newest two are kept: a reader at 0x1000 is now below the tail.
+        assert await tail.after(Cursor(0x1000), log.head()) is None
+        assert tail.covered == (0x2000, 0x4000)
+        part = await tail.after(Cursor(0x2000), log.head())
+        assert part is not None and [e.commit_lsn for e in part.entries] == [0x3000, 0x4000]
+
+    asyncio.run(main())
+
+
+def test_a_transaction_larger_than_a_fill_is_left_to_the_readers_paging() -> None:
+    log, tail, _ = _feed(fill_changes=5)
+
+    async def main() -> None:
+        await tail.after(Cursor(0x1000), log.head())
+        log.append([txn(0x2000, 8), txn(0x3000, 2)])
+        assert await tail.after(Cursor(0x1000), log.head()) is None
+        # The tail starts again after the large transaction, and serves what follows.
+        part = await tail.after(Cursor(0x2000), log.head())
+        assert part is not None and [e.commit_lsn for e in part.entries] == [0x3000]
+
+    asyncio.run(main())
+
+
+def test_concurrent_readers_share_one_fill() -> None:
+    log, tail, _ = _feed()
+    calls = []
+    read = tail._read
+
+    def counting(after: Cursor, *, block: bool) -> object:
+        calls.append(after)
+        return read(after, block=block)
+
+    tail._read = counting  # type: ignore[method-assign,assignment]
+
+    async def main() -> None:
+        await tail.after(Cursor(0x1000), log.head())
+        log.append([txn(0x2000, 2), txn(0x3000, 2)])
+        parts = await asyncio.gather(*(tail.after(Cursor(0x1000), log.head()) for _ in range(20)))
+        assert all(p is not None and p.next == Cursor(0x3000) for p in parts)
+
+    asyncio.run(main())
+    assert calls == [Cursor(0x1000)]  # one fill for all twenty
