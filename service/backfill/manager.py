@@ -256,10 +256,14 @@ class BackfillManager:
     def _part(self, run: _Run, part: BackfillPart) -> None:
         spec = self._spec()
         failures = 0
+        # The part's progress as far as capture stored it (durable soon, or the log's own after
+        # a crash): a retry after a source error goes on from here.
+        state = [BackfillProgress(run.record.id, part.part, part.last_key, part.rows, part.chunks,
+                                  part.done)]
         while not run.stop.is_set():
             try:
                 with source.connect(spec.dsn) as conn:
-                    self._read_part(run, part, conn, spec)
+                    self._read_part(run, part, conn, spec, state)
                 return
             except psycopg.Error as exc:
                 failures += 1
@@ -268,19 +272,17 @@ class BackfillManager:
                     raise BackfillError(f"source failed {failures} times in a row: {run.error}") from None
                 log.warning("backfill %s part %d: %s; retrying", run.record.id, part.part, run.error)
                 run.stop.wait(BACKOFF[min(failures, len(BACKOFF)) - 1])
-                part = self._durable_part(run, part)
-
-    def _durable_part(self, run: _Run, part: BackfillPart) -> BackfillPart:
-        for record in self._changelog.backfills():
-            if record.id == run.record.id:
-                return record.parts[part.part]
-        return part
+                p = state[0]
+                part = replace(part, last_key=p.last_key, rows=p.rows, chunks=p.chunks, done=p.done)
 
     def _read_part(self, run: _Run, part: BackfillPart, conn: psycopg.Connection,
-                   spec: FeedSpec) -> None:
+                   spec: FeedSpec, state: list[BackfillProgress]) -> None:
         plan = source.describe(conn, spec.publication_name, part.table, estimate=False)
         tracker = self.tracker
         generation = tracker.watch(plan.oid, plan.key, plan.key_index)
+        # Chunks read and not yet judged, oldest first: the next one is read while capture
+        # judges the previous (a chunk is stored only if the one before it was).
+        pending: deque[tuple[Chunk, bool]] = deque()
         try:
             deadline = time.monotonic() + SYNC_TIMEOUT
             while tracker.synced < generation:
@@ -291,13 +293,8 @@ class BackfillManager:
             _, committed = source.in_progress(conn)
             tracker.suspect(committed)
             upper = json.loads(part.upper) if part.upper else None
-            # What the log holds for the part; then each stored chunk's result.
-            stored = BackfillProgress(run.record.id, part.part, part.last_key, part.rows,
-                                      part.chunks, part.done)
+            stored = state[0]  # what the log holds for the part; then each stored chunk's result
             after = part.start_key()
-            # Chunks read and not yet judged, oldest first: the next one is read while capture
-            # judges the previous (a chunk is stored only if the one before it was).
-            pending: deque[tuple[Chunk, bool]] = deque()
             exhausted, redos = False, 0
             while not run.stop.is_set():
                 if not exhausted and len(pending) < PIPELINE:
@@ -336,13 +333,19 @@ class BackfillManager:
                     continue
                 redos = 0
                 assert chunk.result is not None
-                stored = chunk.result
+                stored = state[0] = chunk.result
                 run.count(chunk.stored_rows)
                 self.rows_stored += chunk.stored_rows
                 self.chunks_stored += 1
                 if was_last:
                     return
         finally:
+            # Leaving early (an error, a stop): chunks not judged yet are cancelled, and those
+            # capture already stored count, so a retry does not read them again.
+            for c, _ in pending:
+                tracker.cancel(token=c.token)
+                if c.outcome == "stored" and c.result is not None:
+                    state[0] = c.result
             tracker.unwatch(plan.oid)
 
     def _chunk(self, run: _Run, part: BackfillPart, conn: psycopg.Connection, spec: FeedSpec,
