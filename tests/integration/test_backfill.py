@@ -356,3 +356,26 @@ def test_a_column_added_during_a_backfill_reaches_the_rows_read_after_it(
     late = {i for i, row in table.items() if row["w"] is not None}
     assert {i: row["v"] for i, row in table.items()} == {i: v for i, v, _ in rows}
     assert all(table[i]["w"] == w for i, _, w in rows if i in late) and 19999 in late
+
+
+def test_a_worker_whose_source_connection_dies_goes_on_without_reading_a_chunk_twice(
+        pg_dsn: str, pgfeed_service: Service, make_served_feed: FeedFactory) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE cut (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO cut SELECT g, 'v' FROM generate_series(1, 30000) g")
+    feed = make_served_feed(pg_dsn, tables=("public.cut",))
+    with FeedClient(pgfeed_service.http_url) as client:
+        started = client.start_backfill(feed, ["public.cut"], chunk_rows=300, parallel=1)
+        killed = 0
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            for _ in range(3):
+                time.sleep(0.3)
+                killed += len(conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'pgfeed-backfill' AND datname = current_database()"
+                ).fetchall())
+        done = wait_done(client, feed, started["id"])
+        assert killed >= 2 and done["state"] == "done" and done["rows"] == 30000, done
+        wait_marker(pgfeed_service, feed, pg_dsn)
+        reads = [c.key["id"] for c in client.iter_changes(feed, "earliest", limit=5000, ops=["read"])]
+    assert sorted(reads) == list(range(1, 30001))  # every row once: no chunk read twice
