@@ -298,7 +298,8 @@ def _vm(field_name: str) -> int:
 
 
 def rss_child(args: dict[str, object]) -> None:
-    """In a fresh process: capture until the huge transaction is stored; print peak RSS as JSON."""
+    """In a fresh process: capture until the huge transaction is stored; print peak RSS as JSON.
+    Messages off, so that the walsender streams it (a feed with messages gets it whole at commit)."""
     from service.changelog import open_changelog
     from service.feeds.model import FeedOptions, FeedSpec
     from service.feeds.notify import HeadNotifier
@@ -308,7 +309,7 @@ def rss_child(args: dict[str, object]) -> None:
     target = int(args["target"])  # type: ignore[call-overload]
     baseline = _vm("VmRSS")
     spec = FeedSpec(name="rss", dsn=str(args["dsn"]), publication="pub", slot=str(args["slot"]),
-                    options=FeedOptions(heartbeat_seconds=0), owns_slot=False, owns_publication=False)
+                    options=FeedOptions(heartbeat_seconds=0, messages=False), owns_slot=False, owns_publication=False)
     changelog = open_changelog("sqlite", workdir / "changelog.db")
     stats = CaptureStats()
     cap = Capture(spec, changelog, HeadNotifier(), stats, spill_dir=workdir / "spill")

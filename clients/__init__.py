@@ -3,6 +3,7 @@
 from typing import Any as _Any
 
 from clients._cursor import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
+from clients._debezium import DebeziumPage
 from clients._http_async import AsyncFeedClient
 from clients._http_base import RetryPolicy
 from clients._http_sync import FeedClient
@@ -26,6 +27,7 @@ __all__ = [
     "Cursor",
     "CursorError",
     "CursorExpired",
+    "DebeziumPage",
     "FeedClient",
     "FeedNotFound",
     "GrpcFeedClient",

@@ -8,7 +8,6 @@ UNAVAILABLE it reconnects with backoff and resumes from the last whole transacti
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -20,7 +19,9 @@ import grpc
 
 from clients._cursor import format_lsn
 from clients._http_base import CursorLike, RetryPolicy
+from clients._json import embeddable, loads_exact
 from clients._models import Change, Transaction
+from clients._tls import ClientCert, PathLike, grpc_channel_credentials
 from clients.errors import (
     ClientError,
     CursorExpired,
@@ -64,7 +65,7 @@ _FROM: dict[str, Callable[[Any], Any]] = {
     "numeric_value": lambda v: Decimal(v.numeric_value),
     "timestamp_value": lambda v: _timestamp(v.timestamp_value, _EPOCH),
     "local_timestamp_value": lambda v: _timestamp(v.local_timestamp_value, _NAIVE_EPOCH),
-    "json_value": lambda v: json.loads(v.json_value),
+    "json_value": lambda v: json_document(v.json_value),
     "list_value": lambda v: [from_value(x) for x in v.list_value.values],
     "date_value": lambda v: date.fromisoformat(v.date_value),
     "time_value": lambda v: dtime.fromisoformat(v.time_value),
@@ -72,10 +73,18 @@ _FROM: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def json_document(text: str) -> Any:
+    """A ``json_value`` (the document exactly as PostgreSQL printed it) parsed with exact numbers
+    (``_json.loads_exact``); a document nested past ``MAX_EMBEDDED_DEPTH`` stays its text, as
+    the HTTP feed serves it."""
+    return loads_exact(text) if embeddable(text) else text
+
+
 def from_value(value: Any) -> Any:
     """A ``pgfeed.v1.Value`` -> Python: None, bool, int, float (NaN/±inf/-0.0 included), str,
     bytes, Decimal (numeric), aware datetime (timestamptz), naive datetime (timestamp), date,
-    time (timetz with its tzinfo), str (interval, ISO 8601 duration), parsed JSON (json/jsonb),
+    time (timetz with its tzinfo), str (interval, ISO 8601 duration), parsed JSON (json/jsonb:
+    ``json_document``; ``value.json_value`` holds PostgreSQL's text),
     list (arrays). Values PostgreSQL can hold but these types cannot ('infinity', BC dates) come
     as their PostgreSQL text form."""
     kind = value.WhichOneof("kind")
@@ -191,8 +200,15 @@ class GrpcFeedClient:
     """Synchronous gRPC client: ``subscribe`` replays then tails a feed, transaction by transaction."""
 
     def __init__(self, target: str, *, token: str | None = None,
-                 channel: grpc.Channel | None = None, retry: RetryPolicy | None = None) -> None:
+                 channel: grpc.Channel | None = None, retry: RetryPolicy | None = None,
+                 tls: bool = False, ca_bundle: PathLike | None = None,
+                 client_cert: ClientCert | None = None) -> None:
+        """``tls`` (implied by ``ca_bundle`` or ``client_cert``): a TLS channel trusting
+        ``ca_bundle`` (PEM; default: gRPC's roots), presenting ``client_cert`` (cert, key)."""
         self._pb2, grpc_mod = _stubs()
+        if channel is None and (tls or ca_bundle is not None or client_cert is not None):
+            channel = grpc.secure_channel(target, grpc_channel_credentials(ca_bundle, client_cert),
+                                          options=_CHANNEL_OPTIONS)
         self._channel = channel or grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = grpc_mod.ChangeFeedStub(self._channel)
         self._metadata = _metadata(token)
@@ -251,8 +267,13 @@ class AsyncGrpcFeedClient:
     """The asyncio twin of GrpcFeedClient (``grpc.aio``)."""
 
     def __init__(self, target: str, *, token: str | None = None,
-                 channel: grpc.aio.Channel | None = None, retry: RetryPolicy | None = None) -> None:
+                 channel: grpc.aio.Channel | None = None, retry: RetryPolicy | None = None,
+                 tls: bool = False, ca_bundle: PathLike | None = None,
+                 client_cert: ClientCert | None = None) -> None:
         self._pb2, grpc_mod = _stubs()
+        if channel is None and (tls or ca_bundle is not None or client_cert is not None):
+            channel = grpc.aio.secure_channel(
+                target, grpc_channel_credentials(ca_bundle, client_cert), options=_CHANNEL_OPTIONS)
         self._channel = channel or grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._stub = grpc_mod.ChangeFeedStub(self._channel)
         self._metadata = _metadata(token)

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 
 from clients import _http_base as base
+from clients._debezium import DebeziumPage
 from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
 from clients._models import Change, Page, TableInfo, TransactionPage
+from clients._tls import ClientCert, PathLike, http_verify
 from clients.errors import FeedNotFound, TransportFailed
 
 if TYPE_CHECKING:
@@ -29,12 +31,14 @@ class AsyncFeedClient:
 
     def __init__(self, base_url: str, *, token: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None, timeout: float = 30.0,
-                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None) -> None:
+                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
+                 ca_bundle: PathLike | None = None, client_cert: ClientCert | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport,
-                                       timeout=timeout, headers=base.new_headers(token, headers))
+                                       timeout=timeout, headers=base.new_headers(token, headers),
+                                       verify=http_verify(ca_bundle, client_cert))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -88,6 +92,16 @@ class AsyncFeedClient:
             cursor = page.next
             if not page.has_more and not follow:
                 return
+
+    async def debezium_page(self, feed: str, after: CursorLike = "earliest", *,
+                            limit: int | None = DEFAULT_LIMIT, tables: Names = None,
+                            ops: Names = None, wait: float | None = None,
+                            to: CursorLike | None = None) -> DebeziumPage:
+        """See ``FeedClient.debezium_page``."""
+        params = base.changes_params(after, limit=limit, tables=tables, ops=ops, wait=wait, to=to,
+                                     fmt="debezium")
+        return await self._json("GET", base.feed_path(feed, "changes"), DebeziumPage.from_json,
+                                params=params, timeout=self.timeout + (wait or 0))
 
     async def transactions(self, feed: str, after: CursorLike = "earliest", *,
                            limit: int | None = DEFAULT_LIMIT) -> TransactionPage:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import orjson
 
 from clients._cursor import Cursor, parse_cursor
+from clients._json import loads_page
 from clients._models import TableInfo
 from clients.errors import ClientError, error_from_response
 
@@ -90,7 +90,7 @@ def new_headers(token: str | None, extra: dict[str, str] | None) -> dict[str, st
 
 
 def decode(content: bytes, build: Callable[[Any], Any] | None = None) -> Any:
-    """A JSON body (orjson), passed through ``build`` (a model's ``from_json``) if given; None for
+    """A JSON body (numbers exact: ``_json.loads_page``), passed through ``build`` (a model's ``from_json``) if given; None for
     an empty body.
 
     CPython's cyclic GC is paused meanwhile: a 10,000-change page is ~150,000 new containers,
@@ -103,7 +103,7 @@ def decode(content: bytes, build: Callable[[Any], Any] | None = None) -> Any:
     if paused:
         gc.disable()
     try:
-        body = orjson.loads(content)
+        body = loads_page(content)
         return body if build is None else build(body)
     finally:
         if paused:

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 
 from clients import _http_base as base
+from clients._debezium import DebeziumPage
 from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
 from clients._models import Change, Page, TableInfo, TransactionPage
+from clients._tls import ClientCert, PathLike, http_verify
 from clients.errors import TransportFailed
 
 if TYPE_CHECKING:
@@ -31,12 +33,15 @@ class FeedClient:
 
     def __init__(self, base_url: str, *, token: str | None = None,
                  transport: httpx.BaseTransport | None = None, timeout: float = 30.0,
-                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None) -> None:
+                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
+                 ca_bundle: PathLike | None = None, client_cert: ClientCert | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        # ca_bundle: PEM CAs to trust for https (a private CA); client_cert: (cert, key) PEM
         self._http = httpx.Client(base_url=self.base_url, transport=transport, timeout=timeout,
-                                  headers=base.new_headers(token, headers))
+                                  headers=base.new_headers(token, headers),
+                                  verify=http_verify(ca_bundle, client_cert))
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -95,6 +100,30 @@ class FeedClient:
             yield from page.changes
             cursor = page.next
             if not page.has_more and not follow:
+                return
+
+    def debezium_page(self, feed: str, after: CursorLike = "earliest", *,
+                      limit: int | None = DEFAULT_LIMIT, tables: Names = None, ops: Names = None,
+                      wait: float | None = None, to: CursorLike | None = None) -> DebeziumPage:
+        """One page of ``/changes?format=debezium``: Debezium envelopes (docs/debezium.md)."""
+        params = base.changes_params(after, limit=limit, tables=tables, ops=ops, wait=wait, to=to,
+                                     fmt="debezium")
+        return self._json("GET", base.feed_path(feed, "changes"), DebeziumPage.from_json,
+                          params=params, timeout=self.timeout + (wait or 0))
+
+    def iter_debezium(self, feed: str, after: CursorLike = "earliest", *,
+                      to: CursorLike | None = None, tables: Names = None, ops: Names = None,
+                      follow: bool = False, limit: int = DEFAULT_LIMIT,
+                      wait: float = 30.0) -> Iterator[dict[str, Any]]:
+        """Every change after ``after`` (up to ``to``) as Debezium envelopes; ``follow`` as in
+        ``iter_changes``."""
+        cursor = str(after)
+        while True:
+            page = self.debezium_page(feed, cursor, limit=limit, tables=tables, ops=ops, to=to,
+                                      wait=wait if follow else None)
+            yield from page.envelopes
+            cursor = page.next
+            if not page.has_more and (not follow or to is not None):
                 return
 
     def transactions(self, feed: str, after: CursorLike = "earliest", *,

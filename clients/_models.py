@@ -24,7 +24,9 @@ def _ts(value: Any) -> datetime | None:
 @dataclass(slots=True)
 class Change:
     """One change event. LSNs stay in PostgreSQL's text form; row values as the JSON gives them
-    (numeric as exact strings, bytea as base64, times as ISO 8601 strings)."""
+    (numeric as exact strings, bytea as base64, times as ISO 8601 strings; json/jsonb documents
+    parsed with exact numbers: int of any size, float when it holds the number exactly, else
+    Decimal; a document nested past 500 levels as its text)."""
 
     lsn: str
     seq: int

@@ -1,11 +1,10 @@
-"""Command line: ``pgfeed serve | feeds … | backfill | demo | peek``."""
+"""Command line: ``pgfeed serve | feeds … | backfill | demo | peek | tail``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -20,10 +19,16 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
-                             changelog=args.changelog)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                             changelog=args.changelog, log_format=args.log_format,
+                             tls_cert_file=args.tls_cert, tls_key_file=args.tls_key,
+                             tls_client_ca_file=args.tls_client_ca)
+    from service.logs import configure_logging, known_secrets
+
+    runtime = Runtime(settings)
+    configure_logging(settings.log_level, settings.log_format,
+                      secrets=lambda: known_secrets(settings, runtime.supervisor))
     with asyncio.Runner(loop_factory=lambda: new_event_loop(settings.event_loop)) as runner:
-        runner.run(Runtime(settings).serve())
+        runner.run(runtime.serve())
     return 0
 
 
@@ -31,7 +36,10 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
     token = args.token or os.environ.get("PGFEED_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers, timeout=30)
+        from clients._tls import http_verify
+
+        response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers,
+                                 timeout=30, verify=http_verify(args.ca_bundle, None))
     except httpx.HTTPError as exc:
         print(f"pgfeed: cannot reach the service at {args.url}: {exc}", file=sys.stderr)
         return 2
@@ -48,6 +56,8 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
 
 
 def _feeds_create(args: argparse.Namespace) -> int:
+    from service.cli_options import options_from_args
+
     body: dict[str, Any] = {"name": args.name, "dsn": args.dsn, "options": {}}
     if args.all_tables:
         body["all_tables"] = True
@@ -57,8 +67,7 @@ def _feeds_create(args: argparse.Namespace) -> int:
         body["publication"] = args.publication
     if args.slot:
         body["slot"] = args.slot
-    if args.toast:
-        body["options"]["toast"] = args.toast
+    body["options"] = options_from_args(args)
     return _admin(args, "POST", "/v1/feeds", body)
 
 
@@ -67,6 +76,14 @@ def _demo(args: argparse.Namespace) -> int:
 
     return run_demo(pg_version=args.pg, seconds=args.seconds, http_port=args.http_port,
                     grpc_port=args.grpc_port)
+
+
+def _service_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
+    p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
+    p.add_argument("--ca-bundle", default=os.environ.get("PGFEED_CA_BUNDLE"),
+                   help="PEM CAs to trust for an https --url (or PGFEED_CA_BUNDLE)")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,18 +98,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-host")
     serve.add_argument("--grpc-port", type=int)
     serve.add_argument("--changelog", choices=["sqlite", "memory"])
+    serve.add_argument("--tls-cert", type=Path, help="PEM certificate: TLS on HTTP and gRPC")
+    serve.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    serve.add_argument("--tls-client-ca", type=Path,
+                       help="PEM CA bundle: require client certificates signed by it")
+    serve.add_argument("--log-format", choices=["text", "json"],
+                       help="text (default) or json: one object a line, for log collectors")
     serve.set_defaults(func=_serve)
 
     feeds = sub.add_parser("feeds", help="manage feeds of a running service (admin API)")
     feeds_sub = feeds.add_subparsers(dest="feeds_command", required=True)
 
     def admin_parser(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = feeds_sub.add_parser(name, help=help_text)
-        p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
-        p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
-        return p
+        return _service_options(feeds_sub.add_parser(name, help=help_text))
 
     create = admin_parser("create", "create a feed (same as POST /v1/feeds)")
+    from service.cli_options import add_option_flags
+
     create.add_argument("name")
     create.add_argument("--dsn", required=True)
     group = create.add_mutually_exclusive_group()
@@ -100,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--all-tables", action="store_true")
     create.add_argument("--publication", help="adopt an existing publication")
     create.add_argument("--slot", help="adopt an existing slot")
-    create.add_argument("--toast", choices=["omit", "placeholder", "reselect"])
+    add_option_flags(create)
     create.set_defaults(func=_feeds_create)
     admin_parser("list", "list feeds").set_defaults(func=lambda a: _admin(a, "GET", "/v1/feeds"))
     for verb in ("show", "pause", "resume"):
@@ -122,6 +144,26 @@ def build_parser() -> argparse.ArgumentParser:
     delete.set_defaults(func=lambda a: _admin(
         a, "DELETE", f"/v1/feeds/{a.name}" + ("?force=true" if a.force else "")))
 
+    trim = admin_parser("trim", "drop what a reader at a cursor has consumed, even what consumers "
+                        "still hold (same as POST /v1/feeds/NAME/trim)")
+    trim.add_argument("name")
+    trim.add_argument("--before", required=True, help="cursor: drop everything a reader there has "
+                                                      "consumed ('latest': everything)")
+    trim.set_defaults(func=lambda a: _admin(a, "POST", f"/v1/feeds/{a.name}/trim", {"before": a.before}))
+
+    consumers = sub.add_parser("consumers", help="named consumers of a feed (their cursors hold "
+                                                 "retention)")
+    consumers_sub = consumers.add_subparsers(dest="consumers_command", required=True)
+    listed = _service_options(consumers_sub.add_parser("list", help="every consumer with its cursor, "
+                                                                    "lag, last ack and expiry"))
+    listed.add_argument("feed")
+    listed.set_defaults(func=lambda a: _admin(a, "GET", f"/v1/feeds/{a.feed}/consumers"))
+    dropped = _service_options(consumers_sub.add_parser(
+        "delete", help="delete a consumer: retention stops waiting for it (admin token)"))
+    dropped.add_argument("feed")
+    dropped.add_argument("name")
+    dropped.set_defaults(func=lambda a: _admin(a, "DELETE", f"/v1/feeds/{a.feed}/consumers/{a.name}"))
+
     demo = sub.add_parser("demo", help="start a local PostgreSQL, a feed and a workload; watch changes flow")
     demo.add_argument("--pg", default=None, help="PostgreSQL major version (default: 18 if available, else 15)")
     demo.add_argument("--seconds", type=float, default=0, help="stop after this long (default: until Ctrl-C)")
@@ -129,10 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--grpc-port", type=int, default=50051)
     demo.set_defaults(func=_demo)
 
-    from service import peek
+    from service import peek, tail
     from service.backfill import cli as backfill_cli
 
     peek.add_parser(sub)
+    tail.add_parser(sub)
     backfill_cli.add_parser(sub)
     return parser
 

@@ -28,7 +28,12 @@ class Settings(BaseSettings):
     retention_check_seconds: float = 60.0
     # uvloop when it is installed ("auto"): the event loop runs every HTTP answer and gRPC message.
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    # TLS on both listeners (PEM files; service/tls.py); a client CA also requires client certs.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
     log_level: str = "INFO"
+    log_format: Literal["text", "json"] = "text"  # json: one object a line (service/logs.py)
 
     @classmethod
     def load(cls, config_file: Path | None = None, **flags: Any) -> Settings:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -79,6 +80,25 @@ def _view(changes: list[dict], count: int, cursor: str, urls: list[str]) -> Grou
     return Group(info, table)
 
 
+def _plain(base: str, urls: list[str], end: float | None) -> int:
+    """The demo without a terminal: the addresses, then one flushed line per change (the same
+    lines as ``pgfeed tail``); returns how many changes were shown."""
+    from service.tail import event_line
+
+    print("\n".join(urls), flush=True)
+    count, cursor = 0, "earliest"
+    with httpx.Client(base_url=base, timeout=10) as client, contextlib.suppress(KeyboardInterrupt):
+        while end is None or time.monotonic() < end:
+            page = client.get("/v1/feeds/shop/changes",
+                              params={"after": cursor, "wait": 1, "limit": 200}).json()
+            for change in page["changes"]:
+                print(event_line(change))
+            sys.stdout.flush()
+            count += len(page["changes"])
+            cursor = page["next"]
+    return count
+
+
 def run_demo(*, pg_version: str | None = None, seconds: float = 0, http_port: int = 8000,
              grpc_port: int = 50051) -> int:
     console = Console()
@@ -88,7 +108,10 @@ def run_demo(*, pg_version: str | None = None, seconds: float = 0, http_port: in
         return 2
     version = pg_version or ("18" if "18" in versions else versions[0])
     with contextlib.ExitStack() as stack:
-        with console.status(f"starting PostgreSQL {version} with wal_level=logical…"):
+        starting = f"starting PostgreSQL {version} with wal_level=logical…"
+        if not console.is_terminal:  # a pipe or a file: plain lines, each at once
+            print(starting, flush=True)
+        with console.status(starting):
             cluster = stack.enter_context(LocalCluster.start(version))
         data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pgfeed-demo-")))
         return _run(console, cluster, data_dir, seconds, http_port, grpc_port)
@@ -117,7 +140,7 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
                                        options=FeedOptions(toast="placeholder", heartbeat_seconds=5,
                                                            snapshot="backfill")))
     base = f"http://127.0.0.1:{runtime.http_port}"
-    urls = [f"API docs:   {base}/docs", f"changes:    {base}/v1/feeds/shop/changes?after=earliest",
+    urls = [f"API docs:   {base}/docs", f"console:    {base}/ui", f"changes:    {base}/v1/feeds/shop/changes?after=earliest",
             f"gRPC:       127.0.0.1:{runtime.grpc_port} (pgfeed.v1.ChangeFeed/Subscribe, reflection on)",
             f"PostgreSQL: {dsn}"]
     stop = threading.Event()
@@ -127,15 +150,18 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
     cursor, count = "earliest", 0
     end = time.monotonic() + seconds if seconds else None
     try:
-        with httpx.Client(base_url=base, timeout=10) as client, \
-                Live(_view(seen, count, cursor, urls), console=console, refresh_per_second=8) as live:
-            while end is None or time.monotonic() < end:
-                page = client.get("/v1/feeds/shop/changes", params={"after": cursor, "wait": 1, "limit": 200}).json()
-                seen.extend(page["changes"])
-                del seen[:-50]
-                count += len(page["changes"])
-                cursor = page["next"]
-                live.update(_view(seen, count, cursor, [*urls, _backfill_line(client)]))
+        if not console.is_terminal:  # a live view would show nothing until it stops
+            count = _plain(base, urls, end)
+        else:
+            with httpx.Client(base_url=base, timeout=10) as client, \
+                    Live(_view(seen, count, cursor, urls), console=console, refresh_per_second=8) as live:
+                while end is None or time.monotonic() < end:
+                    page = client.get("/v1/feeds/shop/changes", params={"after": cursor, "wait": 1, "limit": 200}).json()
+                    seen.extend(page["changes"])
+                    del seen[:-50]
+                    count += len(page["changes"])
+                    cursor = page["next"]
+                    live.update(_view(seen, count, cursor, [*urls, _backfill_line(client)]))
     except KeyboardInterrupt:
         pass
     finally:
@@ -144,4 +170,5 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
         loop.call_soon_threadsafe(runtime.request_stop)
         server.join(timeout=30)
     console.print(f"demo stopped: {count} changes received; everything it started has been shut down")
+    console.file.flush()
     return 0

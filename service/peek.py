@@ -1,7 +1,8 @@
 """``pgfeed peek``: what a pgoutput slot holds, decoded like a feed serves it, without consuming it.
 
-Reads with ``pg_logical_slot_peek_binary_changes`` (the slot does not move), then runs the bytes
-through the same assembler, relation catalog, decoder and JSON encoding as a feed.
+Reads with ``pg_logical_slot_peek_binary_changes`` (the slot does not move) in a session with the
+feed's settings and pgoutput options (``replication.session``), then runs the bytes through the
+same assembler, relation catalog, decoder and JSON encoding as a feed.
 """
 
 from __future__ import annotations
@@ -24,24 +25,20 @@ from service.assembler.transactions import TransactionAssembler
 from service.dsn import mask_dsn, scrub
 from service.encoding.to_json import change_to_dict, dumps
 from service.errors import PgfeedError
+from service.replication import session
 
 __all__ = [
-    "SESSION_OPTIONS",
     "PeekError",
     "SlotInfo",
     "add_parser",
     "decode_rows",
-    "default_proto",
     "fetch_rows",
     "format_change",
-    "pgoutput_options",
-    "quote_publications",
+    "peek_options",
     "run",
     "slot_info",
 ]
 
-# Text values are formatted by the decoding session's settings: pin them as capture does.
-SESSION_OPTIONS = "-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3 -c intervalstyle=postgres"
 _FETCH_SIZE = 2000
 
 Row = tuple[int, int, bytes]  # (lsn, xid, pgoutput message)
@@ -64,37 +61,21 @@ class SlotInfo:
     confirmed_flush_lsn: int | None
 
 
-def default_proto(server_version: int) -> int:
-    """Highest pgoutput protocol a server speaks: 14 -> 2, 15 -> 3, 16+ -> 4 (``server_version_num``)."""
-    if server_version >= 160000:
-        return 4
-    if server_version >= 150000:
-        return 3
-    if server_version >= 140000:
-        return 2
-    return 1
-
-
-def quote_publications(names: Iterable[str]) -> str:
-    """``['a', 'B c']`` -> ``'"a","B c"'``: the identifier list pgoutput's publication_names wants."""
-    quoted = ['"' + name.replace('"', '""') + '"' for name in names]
-    if not quoted:
-        raise PeekError("at least one publication name is needed")
-    return ",".join(quoted)
-
-
-def pgoutput_options(*, proto: int, publications: Sequence[str], two_phase: bool = False,
-                     streaming: bool = True, messages: bool = True) -> list[str]:
-    """Option name/value pairs for a pgoutput slot read: ``streaming`` from v2, ``two_phase``
-    from v3 (only for a slot created with it), ``messages`` always (PostgreSQL 14+)."""
-    opts = ["proto_version", str(proto), "publication_names", quote_publications(publications)]
-    if messages:
-        opts += ["messages", "true"]
-    if streaming and proto >= 2:
-        opts += ["streaming", "on"]
-    if two_phase and proto >= 3:
-        opts += ["two_phase", "on"]
-    return opts
+def peek_options(*, proto: int, publications: Sequence[str], two_phase: bool = False,
+                 streaming: bool = False) -> list[str]:
+    """The arguments after the slot name of ``pg_logical_slot_peek_binary_changes``: the options
+    a feed's stream sends (``session.pgoutput_options``) with messages on where the protocol has
+    them, ``two_phase`` as the slot was created. ``pgfeed peek`` shows messages, so it reads whole
+    transactions (``session.streaming_mode``: a streamed message can outlive its rolled-back
+    subtransaction); ``streaming`` asks for streamed ones anyway (tests of the decoder)."""
+    try:
+        pairs = session.pgoutput_options(
+            proto_version=proto, publications=publications,
+            streaming="on" if streaming and proto >= 2 else "off", messages=proto >= 2,
+            two_phase=two_phase and proto >= 3)
+    except ValueError as exc:
+        raise PeekError(str(exc)) from None
+    return [item for pair in pairs for item in pair]
 
 
 def slot_info(conn: psycopg.Connection[Any], slot: str) -> SlotInfo | None:
@@ -230,7 +211,8 @@ def _fail(message: str, code: int = 2) -> int:
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
     params = conninfo_to_dict(dsn)
-    params["options"] = f"{params.get('options') or ''} {SESSION_OPTIONS}".strip()
+    own = params.get("options")
+    params["options"] = session.connection_options(str(own) if own else None)
     params.setdefault("application_name", "pgfeed-peek")
     params.setdefault("connect_timeout", 10)
     return psycopg.connect(make_conninfo(**{k: str(v) for k, v in params.items()}), autocommit=True)
@@ -260,14 +242,13 @@ def _prepare(conn: psycopg.Connection[Any], slot: str, publications: list[str],
     if missing:
         raise PeekError(f"publication(s) {', '.join(map(repr, missing))} do not exist in "
                         f"database {dbname!r}")
-    highest = default_proto(conn.info.server_version)
+    highest = session.max_proto_version(conn.info.server_version)
     if proto is None:
         proto = highest
     elif proto > highest:
         raise PeekError(f"the server (version {conn.info.server_version}) speaks pgoutput "
                         f"protocol up to {highest}, not {proto}")
-    return proto, pgoutput_options(proto=proto, publications=publications,
-                                   two_phase=info.two_phase)
+    return proto, peek_options(proto=proto, publications=publications, two_phase=info.two_phase)
 
 
 def _changes(conn: psycopg.Connection[Any], slot: str, options: list[str],

@@ -13,11 +13,11 @@ import logging
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import uvicorn
 
+from service.changelog.base import age_cutoff, pg_now_us
 from service.config import Settings
 from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
@@ -86,18 +86,28 @@ class Runtime:
         from service.http_api.app import create_app
 
         settings = self.settings
+        from service.tls import grpc_credentials, tls_files, uvicorn_options
+
+        tls = tls_files(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
         tune_interpreter()
         await asyncio.to_thread(self.supervisor.start)
         app = create_app(self.supervisor, settings, self.metrics)
         app.state.stop = self.stop_signal
         self.http = _HttpServer(uvicorn.Config(app, host=settings.http_host, port=settings.http_port,
                                                   log_level=settings.log_level.lower(), access_log=False,
-                                                  lifespan="on"))
+                                                  lifespan="on", log_config=None,  # our handlers
+                                                  **uvicorn_options(tls)))
         grpc_server = build_server(self.supervisor, settings, self.metrics)
-        self.grpc_port = grpc_server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
+        address = f"{settings.grpc_host}:{settings.grpc_port}"
+        self.grpc_port = (grpc_server.add_insecure_port(address) if tls is None
+                          else grpc_server.add_secure_port(address, grpc_credentials(tls)))
         await grpc_server.start()
         retention = asyncio.create_task(self._retention_loop())
-        log.info("gRPC on %s:%s", settings.grpc_host, self.grpc_port)
+        from service.feeds.watch import StateWatcher
+
+        watcher = asyncio.create_task(StateWatcher(self.supervisor).run())  # state-change lines
+        log.info("gRPC on %s:%s%s", settings.grpc_host, self.grpc_port,
+                 "" if tls is None else " (TLS)" + (" with client certificates" if tls.client_ca else ""))
         signals = self._handle_signals()
         try:
             http_task = asyncio.create_task(self.http.serve())
@@ -106,9 +116,10 @@ class Runtime:
             self.started.set()
             await http_task
         finally:
-            retention.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await retention
+            for task in (retention, watcher):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await grpc_server.stop(grace=2.0)
             await asyncio.to_thread(self.supervisor.stop)
             loop = asyncio.get_running_loop()
@@ -146,13 +157,21 @@ class Runtime:
             await asyncio.to_thread(self.apply_retention)
 
     def apply_retention(self) -> None:
-        now_us = int((time.time() - 946_684_800) * 1e6)
+        """Each feed's retention: first expire the consumers idle past its bound (logged by the
+        log), then drop what its age and byte limits allow and no remaining consumer holds."""
+        now_us = pg_now_us()
         for name in self.supervisor.names():
             retention = self.supervisor.spec(name).options.retention
             try:
-                dropped = self.supervisor.changelog(name).retain(retention.hours, retention.bytes, now_us)
+                self.supervisor.prepare_trim(name)
+                changelog = self.supervisor.changelog(name)
+                idle = age_cutoff(retention.consumer_max_idle_hours, now_us)
+                if idle is not None:
+                    changelog.expire_consumers(idle)
+                dropped = changelog.retain(retention.hours, retention.bytes, now_us)
             except Exception:
                 log.exception("retention of feed %s failed", name)
                 continue
             if dropped:
-                log.info("feed %s: retention dropped %d transactions", name, dropped)
+                log.info("feed %s: retention dropped %d transactions", name, dropped,
+                         extra={"feed": name, "event": "retention_trim", "dropped": dropped})

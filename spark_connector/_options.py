@@ -37,6 +37,13 @@ def _positive(options: Mapping[str, Any], name: str, default: int | None) -> int
     return value
 
 
+def _client_cert(options: Mapping[str, Any]) -> tuple[str, str] | None:
+    cert, key = _get(options, "clientCert") or None, _get(options, "clientKey") or None
+    if (cert is None) != (key is None):
+        raise ValueError("pgfeed options 'clientCert' and 'clientKey' go together")
+    return None if cert is None or key is None else (cert, key)
+
+
 @dataclass(frozen=True, slots=True)
 class FeedOptions:
     """Everything a reader needs, on the driver and on executors (plain data, picklable).
@@ -45,7 +52,9 @@ class FeedOptions:
     default ``latest``), ``partitions`` (default 4), ``table`` (``schema.name``: typed columns),
     ``tables``/``ops`` (comma-separated filters), ``token``, ``consumer`` (streaming: acknowledge
     committed offsets), ``maxRowsPerTrigger``, ``wireFormat`` (``arrow`` or ``json``),
-    ``pageSize`` (changes per request) and ``timeout`` (seconds).
+    ``pageSize`` (changes per request), ``timeout`` (seconds), and for https ``caBundle`` (PEM
+    CAs to trust) with ``clientCert``/``clientKey`` (PEM) when the server requires a client
+    certificate (the files must be readable on the driver and on every executor).
     """
 
     url: str
@@ -63,6 +72,8 @@ class FeedOptions:
     page_size: int = 100_000
     timeout: float = 60.0
     columns: tuple[ColumnInfo, ...] = field(default=())  # typed reads: the table's columns
+    ca_bundle: str | None = None
+    client_cert: tuple[str, str] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> FeedOptions:
@@ -89,7 +100,9 @@ class FeedOptions:
             max_rows_per_trigger=_positive(options, "maxRowsPerTrigger", None), wire=wire,
             page_size=_positive(options, "pageSize", 100_000) or 100_000,
             timeout=float(_get(options, "timeout") or 60.0),
+            ca_bundle=_get(options, "caBundle") or None, client_cert=_client_cert(options),
         )
 
     def client(self) -> FeedClient:
-        return FeedClient(self.url, token=self.token, timeout=self.timeout)
+        return FeedClient(self.url, token=self.token, timeout=self.timeout,
+                          ca_bundle=self.ca_bundle, client_cert=self.client_cert)

@@ -4,7 +4,6 @@ values -> the Python values those Spark types hold (the JSON wire path)."""
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
@@ -30,6 +29,7 @@ from pyspark.sql.types import (
 )
 
 from clients import Change, TableInfo, parse_lsn
+from clients._json import dumps_exact
 
 __all__ = [
     "KEY_COLUMN", "METADATA_COLUMNS", "METADATA_NAMES", "change_schema", "json_converter",
@@ -172,11 +172,13 @@ def _float(v: Any) -> float | None:
 
 
 def _str(v: Any) -> str | None:
-    return v if v is None or isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+    return v if v is None or isinstance(v, str) else dumps_exact(v)
 
 
 def _json_text(v: Any) -> str | None:
-    return None if v is None else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+    """A json/jsonb value as the client parsed it (numbers exact) -> compact JSON text, every
+    digit kept; the Arrow wire format carries PostgreSQL's own text instead."""
+    return None if v is None else dumps_exact(v)
 
 
 def _bytes(v: Any) -> bytes | None:

@@ -7,8 +7,7 @@ of its own payload as they come (an ALTER TABLE mid-transaction applies to later
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from clients._cursor import format_lsn
@@ -43,10 +42,13 @@ from service.pgoutput.messages import (
     UpdateMessage,
 )
 
-__all__ = ["DEFAULT_PLACEHOLDER", "RawChange", "ToastMode", "TransactionDecoder"]
+__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "RawChange", "ToastMode", "TransactionDecoder"]
 
 ToastMode = Literal["omit", "placeholder", "reselect"]
 DEFAULT_PLACEHOLDER = "__pgfeed_unchanged_toast__"
+# toast=reselect: (commit_lsn, seq) -> {column: (value oid, text)} the feed's fill index holds for
+# that change (``feeds.toastindex``), empty when it filled nothing there.
+Fills = Callable[[int, int], Mapping[str, tuple[int, str | None]]]
 
 _OPS = {TAG_INSERT: Op.INSERT, TAG_UPDATE: Op.UPDATE, TAG_DELETE: Op.DELETE,
         TAG_TRUNCATE: Op.TRUNCATE, TAG_MESSAGE: Op.MESSAGE}
@@ -69,13 +71,16 @@ _UT = UNCHANGED_TOAST
 class _Plan:
     """What decoding a row of one relation version needs, computed once per version."""
 
-    __slots__ = ("cache", "key_names", "key_of", "load", "name", "schema", "wire_row")
+    __slots__ = ("cache", "column_names", "key_names", "key_of", "load", "name", "schema",
+                 "value_oids", "wire_row")
 
     def __init__(self, schema: RelationSchema) -> None:
         self.schema = schema
         self.cache: dict[str, Any] = {}  # what encoders derive from this version (transcode.py)
         self.name = schema.qualified_name
         oids = [c.value_oid for c in schema.columns]
+        self.value_oids = tuple(oids)
+        self.column_names = schema.column_names
         self.load: RowLoader = row_loader(oids, schema.column_names)
         self.wire_row = _wire_row(tuple(oids), schema.column_names)
         self.key_names = schema.key_columns
@@ -205,20 +210,36 @@ def _fast_rows(tag: int, data: bytes, wire_row: WireRow) -> Rows:
     return new, old, old_kind
 
 
-def _slow_rows(msg: InsertMessage | UpdateMessage | DeleteMessage,
-               load: RowLoader) -> tuple[dict[str, Any] | None, bool, dict[str, Any] | None, bool,
-                                         int | None]:
-    """The reference path: decoded TupleData through ``row_loader`` (TOAST, binary, fallbacks)."""
+def _slow_rows(msg: InsertMessage | UpdateMessage | DeleteMessage, load: RowLoader,
+               new_values: tuple[Any, ...] | None = None) -> tuple[
+                   dict[str, Any] | None, dict[str, Any] | None, bool, int | None]:
+    """The reference path: decoded TupleData through ``row_loader`` (TOAST, binary, fallbacks);
+    ``new_values`` stand in for the new tuple's values (unchanged TOAST filled)."""
     new = old = None
-    new_toast = old_toast = False
+    old_toast = False
     old_kind = None
     if not isinstance(msg, DeleteMessage):
-        values = msg.new_tuple.values
-        new, new_toast = load(values), _UT in values
+        new = load(msg.new_tuple.values if new_values is None else new_values)
     if not isinstance(msg, InsertMessage) and msg.old_tuple is not None:
         values = msg.old_tuple.values
         old, old_toast, old_kind = load(values), _UT in values, msg.old_kind
-    return new, new_toast, old, old_toast, old_kind
+    return new, old, old_toast, old_kind
+
+
+def _fill(values: tuple[Any, ...], plan: _Plan,
+          fills: Mapping[str, tuple[int, str | None]]) -> tuple[tuple[Any, ...] | None, list[str]]:
+    """``values`` with unchanged TOAST columns replaced by the fill index's text for them (when
+    the value type is still the column's; None when nothing was), and the names filled."""
+    out = list(values)
+    filled = []
+    names, oids = plan.column_names, plan.value_oids
+    for i, v in enumerate(values):
+        if v is _UT and i < len(names):
+            held = fills.get(names[i])
+            if held is not None and held[0] == oids[i]:
+                out[i] = held[1]
+                filled.append(names[i])
+    return (tuple(out) if filled else None), filled
 
 
 class TransactionDecoder:
@@ -230,26 +251,22 @@ class TransactionDecoder:
       flagged as identity by pgoutput, so ``key`` is the whole old row.
     - ``before``: only when the old row came whole ('O', REPLICA IDENTITY FULL).
     - Unchanged TOAST columns are listed in ``unchanged_toast``; ``toast`` decides ``after``:
-      ``omit`` leaves them out, ``placeholder`` sets ``placeholder``, ``reselect`` fills them from
-      the old image when it has them, else from the last image of the same key this decoder saw
-      (a best-effort LRU of ``image_cache_size`` rows, only kept in this mode), else leaves them
-      out; filled columns are listed in ``toast_filled``.
+      ``omit`` leaves them out, ``placeholder`` sets ``placeholder``, ``reselect`` takes them
+      from ``fills`` (the feed's fill index: a function of the change's position alone) and
+      leaves out what it has not; filled columns are listed in ``toast_filled``.
 
-    Not thread-safe in ``reselect`` mode (the image LRU); otherwise stateless between calls
-    apart from caches.
+    Stateless between calls apart from caches (not thread-safe: callers serialise).
     """
 
     def __init__(self, catalog: RelationCatalog, *, toast: ToastMode = "omit",
-                 placeholder: str = DEFAULT_PLACEHOLDER, image_cache_size: int = 10_000) -> None:
+                 placeholder: str = DEFAULT_PLACEHOLDER, fills: Fills | None = None) -> None:
         if toast not in ("omit", "placeholder", "reselect"):
             raise ValueError(f"toast must be omit, placeholder or reselect, not {toast!r}")
         self.catalog = catalog
         self.toast = toast
         self.placeholder = placeholder
+        self.fills = fills
         self._plans: dict[RelationSchema, _Plan] = {}
-        self._images: OrderedDict[tuple[int, tuple[Any, ...]], dict[str, Any]] | None = (
-            OrderedDict() if toast == "reselect" else None)
-        self._image_cache_size = image_cache_size
         # (commit_lsn, payload size, seq) -> where a page that stopped before that seq left off
         self._resume: dict[tuple[int, int, int],
                            tuple[int, int, dict[int, _Plan], dict[int, TypeName]]] = {}
@@ -260,8 +277,8 @@ class TransactionDecoder:
         """Decode changes ``first_seq`` onwards of ``stored``.
 
         ``lazy`` leaves row changes as ``RawChange`` (wire bytes and their relation version) for
-        encoders that write them without loading values; ignored in ``reselect`` mode, where
-        decoding every row in order is what keeps the image cache right.
+        encoders that write them without loading values (a change they cannot write, such as
+        one with unchanged TOAST, is loaded by ``RawChange.load``).
 
         ``max_changes`` bounds the changes *scanned* (seq ``first_seq`` to
         ``first_seq + max_changes - 1``), not the ones returned: ``tables`` (``"schema.table"``
@@ -279,7 +296,6 @@ class TransactionDecoder:
         last = first_seq - 1
         if max_changes is not None and max_changes <= 0:
             stop = first_seq
-        lazy = lazy and self._images is None
         payload = stored.payload
         origin = stored.origin
         backfill = backfill_id_of(origin)
@@ -360,6 +376,46 @@ class TransactionDecoder:
         return Transaction(stored.xid, commit_lsn, stored.end_lsn, stored.commit_ts, origin,
                            changes, stored.change_count, last, backfill)
 
+    def wire_changes(self, stored: StoredTransaction) -> Iterator[
+            tuple[int, int, bytes, RelationSchema | None, RelationSchema | None]]:
+        """``(seq, tag, message, schema, previous)`` for each change of ``stored`` in order, with
+        the relation version in force (None for truncates and messages), and for each Relation
+        frame ``(-1, TAG_RELATION, frame, new version, version it replaces or None)``: what the
+        fill index (``feeds.toastindex``) walks."""
+        commit_lsn = stored.commit_lsn
+        types: dict[int, TypeName] = {}
+        plans: dict[int, _Plan] = {}
+        payload = bytes(stored.payload) if not isinstance(stored.payload, bytes) else stored.payload
+        pos, end, seq = 0, len(payload), -1
+        while pos < end:
+            _lsn, length = _frame_at(payload, pos)
+            pos += _FRAME_SIZE
+            tag = payload[pos]
+            buf = payload[pos:pos + length]
+            pos += length
+            if tag == TAG_RELATION:
+                rel = decode(buf)
+                assert isinstance(rel, RelationMessage)
+                previous = plans.get(rel.relation_id)
+                before = previous.schema if previous is not None else \
+                    self.catalog.find(rel.relation_id, commit_lsn)
+                plan = plans[rel.relation_id] = self._payload_plan(rel, commit_lsn, types)
+                yield -1, tag, buf, plan.schema, before
+            elif tag == TAG_TYPE:
+                typ = decode(buf)
+                assert isinstance(typ, TypeMessage)
+                types[typ.type_oid] = TypeName(typ.namespace, typ.name)
+            elif tag in _CHANGE_TAGS:
+                seq += 1
+                schema = None
+                if tag in _ROW_TAGS:
+                    relation_id = _relation_id_at(buf, 1)[0]
+                    found = plans.get(relation_id)
+                    if found is None:
+                        found = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
+                    schema = found.schema
+                yield seq, tag, buf, schema, None
+
     # -- relations -------------------------------------------------------------------------------
     def _plan(self, relation_id: int, commit_lsn: int, seq: int) -> _Plan:
         schema = self.catalog.find(relation_id, commit_lsn)
@@ -391,14 +447,24 @@ class TransactionDecoder:
     # -- rows ------------------------------------------------------------------------------------
     def _row(self, tag: int, buf: bytes, plan: _Plan, lsn: int, seq: int,
              commit_lsn: int) -> Change:
+        toast: list[str] = []
+        filled: list[str] | None = None
         try:  # wire bytes straight to values: rows of only 't'/'n' columns (nearly all of them)
             after, old, old_kind = _fast_rows(tag, buf, plan.wire_row)
-            new_toast = old_toast = False
+            old_toast = False
         except Exception:  # noqa: BLE001 - anything unusual: the reference path below decides
             msg = decode(buf)
             assert isinstance(msg, (InsertMessage, UpdateMessage, DeleteMessage))
+            new_values = None
+            if not isinstance(msg, DeleteMessage) and _UT in msg.new_tuple.values:
+                values = msg.new_tuple.values
+                names = plan.column_names
+                toast = [names[i] for i, v in enumerate(values) if v is _UT and i < len(names)]
+                if self.toast == "reselect":
+                    fills = self.fills(commit_lsn, seq) if self.fills is not None else None
+                    new_values, filled = _fill(values, plan, fills) if fills else (None, [])
             try:
-                after, new_toast, old, old_toast, old_kind = _slow_rows(msg, plan.load)
+                after, old, old_toast, old_kind = _slow_rows(msg, plan.load, new_values)
             except ValueError as exc:
                 raise SchemaError(f"{_OPS[tag].value} at {format_lsn(lsn)} (transaction "
                                   f"{format_lsn(commit_lsn)}, seq {seq}) does not fit "
@@ -407,30 +473,28 @@ class TransactionDecoder:
             old = {k: v for k, v in old.items() if v is not _UT}
         if tag == TAG_INSERT:
             assert after is not None
-            return self._insert(after, new_toast, plan, lsn, seq)
-        if tag == TAG_UPDATE:
+            change = self._insert(after, toast, plan, lsn, seq)
+        elif tag == TAG_UPDATE:
             assert after is not None
-            return self._update(after, new_toast, old, old_kind, plan, lsn, seq)
-        assert old is not None
-        return self._delete(old, old_kind, plan, lsn, seq)
+            change = self._update(after, toast, old, old_kind, plan, lsn, seq)
+        else:
+            assert old is not None
+            return self._delete(old, old_kind, plan, lsn, seq)
+        if toast:
+            self._unchanged_toast(change, filled)
+        return change
 
-    def _insert(self, after: dict[str, Any], new_toast: bool, plan: _Plan, lsn: int,
+    def _insert(self, after: dict[str, Any], toast: list[str], plan: _Plan, lsn: int,
                 seq: int) -> Change:
         key = plan.key_of(after)
         schema = plan.schema
-        if not new_toast and self._images is None:
+        if not toast:
             return Change(lsn, seq, Op.INSERT, schema.schema, schema.table, key, None, after)
-        toast = [k for k, v in after.items() if v is _UT] if new_toast else []
-        if key is not None and new_toast:
+        if key is not None:
             key = {k: v for k, v in key.items() if v is not _UT}
-        change = Change(lsn, seq, Op.INSERT, schema.schema, schema.table, key, None, after, toast)
-        if toast:
-            self._unchanged_toast(change, None, None)
-        if self._images is not None and key is not None:
-            self._remember(plan, key, after)
-        return change
+        return Change(lsn, seq, Op.INSERT, schema.schema, schema.table, key, None, after, toast)
 
-    def _update(self, after: dict[str, Any], new_toast: bool, old: dict[str, Any] | None,
+    def _update(self, after: dict[str, Any], toast: list[str], old: dict[str, Any] | None,
                 old_kind: int | None, plan: _Plan, lsn: int, seq: int) -> Change:
         key_names = plan.key_names
         before = None
@@ -440,80 +504,30 @@ class TransactionDecoder:
             if old_kind == _OLD_ROW:
                 before = old
             key = {k: old[k] for k in key_names if k in old} if key_names else None
-        toast: list[str] = []
-        if new_toast:
-            toast = [k for k, v in after.items() if v is _UT]
-            if key is not None and old is None:
-                key = {k: v for k, v in key.items() if v is not _UT}
+        if toast and key is not None and old is None:
+            key = {k: v for k, v in key.items() if v is not _UT}
         schema = plan.schema
-        change = Change(lsn, seq, Op.UPDATE, schema.schema, schema.table, key, before, after, toast)
-        if toast:
-            recalled = self._recall(plan, key) if self._images is not None and key else None
-            self._unchanged_toast(change, before, recalled)
-        if self._images is not None and key_names:
-            if key is not None and old is not None:
-                self._forget(plan, key)
-            self._remember(plan, {k: after.get(k) for k in key_names}, after)
-        return change
+        return Change(lsn, seq, Op.UPDATE, schema.schema, schema.table, key, before, after, toast)
 
     def _delete(self, old: dict[str, Any], old_kind: int | None, plan: _Plan, lsn: int,
                 seq: int) -> Change:
         key_names = plan.key_names
         key = {k: old[k] for k in key_names if k in old} if key_names else None
         before = old if old_kind == _OLD_ROW else None
-        if self._images is not None and key is not None:
-            self._forget(plan, key)
         schema = plan.schema
         return Change(lsn, seq, Op.DELETE, schema.schema, schema.table, key, before)
 
     # -- unchanged TOAST ---------------------------------------------------------------------------
-    def _unchanged_toast(self, change: Change, old: dict[str, Any] | None,
-                         recalled: dict[str, Any] | None) -> None:
+    def _unchanged_toast(self, change: Change, filled: list[str] | None) -> None:
+        """Apply the toast mode to ``after``: ``filled`` are the columns the fill index gave."""
         after = change.after
         assert after is not None
         if self.toast == "placeholder":
             for name in change.unchanged_toast:
                 after[name] = self.placeholder
             return
-        filled = []
         for name in change.unchanged_toast:
-            value = _UT
-            if self.toast == "reselect":
-                if old is not None:
-                    value = old.get(name, _UT)
-                if value is _UT and recalled is not None:
-                    value = recalled.get(name, _UT)
-            if value is _UT:
+            if after.get(name) is _UT:
                 del after[name]
-            else:
-                after[name] = value
-                filled.append(name)
         if self.toast == "reselect":
-            change.toast_filled = filled
-
-    def _image_key(self, plan: _Plan, key: dict[str, Any]) -> tuple[int, tuple[Any, ...]] | None:
-        ident = (plan.schema.relation_id, tuple(key.values()))
-        try:
-            hash(ident)
-        except TypeError:  # a key column holding a list or JSON object
-            return None
-        return ident
-
-    def _remember(self, plan: _Plan, key: dict[str, Any], after: dict[str, Any]) -> None:
-        images = self._images
-        ident = self._image_key(plan, key)
-        if images is None or ident is None:
-            return
-        images[ident] = after
-        images.move_to_end(ident)
-        while len(images) > self._image_cache_size:
-            images.popitem(last=False)
-
-    def _recall(self, plan: _Plan, key: dict[str, Any]) -> dict[str, Any] | None:
-        ident = self._image_key(plan, key)
-        return None if ident is None or self._images is None else self._images.get(ident)
-
-    def _forget(self, plan: _Plan, key: dict[str, Any]) -> None:
-        ident = self._image_key(plan, key)
-        if ident is not None and self._images is not None:
-            self._images.pop(ident, None)
+            change.toast_filled = filled or []

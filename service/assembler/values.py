@@ -2,12 +2,11 @@
 
 Assumes the replication session's datestyle=ISO, timezone=UTC, extra_float_digits=3 (capture pins
 them) and IntervalStyle postgres (the default; iso_8601 is parsed too). Values Python cannot hold
-keep PostgreSQL's text form.
+keep PostgreSQL's text form; json/jsonb values are never parsed (``JsonText``: every digit kept).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -15,18 +14,16 @@ from dataclasses import dataclass
 from datetime import time
 from typing import Any
 
-import orjson
 from psycopg import adapt, postgres
 from psycopg.abc import AdaptContext
 from psycopg.pq import Format
-from psycopg.types.json import set_json_loads
 
 from service.assembler.relations import BUILTIN_TYPES, TEXT_ARRAY_OID, TEXT_OID
 
 __all__ = [
     "Interval",
+    "JsonText",
     "RowLoader",
-    "JsonNumber",
     "SpecialFloat",
     "TimeTz",
     "load_value",
@@ -170,38 +167,28 @@ class _TimeTzLoader(adapt.Loader):
 
 
 @dataclass(frozen=True, slots=True)
-class JsonNumber:
-    """A json/jsonb number no float can hold (``1e400``, ``1e-400``): kept as its text and written
-    back verbatim, so a value never silently becomes null or 0.0."""
+class JsonText:
+    """A json/jsonb value: the document exactly as PostgreSQL printed it, never parsed.
+
+    Parsing would put numbers through floats (``123456789012345678901234567890``,
+    ``0.10000000000000000001`` lose digits) and change spacing and escapes; encoders write this
+    text as it is (embedded in JSON, as protobuf's ``json_value``, as Arrow's string)."""
 
     text: str
 
 
-# Where a float may overflow or underflow: an exponent, or (jsonb stores numbers as numeric and
-# prints them without one) hundreds of zeros after the point, as in 1e-400 stored by jsonb.
-_FLOAT_EDGE = re.compile(rb"\d[eE]|\.0{300}")
-_NONZERO = frozenset("123456789")
+class _JsonTextLoader(adapt.Loader):
+    """json/jsonb text -> ``JsonText``; the document ``null`` -> None (as every encoder and the
+    fast paths write it: JSON null, protobuf null_value)."""
 
-
-def _json_float(text: str) -> float | JsonNumber:
-    value = float(text)
-    if math.isinf(value) or (value == 0.0 and not _NONZERO.isdisjoint(text.split("e")[0].split("E")[0])):
-        return JsonNumber(text)
-    return value
-
-
-def _json_loads(data: Any) -> Any:
-    raw = bytes(data)
-    if _FLOAT_EDGE.search(raw) is None:  # no float can overflow or underflow here
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:  # integers past 64 bits, which orjson refuses
-            pass
-    return json.loads(raw, parse_float=_json_float)
+    def load(self, data: Any) -> JsonText | None:
+        text = bytes(data).decode()
+        return None if text == "null" else JsonText(text)
 
 
 _ADAPTERS = adapt.AdaptersMap(postgres.adapters)
-set_json_loads(_json_loads, _ADAPTERS)
+_ADAPTERS.register_loader(114, _JsonTextLoader)
+_ADAPTERS.register_loader(3802, _JsonTextLoader)
 _ADAPTERS.register_loader(1186, _IntervalLoader)
 _ADAPTERS.register_loader(700, _FloatLoader)
 _ADAPTERS.register_loader(701, _FloatLoader)

@@ -24,7 +24,7 @@ from service.backfill.rows import copy_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
 from service.backfill.window import Entry
 from service.errors import BackfillError
-from service.replication.stream import SESSION_OPTIONS
+from service.replication.session import connection_options
 
 WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
@@ -93,8 +93,7 @@ def connect(dsn: str) -> psycopg.Connection:
     params = conninfo_to_dict(dsn)
     # synchronous_commit on: a watermark's commit flushes WAL, so the stream gets it at once
     # (FIELD-NOTES: with it off, decoding waits for a later flush)
-    options = " ".join(str(o) for o in (params.get("options"), SESSION_OPTIONS,
-                                        "-c synchronous_commit=on") if o)
+    options = connection_options(params.get("options")) + " -c synchronous_commit=on"
     extra: dict[str, str | int] = {"options": options}
     if "connect_timeout" not in params:
         extra["connect_timeout"] = 10

@@ -7,14 +7,19 @@ rules every store shares (batch checks, retention bounds, split points) live her
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
 from clients._cursor import Cursor
 from service.assembler.model import BackfillProgress, StoredTransaction
 from service.backfill.model import BackfillPart, BackfillRecord
-from service.errors import PgfeedError
+from service.errors import PgfeedError, RetentionError
+
+log = logging.getLogger("pgfeed.changelog")
 
 # LSNs are stored as SQLite's signed 64-bit integers; PostgreSQL never gets near 2**63.
 MAX_LSN = (1 << 63) - 1
@@ -37,6 +42,23 @@ class LogStats:
     forced_trims: int = 0  # trims that dropped what a named consumer had not acknowledged
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerState:
+    """A named consumer: its acknowledged cursor and when it last acknowledged (µs since
+    2000-01-01, PostgreSQL's epoch, like ``commit_ts``), which its idle expiry counts from."""
+
+    cursor: Cursor
+    acked_us: int
+
+
+def pg_now_us(unix_seconds: float | None = None) -> int:
+    """Now (or ``unix_seconds``) in µs since 2000-01-01, the log's clock for commit_ts and acks."""
+    return int(((time.time() if unix_seconds is None else unix_seconds) - PG_EPOCH_UNIX) * 1_000_000)
+
+
+PG_EPOCH_UNIX = 946_684_800  # 2000-01-01T00:00:00Z as a Unix time
+
+
 class ChangeLog(Protocol):
     """Invariants every implementation keeps:
 
@@ -52,6 +74,10 @@ class ChangeLog(Protocol):
     - ``trimmed_lsn`` (highest commit_lsn removed) never moves backward; ``head`` is kept when
       retention empties the log, so replays below it are still skipped.
     - Schema history is never trimmed.
+    - A consumer is never created below ``Cursor(trimmed_lsn)`` (RetentionError); a forced
+      trim removes the consumers it overtook (their cursors name positions that are gone), so
+      no consumer ever holds retention at a position the log no longer has.
+    - Consumers' acknowledgement times are durable with them: idle expiry survives restarts.
     - Backfill progress is stored atomically with the chunk that made it: a transaction that
       ``append`` stores and whose ``progress`` is set also sets that backfill part's ``last_key``,
       ``rows``, ``chunks`` and ``done`` (absolute values) in the same atomic write; a skipped
@@ -129,13 +155,28 @@ class ChangeLog(Protocol):
         commit_lsn > after_lsn, in commit order; never trimmed, so any retained transaction decodes."""
         ...
 
-    def set_consumer(self, name: str, cursor: Cursor) -> None:
-        """Record a named consumer's acknowledged cursor (never moves backward)."""
+    def set_consumer(self, name: str, cursor: Cursor, acked_us: int | None = None) -> None:
+        """Record a named consumer's acknowledged cursor (never moves backward) and that it
+        acknowledged at ``acked_us`` (default now; never moves backward either). Creating a
+        consumer below ``Cursor(trimmed_lsn())`` raises RetentionError."""
         ...
 
     def get_consumer(self, name: str) -> Cursor | None: ...
 
     def consumers(self) -> dict[str, Cursor]: ...
+
+    def consumer_states(self) -> dict[str, ConsumerState]:
+        """Every consumer with its cursor and last acknowledgement time."""
+        ...
+
+    def delete_consumer(self, name: str) -> bool:
+        """Forget a consumer (retention stops waiting for it); False if there was none."""
+        ...
+
+    def expire_consumers(self, acked_before_us: int) -> list[str]:
+        """Delete the consumers that last acknowledged before ``acked_before_us`` (logged at
+        WARNING on ``pgfeed.changelog``); returns their names."""
+        ...
 
     def close(self) -> None: ...
 
@@ -166,6 +207,15 @@ def release_bound(consumer: Cursor | None, change_count_at: int | None) -> int:
     return consumer.lsn
 
 
+def consumed_bound(log: ChangeLog, cursor: Cursor) -> int:
+    """``trim``'s bound that drops exactly what a reader at ``cursor`` has consumed: every
+    transaction before it, and the one at it once the cursor names its last change."""
+    if cursor.seq is None:
+        return cursor.lsn + 1
+    rest = log.read(cursor, 1, upto_lsn=cursor.lsn)  # the transaction at it, if changes are left
+    return cursor.lsn if rest else cursor.lsn + 1
+
+
 def age_cutoff(hours: float | None, now_us: int) -> int | None:
     """commit_ts below which a transaction is older than ``hours`` (None: no age limit)."""
     if hours is None:
@@ -173,6 +223,12 @@ def age_cutoff(hours: float | None, now_us: int) -> int | None:
     if hours < 0:
         raise ValueError(f"retention hours must be >= 0, got {hours}")
     return now_us - int(hours * 3_600_000_000)
+
+
+def idle_expiry(acked_us: int, max_idle_hours: float | None) -> int | None:
+    """When a consumer that last acknowledged at ``acked_us`` expires (None: never); it does once
+    ``age_cutoff(max_idle_hours, now)`` passes ``acked_us``."""
+    return None if max_idle_hours is None else acked_us + int(max_idle_hours * 3_600_000_000)
 
 
 def check_lsn(lsn: int, what: str) -> None:
@@ -184,6 +240,30 @@ def check_consumer(name: str, cursor: Cursor) -> None:
     if not name:
         raise ValueError("a consumer needs a non-empty name")
     check_lsn(cursor.lsn, f"consumer {name!r} cursor lsn")
+
+
+def check_new_consumer(name: str, cursor: Cursor, trimmed_lsn: int) -> None:
+    """Raise RetentionError (410) when a new consumer's cursor names a position retention dropped."""
+    if cursor < Cursor(trimmed_lsn):
+        raise RetentionError(f"consumer {name!r} cannot start at {cursor}: the log no longer holds "
+                             f"changes up to {Cursor(trimmed_lsn)}; acknowledge {Cursor(trimmed_lsn)} "
+                             "or later", str(Cursor(trimmed_lsn)))
+
+
+def overtaken(states: dict[str, ConsumerState], trimmed_lsn: int) -> list[str]:
+    """Consumers whose cursor lies below what a (forced) trim removed, in name order."""
+    return sorted(n for n, s in states.items() if s.cursor < Cursor(trimmed_lsn))
+
+
+def log_expired(where: str, names: list[str], acked_before_us: int) -> None:
+    if names:
+        log.warning("%s: consumer(s) %s expired: no acknowledgement since before %s", where,
+                    ", ".join(names), format_pg_time(acked_before_us))
+
+
+def format_pg_time(us: int) -> str:
+    """µs since 2000-01-01 -> ISO 8601 UTC."""
+    return datetime.fromtimestamp(PG_EPOCH_UNIX + us / 1_000_000, tz=UTC).isoformat()
 
 
 def check_batch(transactions: Sequence[StoredTransaction], confirmed_lsn: int | None) -> None:

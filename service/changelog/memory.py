@@ -17,12 +17,17 @@ from service.assembler.model import StoredTransaction
 from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog.base import (
     ChangeLogError,
+    ConsumerState,
     LogStats,
     age_cutoff,
     apply_progress,
     check_batch,
     check_consumer,
     check_lsn,
+    check_new_consumer,
+    log_expired,
+    overtaken,
+    pg_now_us,
     read_selection,
     release_bound,
     slowest,
@@ -49,7 +54,7 @@ class MemoryChangeLog:
         self._entries: list[_Entry] = []
         self._lsns: list[int] = []  # commit_lsn of each entry, for bisect
         self._schema: list[tuple[int, bytes]] = []
-        self._consumers: dict[str, Cursor] = {}
+        self._consumers: dict[str, ConsumerState] = {}
         self._head = 0
         self._confirmed = 0
         self._trimmed = 0
@@ -110,12 +115,29 @@ class MemoryChangeLog:
         with self._open():
             self._confirmed = max(self._confirmed, lsn)
 
-    def set_consumer(self, name: str, cursor: Cursor) -> None:
+    def set_consumer(self, name: str, cursor: Cursor, acked_us: int | None = None) -> None:
         check_consumer(name, cursor)
+        now = pg_now_us() if acked_us is None else acked_us
         with self._open():
             current = self._consumers.get(name)
-            if current is None or cursor > current:
-                self._consumers[name] = cursor
+            if current is None:
+                check_new_consumer(name, cursor, self._trimmed)
+                self._consumers[name] = ConsumerState(cursor, now)
+            else:
+                self._consumers[name] = ConsumerState(max(current.cursor, cursor),
+                                                      max(now, current.acked_us))
+
+    def delete_consumer(self, name: str) -> bool:
+        with self._open():
+            return self._consumers.pop(name, None) is not None
+
+    def expire_consumers(self, acked_before_us: int) -> list[str]:
+        with self._open():
+            names = sorted(n for n, s in self._consumers.items() if s.acked_us < acked_before_us)
+            for name in names:
+                del self._consumers[name]
+        log_expired("in-memory change log", names, acked_before_us)
+        return names
 
     def trim(self, before_lsn: int, *, force: bool = False) -> int:
         with self._open():
@@ -150,17 +172,20 @@ class MemoryChangeLog:
         cut = bisect.bisect_left(self._lsns, before_lsn)
         if cut == 0:
             return 0
+        self._trimmed = max(self._trimmed, self._lsns[cut - 1])
         if force and self._lsns[cut - 1] >= bound:
             self._forced_trims += 1
+            gone = overtaken(self._consumers, self._trimmed)
+            for name in gone:
+                del self._consumers[name]
             log.warning("forced trim dropped transactions up to %X that consumer(s) %s had not "
-                        "acknowledged", self._lsns[cut - 1], ", ".join(sorted(self._consumers)))
-        self._trimmed = max(self._trimmed, self._lsns[cut - 1])
+                        "acknowledged; they were removed", self._lsns[cut - 1], ", ".join(gone))
         del self._entries[:cut]
         del self._lsns[:cut]
         return cut
 
     def _release_bound(self) -> int:
-        consumer = slowest(self._consumers.values())
+        consumer = slowest(s.cursor for s in self._consumers.values())
         if consumer is None:
             return release_bound(None, None)
         i = bisect.bisect_left(self._lsns, consumer.lsn)
@@ -216,11 +241,16 @@ class MemoryChangeLog:
 
     def get_consumer(self, name: str) -> Cursor | None:
         with self._open():
-            return self._consumers.get(name)
+            state = self._consumers.get(name)
+        return None if state is None else state.cursor
 
     def consumers(self) -> dict[str, Cursor]:
         with self._open():
-            return dict(self._consumers)
+            return {n: s.cursor for n, s in self._consumers.items()}
+
+    def consumer_states(self) -> dict[str, ConsumerState]:
+        with self._open():
+            return dict(sorted(self._consumers.items()))
 
     def stats(self) -> LogStats:
         with self._open():

@@ -41,11 +41,16 @@ from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog.base import (
     MAX_LSN,
     ChangeLogError,
+    ConsumerState,
     LogStats,
     age_cutoff,
     check_batch,
     check_consumer,
     check_lsn,
+    check_new_consumer,
+    log_expired,
+    overtaken,
+    pg_now_us,
     read_selection,
     release_bound,
     slowest,
@@ -58,7 +63,7 @@ __all__ = ["CHUNK_BYTES", "SqliteChangeLog"]
 log = logging.getLogger("pgfeed.changelog")
 
 CHUNK_BYTES = 4 << 20
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2  # 2: consumer.acked_at (see _MIGRATIONS)
 _PAGE_SIZE = 16384  # big appends ~1.5x faster than with 4 KiB pages (fewer overflow pages); creation only
 _BUSY_SECONDS = 30.0  # another process (e.g. `pgfeed` tooling) may hold the write lock briefly
 _WAL_LIMIT = 64 << 20  # truncate the WAL back to this after a checkpoint
@@ -105,7 +110,9 @@ _SCHEMA = (
     """CREATE TABLE consumer (
         name TEXT PRIMARY KEY,
         lsn INTEGER NOT NULL,
-        seq INTEGER) WITHOUT ROWID""",
+        seq INTEGER,
+        acked_at INTEGER NOT NULL)      -- last acknowledgement, µs since 2000-01-01
+        WITHOUT ROWID""",
     f"PRAGMA user_version = {_SCHEMA_VERSION}",
 )
 
@@ -129,6 +136,14 @@ _BACKFILL_SCHEMA = (
         done INTEGER NOT NULL,
         PRIMARY KEY (backfill_id, part)) WITHOUT ROWID""",
 )
+
+# Statements that bring a log of version ``v`` to ``v + 1``, run in the transaction that opens it.
+# A consumer of a version-1 log never recorded when it acknowledged: it counts as acknowledging
+# at the upgrade, so its idle expiry starts from there (``?`` is that time).
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE consumer ADD COLUMN acked_at INTEGER NOT NULL DEFAULT 0",
+        "UPDATE consumer SET acked_at = ?"),
+}
 
 _META = ("SELECT commit_lsn, xid, end_lsn, commit_ts, origin, change_count, payload_bytes, "
          "first_chunk, chunk_count FROM txn")
@@ -295,7 +310,14 @@ class SqliteChangeLog:
             if version == 0:
                 for statement in _SCHEMA:
                     conn.execute(statement)
-            elif version != _SCHEMA_VERSION:
+                version = _SCHEMA_VERSION
+            while version in _MIGRATIONS:
+                for statement in _MIGRATIONS[version]:
+                    conn.execute(statement, (pg_now_us(),) if "?" in statement else ())
+                version += 1
+                conn.execute(f"PRAGMA user_version = {version}")
+                log.info("change log %s upgraded to schema version %d", self.path, version)
+            if version != _SCHEMA_VERSION:
                 raise ChangeLogError(f"change log {self.path} has schema version {version}; this "
                                      f"pgfeed understands version {_SCHEMA_VERSION}")
             # Logs created before 2026-11-23 carry an index on cum_changes: one more 16 KiB page
@@ -441,12 +463,30 @@ class SqliteChangeLog:
         with self._writing() as conn:
             conn.execute("UPDATE state SET confirmed_lsn = ? WHERE confirmed_lsn < ?", (lsn, lsn))
 
-    def set_consumer(self, name: str, cursor: Cursor) -> None:
+    def set_consumer(self, name: str, cursor: Cursor, acked_us: int | None = None) -> None:
         check_consumer(name, cursor)
+        now = pg_now_us() if acked_us is None else acked_us
         with self._writing() as conn:
-            row = conn.execute("SELECT lsn, seq FROM consumer WHERE name = ?", (name,)).fetchone()
-            if row is None or cursor > Cursor(row[0], row[1]):
-                conn.execute("INSERT OR REPLACE INTO consumer VALUES (?, ?, ?)", (name, cursor.lsn, cursor.seq))
+            row = conn.execute("SELECT lsn, seq, acked_at FROM consumer WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                check_new_consumer(name, cursor, conn.execute("SELECT trimmed_lsn FROM state").fetchone()[0])
+            else:
+                kept = Cursor(row[0], row[1])
+                cursor, now = max(kept, cursor), max(now, row[2])  # kept when equal
+            conn.execute("INSERT OR REPLACE INTO consumer VALUES (?, ?, ?, ?)",
+                         (name, cursor.lsn, cursor.seq, now))
+
+    def delete_consumer(self, name: str) -> bool:
+        with self._writing() as conn:
+            return conn.execute("DELETE FROM consumer WHERE name = ?", (name,)).rowcount > 0
+
+    def expire_consumers(self, acked_before_us: int) -> list[str]:
+        with self._writing() as conn:
+            names = [n for (n,) in conn.execute("SELECT name FROM consumer WHERE acked_at < ? ORDER BY name",
+                                                (acked_before_us,))]
+            conn.executemany("DELETE FROM consumer WHERE name = ?", [(n,) for n in names])
+        log_expired(f"change log {self.path}", names, acked_before_us)
+        return names
 
     def trim(self, before_lsn: int, *, force: bool = False) -> int:
         with self._writing() as conn:
@@ -489,9 +529,11 @@ class SqliteChangeLog:
         if self._tail is not None:
             self._tail_next = self._tail.trimmed_to(last_lsn)
         if forced:
-            names = [n for (n,) in conn.execute("SELECT name FROM consumer ORDER BY name")]
+            trimmed = conn.execute("SELECT trimmed_lsn FROM state").fetchone()[0]
+            gone = overtaken(self._states(conn), trimmed)
+            conn.executemany("DELETE FROM consumer WHERE name = ?", [(n,) for n in gone])
             log.warning("change log %s: forced trim dropped transactions up to %X that consumer(s) %s "
-                        "had not acknowledged", self.path, last_lsn, ", ".join(names))
+                        "had not acknowledged; they were removed", self.path, last_lsn, ", ".join(gone))
         return int(last_ordinal - first_ordinal + 1)
 
     @staticmethod
@@ -624,9 +666,16 @@ class SqliteChangeLog:
         return None if row is None else Cursor(row[0], row[1])
 
     def consumers(self) -> dict[str, Cursor]:
+        return {name: state.cursor for name, state in self.consumer_states().items()}
+
+    def consumer_states(self) -> dict[str, ConsumerState]:
         with self._reading(snapshot=False) as conn:
-            return {name: Cursor(lsn, seq) for name, lsn, seq in
-                    conn.execute("SELECT name, lsn, seq FROM consumer ORDER BY name")}
+            return self._states(conn)
+
+    @staticmethod
+    def _states(conn: sqlite3.Connection) -> dict[str, ConsumerState]:
+        return {name: ConsumerState(Cursor(lsn, seq), acked) for name, lsn, seq, acked in
+                conn.execute("SELECT name, lsn, seq, acked_at FROM consumer ORDER BY name")}
 
     def stats(self) -> LogStats:
         with self._reading() as conn:

@@ -12,7 +12,7 @@ changes encodes in tens of milliseconds. The typed mapping mirrors
 - date -> date32; timestamp -> timestamp[us]; timestamptz -> timestamp[us, UTC]; values Arrow
   cannot hold (``infinity``, BC, years past 9999: the JSON keeps their text) -> null;
 - arrays -> list<element>; a multi-dimensional array value -> null;
-- json/jsonb -> string holding the JSON text; uuid, text types, time, interval and anything
+- json/jsonb -> string holding the document exactly as PostgreSQL printed it; uuid, text types, time, interval and anything
   else -> string: a JSON string value as is, any other value as its JSON text.
 
 Unchanged-TOAST columns (not filled by ``toast=reselect``) are null and listed in
@@ -38,7 +38,7 @@ import orjson
 import pyarrow as pa
 
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, SpecialFloat
+from service.assembler.values import Interval, JsonText, SpecialFloat
 from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import dumps
 
@@ -204,7 +204,13 @@ def typed_schema(columns: Sequence[ArrowColumn]) -> pa.Schema:
 # -- values -> column arrays -----------------------------------------------------------------------
 
 def _json_text(value: Any) -> str | None:
-    return None if value is None else dumps(value).decode()
+    """A json/jsonb value: PostgreSQL's text as it is (every digit, whatever its depth)."""
+    if value is None:
+        return None
+    if type(value) is JsonText:
+        text: str = value.text
+        return text
+    return dumps(value).decode()
 
 
 def _text(value: Any) -> str | None:

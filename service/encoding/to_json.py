@@ -14,17 +14,17 @@ from typing import Any
 import orjson
 
 from clients._cursor import format_lsn
+from clients._json import MAX_EMBEDDED_DEPTH, embeddable
 from service.assembler.changes import RawChange
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, JsonNumber, SpecialFloat, TimeTz
+from service.assembler.values import Interval, JsonText, SpecialFloat, TimeTz
 from service.encoding.transcode import json_writers, transcoded
 
-__all__ = ["change_events", "change_to_dict", "commit_ts_iso", "dumps", "transaction_json",
-           "transaction_to_dict"]
+__all__ = ["MAX_EMBEDDED_DEPTH", "change_events", "change_to_dict", "commit_ts_iso", "dumps",
+           "json_document", "transaction_json", "transaction_to_dict"]
 
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _b64 = base64.b64encode
-_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
 
 
 def commit_ts_iso(commit_ts: int) -> str:
@@ -169,8 +169,8 @@ def _default(obj: Any) -> Any:
         return _b64(obj).decode()
     if t is SpecialFloat:
         return obj.text
-    if t is JsonNumber:
-        return orjson.Fragment(obj.text)
+    if t is JsonText:
+        return json_document(obj)
     if t is Interval or t is TimeTz:
         return obj.isoformat()
     raise TypeError(f"cannot write {t.__name__} as JSON")
@@ -180,21 +180,13 @@ def _default(obj: Any) -> Any:
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
+def json_document(value: JsonText) -> Any:
+    """How a json/jsonb value is written into an event: its text as it is (an ``orjson.Fragment``,
+    every digit kept), or, nested past ``MAX_EMBEDDED_DEPTH``, a JSON string holding that text."""
+    text = value.text
+    return orjson.Fragment(text) if embeddable(text) else text
+
+
 def dumps(obj: Any) -> bytes:
     """JSON bytes for change/transaction dicts (or pages of them) with pgfeed's value rules."""
-    try:
-        return orjson.dumps(obj, default=_default, option=_OPTIONS)
-    except TypeError:
-        # orjson refuses integers past 64 bits (json/jsonb can hold them): write them verbatim.
-        return orjson.dumps(_big_ints(obj), default=_default, option=_OPTIONS)
-
-
-def _big_ints(obj: Any) -> Any:
-    t = type(obj)
-    if t is dict:
-        return {k: _big_ints(v) for k, v in obj.items()}
-    if t is list or t is tuple:
-        return [_big_ints(v) for v in obj]
-    if t is int and not _INT64_MIN <= obj <= _UINT64_MAX:
-        return orjson.Fragment(str(obj))
-    return obj
+    return orjson.dumps(obj, default=_default, option=_OPTIONS)

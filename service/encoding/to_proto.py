@@ -21,7 +21,7 @@ from clients._cursor import Cursor, format_lsn
 from service.assembler.changes import RawChange, _Plan
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
-from service.assembler.values import Interval, JsonNumber, SpecialFloat, TimeTz
+from service.assembler.values import Interval, JsonText, SpecialFloat, TimeTz
 from service.encoding.protowire import HEADS as _HEADS
 from service.encoding.protowire import SMALL as _SMALL
 from service.encoding.protowire import VC as _VC
@@ -147,10 +147,11 @@ def _v_interval(v: Interval) -> bytes:
 
 
 def _v_json(v: Any) -> bytes:
-    """A json/jsonb value (already parsed) -> json_value text; JSON null -> null_value."""
+    """A json/jsonb value -> json_value: PostgreSQL's text as it is (``JsonText``, whatever its
+    depth); JSON null -> null_value. Any other value (not loaded from json) is written as JSON."""
     if v is None:
         return _NULL
-    b = json_dumps(v)
+    b = v.text.encode() if type(v) is JsonText else json_dumps(v)
     n = len(b)
     return _JSON + (_V[n] if n < _SMALL else varint(n)) + b
 
@@ -188,7 +189,7 @@ _VALUE: dict[type, Callable[[Any], bytes]] = {
     type(None): _v_none, bool: _v_bool, int: _v_int, float: _v_float, SpecialFloat: _v_float,
     str: _v_str, bytes: _v_bytes, bytearray: _v_bytes, memoryview: _v_bytes,
     Decimal: _v_decimal, datetime: _v_datetime, date: _v_date, time: _v_time, TimeTz: _v_time,
-    Interval: _v_interval, dict: _v_json, JsonNumber: _v_json, list: _v_list,
+    Interval: _v_interval, dict: _v_json, JsonText: _v_json, list: _v_list,
 }
 _BY_KIND: dict[str, Callable[[Any], bytes]] = {"json": _v_json, "json[]": _v_json_list}
 

@@ -6,7 +6,7 @@ already, or nearly, what the contract wants — an int8 is a JSON number as it s
 string, a timestamptz needs a ``T`` and ``:00`` — so these encoders work on the text.
 
 The replication session pins ``DateStyle=ISO``, ``TimeZone=UTC`` and ``extra_float_digits=3``
-(``replication.stream.SESSION_OPTIONS``), which is what makes the text forms predictable.
+(``replication.session.SETTINGS``), which is what makes the text forms predictable.
 
 Each relation version gets a generated function per format that walks TupleData (pgoutput's
 ``'n'``/``'t'`` columns) and converts every column inline. Anything outside the fast path raises:

@@ -9,12 +9,18 @@ from typing import Any, Literal
 FeedState = Literal["starting", "snapshotting", "running", "paused", "failed"]
 ToastMode = Literal["omit", "placeholder", "reselect"]
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")
+ADOPTED_TABLES = ("'tables' and 'all_tables' describe a publication pgfeed creates; an existing "
+                  "'publication' is adopted as it is (the feed's status shows the tables it "
+                  "publishes): leave them out, or change the publication on the source")
 
 
 @dataclass(frozen=True, slots=True)
 class Retention:
     hours: float | None = 168.0
     bytes: int | None = None
+    # A named consumer that has not acknowledged for this long expires (is deleted), so a reader
+    # that went away cannot hold the log forever; None: consumers never expire.
+    consumer_max_idle_hours: float | None = 168.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,5 +102,6 @@ class FeedStatus:
     bytes_captured: int = 0
     last_error: str | None = None
     proto_version: int | None = None
+    streaming_in_use: bool | None = None  # None until capture has connected
     slot_risk: SlotRisk = field(default_factory=SlotRisk)
     source: str = ""  # DSN with the password masked; never the secret

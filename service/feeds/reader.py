@@ -26,6 +26,7 @@ from service.assembler.model import (
 from service.assembler.relations import RelationCatalog
 from service.changelog.base import ChangeLog
 from service.errors import RetentionError
+from service.feeds.toastindex import ToastIndex
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
 
@@ -67,14 +68,24 @@ class Page:
 
 
 class FeedReader:
-    """Pages one feed's change log. Thread-safe: decoding is serialised (the decoder's caches and
-    the ``reselect`` image LRU are per feed), log reads are not."""
+    """Pages one feed's change log. Thread-safe: decoding is serialised (the decoder's caches are
+    per feed), log reads are not.
+
+    ``toast_index`` (required with ``toast="reselect"``) is where unchanged TOAST values come
+    from: a page first brings it up to the transactions it decodes, so what a reader is served
+    depends only on positions, never on what was read before."""
 
     def __init__(self, changelog: ChangeLog, catalog: Callable[[], RelationCatalog], *,
-                 toast: ToastMode = "placeholder", placeholder: str = DEFAULT_PLACEHOLDER) -> None:
+                 toast: ToastMode = "placeholder", placeholder: str = DEFAULT_PLACEHOLDER,
+                 toast_index: ToastIndex | None = None) -> None:
+        if toast == "reselect" and toast_index is None:
+            raise ValueError("toast 'reselect' needs the feed's toast index")
         self.changelog = changelog
         self._catalog = catalog
-        self._decoder = TransactionDecoder(catalog(), toast=toast, placeholder=placeholder)
+        self.toast_index = toast_index if toast == "reselect" else None
+        self._decoder = TransactionDecoder(
+            catalog(), toast=toast, placeholder=placeholder,
+            fills=self.toast_index.fills if self.toast_index is not None else None)
         self._lock = threading.Lock()
         # The transaction a reader is paging through by seq: large ones are read from the log
         # once, not once per page.
@@ -124,6 +135,14 @@ class FeedReader:
         # Schema frames are appended with their transactions, so one catalogue refresh after the
         # log read covers the whole page (not a schema_history query per transaction).
         catalog = self._catalog() if batch else self._decoder.catalog
+        index = self.toast_index
+        if index is not None and batch:
+            # An inline read (``block=False``) brings the index up to its own page only: one
+            # that is behind the cursor has more to apply than an event loop may spend.
+            if not block and index.watermark < after.lsn:
+                raise ReaderBusy("the feed's toast index is behind this cursor")
+            if not index.advance(self.changelog, catalog, batch[-1].commit_lsn, block=block):
+                raise ReaderBusy("another reader of this feed is applying its toast index")
         for stored in batch:
             if remaining <= 0 or (max_transactions is not None and count >= max_transactions):
                 break
@@ -180,6 +199,11 @@ class FeedReader:
                 passed = txn
         bound = Cursor(head) if to is None else min(Cursor(head), to)
         return Page(out, next_cursor, head, next_cursor < bound, passed)
+
+    def index_toast(self) -> None:
+        """Bring the toast index up to the log's head (before retention trims what it needs)."""
+        if self.toast_index is not None:
+            self.toast_index.advance(self.changelog, self._catalog(), self.changelog.head())
 
     def _stored(self, after: Cursor, limit: int, upto: int | None) -> list[StoredTransaction]:
         current = self._current

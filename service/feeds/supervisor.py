@@ -24,10 +24,11 @@ from service.dsn import mask_dsn, scrub
 from service.encoding.to_proto import JsonColumnCache
 from service.errors import BackfillError, FeedExists, FeedNotFound, SourceError
 from service.feeds.catalogue import Catalogue
-from service.feeds.model import NAME_RE, FeedSpec, FeedStatus, SlotRisk
+from service.feeds.model import ADOPTED_TABLES, NAME_RE, FeedSpec, FeedStatus, SlotRisk
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
 from service.feeds.tail import SharedTail
+from service.feeds.toastindex import ToastIndex
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
 from service.replication.commands import source_refusal
@@ -51,6 +52,7 @@ class _Feed:
     thread: threading.Thread | None = None
     reader: FeedReader | None = None
     tail: SharedTail | None = None
+    toast_index: ToastIndex | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     tracker: WindowTracker = field(default_factory=WindowTracker)
     backfills: BackfillManager | None = None
@@ -94,6 +96,7 @@ class Supervisor:
         for feed in feeds:
             self._join(feed)
             feed.changelog.close()
+            _close_index(feed)
         with self._lock:
             self._feeds.clear()
             self._started = False
@@ -160,6 +163,8 @@ class Supervisor:
                              "underscores, starting with a letter, at most 48 characters")
         if not spec.all_tables and not spec.tables and spec.publication is None:
             raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
+        if spec.publication is not None and (spec.tables or spec.all_tables):
+            raise ValueError(ADOPTED_TABLES)
         with self._lock:
             if spec.name in self._feeds:
                 raise FeedExists(f"feed {spec.name!r} already exists")
@@ -208,8 +213,12 @@ class Supervisor:
                     slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
                                              all_tables=spec.all_tables,
                                              partition_root=spec.options.partition_root)
-                elif not slots.publication_exists(conn, spec.publication_name):
-                    raise SourceError(f"publication {spec.publication_name!r} does not exist on the source")
+                else:  # adopted as it is: the feed shows what it really publishes
+                    held = slots.publication_tables(conn, spec.publication_name)
+                    if held is None:
+                        raise SourceError(f"publication {spec.publication_name!r} does not exist on "
+                                          "the source")
+                    spec = replace(spec, all_tables=held[0], tables=held[1])
                 exists = slots.slot_exists(conn, spec.slot_name)
             if owns_slot and exists:
                 raise SourceError(f"replication slot {spec.slot_name!r} already exists on the source; "
@@ -252,6 +261,7 @@ class Supervisor:
                 log.warning("feed %s deleted with force: slot %r / publication %r left on the source "
                             "(%s); drop them there", name, spec.slot_name, spec.publication_name, reason)
             feed.changelog.close()
+            _close_index(feed)
             del self._feeds[name]
             self._catalogue.remove(name)
             shutil.rmtree(self._feed_dir(name), ignore_errors=True)
@@ -315,8 +325,15 @@ class Supervisor:
         with feed.catalog_lock:
             if feed.reader is None:
                 feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name),
-                                         toast=feed.spec.options.toast)
+                                         toast=feed.spec.options.toast,
+                                         toast_index=self._toast_index(feed))
         return feed.reader
+
+    def prepare_trim(self, name: str) -> None:
+        """Before retention trims feed ``name``: a ``toast=reselect`` feed's index takes in what
+        is about to go, so fills after it stay what they would have been."""
+        if self.spec(name).options.toast == "reselect":
+            self.reader(name).index_toast()
 
     def tail(self, name: str) -> SharedTail:
         """The feed's shared live tail (one per feed, with a reader of its own): what caught-up
@@ -325,9 +342,20 @@ class Supervisor:
         with feed.catalog_lock:
             if feed.tail is None:
                 reader = FeedReader(feed.changelog, lambda: self.catalog(name),
-                                    toast=feed.spec.options.toast)
+                                    toast=feed.spec.options.toast,
+                                    toast_index=self._toast_index(feed))
                 feed.tail = SharedTail(reader, JsonColumnCache(lambda: self.catalog(name)))
         return feed.tail
+
+    def _toast_index(self, feed: _Feed) -> ToastIndex | None:
+        """The feed's toast index (``toast=reselect`` only), shared by its readers."""
+        if feed.spec.options.toast != "reselect":
+            return None
+        with feed.catalog_lock:
+            if feed.toast_index is None:
+                feed.toast_index = ToastIndex(self._feed_dir(feed.spec.name) / "toast.db"
+                                              if self._kind == "sqlite" else ":memory:")
+            return feed.toast_index
 
     def check_reader(self, name: str, reader: FeedReader) -> None:
         """Raise FeedNotFound unless ``reader`` is still feed ``name``'s reader: the feed was
@@ -375,15 +403,20 @@ class Supervisor:
             confirmed_lsn=feed.changelog.confirmed_lsn(), head_lsn=feed.changelog.head(),
             changes_per_second=round(stats.rate(), 1), changes_captured=stats.changes,
             bytes_captured=stats.bytes, last_error=stats.last_error,
-            proto_version=stats.proto_version, source=mask_dsn(spec.dsn),
+            proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
+            source=mask_dsn(spec.dsn),
         )
         if probe_source:
             try:
                 with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
                     info = slots.slot_info(conn, spec.slot_name)
+                    held = None if spec.owns_publication else slots.publication_tables(
+                        conn, spec.publication_name)
             except psycopg.Error as exc:
-                info = None
+                info = held = None
                 status.last_error = status.last_error or f"source unreachable: {scrub(str(exc).strip(), spec.dsn)}"
+            if held is not None:  # an adopted publication changes on the source, not through pgfeed
+                status.all_tables, status.tables = held[0], list(held[1])
             if info:
                 status.server_lsn = info.get("server_lsn")
                 status.slot_risk = SlotRisk(info.get("wal_status"), info.get("safe_wal_size"),
@@ -402,3 +435,8 @@ def parallel(names: Sequence[str], fn: Callable[[str], _T]) -> list[_T]:
         return [fn(name) for name in names]
     with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="pgfeed-probe") as pool:
         return list(pool.map(fn, names))
+
+
+def _close_index(feed: _Feed) -> None:
+    if feed.toast_index is not None:
+        feed.toast_index.close()

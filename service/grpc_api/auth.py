@@ -1,16 +1,17 @@
 """Bearer-token check for every gRPC call: a server interceptor over the configured read and admin
-tokens (either may read; every ChangeFeed method is a read). The health service stays open for
-probes. No token configured: nothing is checked.
+tokens, each method needing the scope ``service.access`` gives it (the rule HTTP follows too:
+Subscribe reads; ListFeeds and GetFeed show feed status, which needs an admin token). The health
+service stays open for probes. No token configured: nothing is checked.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Iterable
 
 import grpc
 from grpc_health.v1 import health
 
+from service.access import Scope, Tokens, grants, grpc_scope
 from service.config import Settings
 
 __all__ = ["OPEN_SERVICES", "TokenInterceptor"]
@@ -27,37 +28,42 @@ def _service_of(method: str) -> str:
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Rejects a call with UNAUTHENTICATED unless its ``authorization`` metadata is
-    ``Bearer <token>`` for one of ``tokens`` (compared with ``hmac.compare_digest`` against every
-    token, no early exit)."""
+    ``Bearer <token>`` for a configured token, and with PERMISSION_DENIED when that token's scope
+    does not cover the method."""
 
-    def __init__(self, tokens: Iterable[str], open_services: frozenset[str] = OPEN_SERVICES) -> None:
-        self._tokens = [t.encode() for t in tokens if t]
+    def __init__(self, tokens: Tokens, open_services: frozenset[str] = OPEN_SERVICES) -> None:
+        self._tokens = tokens
         self._open = open_services
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TokenInterceptor | None:
-        tokens = [t.get_secret_value() for t in (*settings.read_tokens, *settings.admin_tokens)]
-        tokens = [t for t in tokens if t]
-        return cls(tokens) if tokens else None
+        tokens = Tokens(settings)
+        return cls(tokens) if tokens.enabled else None
 
-    def allows(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
-        """None when the metadata carries a valid token, else why not."""
+    def allows(self, metadata: Iterable[tuple[str, str | bytes]] | None,
+               needed: Scope = "read") -> tuple[grpc.StatusCode, str] | None:
+        """None when the metadata carries a token whose scope covers ``needed``, else the status
+        and message to refuse with."""
         header = None
         for key, value in metadata or ():
             if key == "authorization":
                 header = value.decode() if isinstance(value, bytes) else value
                 break
         if header is None:
-            return ("missing credentials: send the metadata 'authorization: Bearer <token>' "
-                    "with a read or admin token")
+            return (grpc.StatusCode.UNAUTHENTICATED,
+                    ("missing credentials: send the metadata 'authorization: Bearer <token>' "
+                     "with a read or admin token"))
         scheme, _, token = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return "malformed authorization metadata: expected 'Bearer <token>'"
-        given = token.strip().encode()
-        valid = False
-        for known in self._tokens:
-            valid |= hmac.compare_digest(given, known)
-        return None if valid else "the bearer token is not valid"
+            return (grpc.StatusCode.UNAUTHENTICATED,
+                    "malformed authorization metadata: expected 'Bearer <token>'")
+        scope = self._tokens.scope_of(token.strip())
+        if scope is None:
+            return grpc.StatusCode.UNAUTHENTICATED, "the bearer token is not valid"
+        if not grants(scope, needed):
+            return (grpc.StatusCode.PERMISSION_DENIED,
+                    "this method needs an admin token; the bearer token given may only read")
+        return None
 
     async def intercept_service(self, continuation: Continuation,
                                 handler_call_details: grpc.HandlerCallDetails,
@@ -65,20 +71,21 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method = handler_call_details.method
         if _service_of(method) in self._open:
             return await continuation(handler_call_details)
-        refusal = self.allows(handler_call_details.invocation_metadata)
+        refusal = self.allows(handler_call_details.invocation_metadata, grpc_scope(method))
         if refusal is None:
             return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)
-        return _deny(handler, refusal)
+        return _deny(handler, *refusal)
 
 
-def _deny(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as ``handler`` that fails with UNAUTHENTICATED."""
+def _deny(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode,
+          message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as ``handler`` that fails with ``code``."""
     async def abort(request: object, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
 
     async def abort_stream(request: object, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
         yield  # pragma: no cover - makes this an async generator
 
     if handler is None:

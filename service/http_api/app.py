@@ -16,7 +16,9 @@ from service.http_api.auth import TokenAuth
 from service.http_api.errors import install_handlers
 from service.http_api.middleware import ObserveMiddleware
 from service.http_api.readahead import ReadAhead
-from service.http_api.routes import backfills, changes, consumers, feeds, ops
+from service.http_api.routes import backfills, changes, consumers, feeds, ops, retention
+from service.http_api.routes.docs import install_docs
+from service.http_api.routes.ui import install_ui
 from service.http_api.schemas import ErrorBody
 from service.metrics import Metrics
 
@@ -46,6 +48,7 @@ _ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
 
 def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
     app = FastAPI(title="pgfeed", version=service.__version__, description=_DESCRIPTION,
+                  docs_url=None, redoc_url=None,  # served offline by install_docs
                   openapi_tags=[
                       {"name": "reading", "description": "Pages of changes and transactions"},
                       {"name": "consumers", "description": "Acknowledged cursors"},
@@ -61,8 +64,11 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     app.include_router(changes.router, responses=_READ_ERRORS)
     app.include_router(consumers.router, responses=_READ_ERRORS)  # PUT's 422: see _openapi
     app.include_router(feeds.router, responses=_ADMIN_ERRORS)
+    app.include_router(retention.router, responses=_ADMIN_ERRORS)
     app.include_router(backfills.router, responses=_ADMIN_ERRORS)
     app.include_router(ops.router)
+    install_docs(app)  # /docs, /redoc from packaged assets (no CDN)
+    install_ui(app)  # /ui: the admin console
     install_handlers(app)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)
 

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
+from service.access import FEED_STATUS
 from service.config import Settings
 from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
@@ -15,8 +16,8 @@ from service.http_api.auth import TokenAuth, bearer_scheme
 from service.http_api.readahead import ReadAhead
 from service.metrics import Metrics
 
-__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "SettingsDep", "StopDep",
-           "SupervisorDep"]
+__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "SettingsDep", "StatusScope",
+           "StopDep", "SupervisorDep"]
 
 
 def _supervisor(request: Request) -> Supervisor:
@@ -63,5 +64,11 @@ def require_admin(request: Request, credentials: Credentials) -> None:
     auth.check(credentials, "admin")
 
 
+def require_status(request: Request, credentials: Credentials) -> None:
+    auth: TokenAuth = request.app.state.auth
+    auth.check(credentials, FEED_STATUS)
+
+
 ReadScope = Depends(require_read)
 AdminScope = Depends(require_admin)
+StatusScope = Depends(require_status)  # a feed's status: the scope gRPC's ListFeeds/GetFeed need too

@@ -29,7 +29,7 @@ from service.http_api.readahead import ReadAhead
 __all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
            "parse_ops_param", "parse_tables", "serve_page"]
 
-Format = Literal["json", "arrow"]
+Format = Literal["json", "arrow", "debezium"]
 CursorParam = Cursor | Literal["latest"]
 
 
@@ -243,6 +243,10 @@ class _Reading:
         if request.fmt == "arrow":
             catalog = self.supervisor.catalog(self.feed) if self.typed_table else None
             return encode.arrow_page(page, self.typed_table, catalog)
+        if request.fmt == "debezium":
+            from service.http_api.encode_debezium import debezium_changes, debezium_source
+            source = debezium_source(self.feed, self.supervisor.spec(self.feed).dsn)
+            return debezium_changes(page, source)
         if request.transactions is not None:
             return encode.json_transactions(page)
         return encode.json_changes(page)

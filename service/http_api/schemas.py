@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients._cursor import CURSOR_PATTERN
-from service.feeds.model import NAME_RE
+from service.feeds.model import ADOPTED_TABLES, NAME_RE
 
 # -- errors ---------------------------------------------------------------------------------------
 
@@ -130,9 +130,36 @@ class ConsumerAck(BaseModel):
                         json_schema_extra={"pattern": CURSOR_PATTERN})
 
 
+class TrimRequest(BaseModel):
+    """`POST /v1/feeds/{feed}/trim`: drop what a reader at `before` has already consumed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    before: str = Field(description="Drop every transaction a reader at this cursor has consumed "
+                                    "(`latest`: everything; `earliest`: nothing)",
+                        examples=["16/B374D848", "latest"],
+                        json_schema_extra={"pattern": CURSOR_PATTERN})
+
+
+class TrimOut(BaseModel):
+    dropped: int = Field(description="Transactions removed")
+    removed_consumers: list[str] = Field(description="Consumers the trim overtook (they had not "
+                                                     "acknowledged what it dropped): deleted")
+    oldest_lsn: str
+    trimmed_lsn: str
+    forced_trims: int = Field(description="Trims so far that dropped what a consumer had not "
+                                          "acknowledged")
+
+
 class ConsumerOut(BaseModel):
     name: str
-    cursor: str
+    cursor: str = Field(description="Everything up to and including this is acknowledged")
+    acked_at: str | None = Field(None, description="When the consumer last acknowledged "
+                                                   "(ISO 8601, UTC)")
+    expires_at: str | None = Field(None, description="When it expires unless it acknowledges "
+                                                     "again (`consumer_max_idle_hours` after "
+                                                     "`acked_at`); null: never")
+    lag_bytes: int = Field(0, description="WAL bytes between its cursor and the feed's head")
 
 
 class ConsumersOut(BaseModel):
@@ -149,21 +176,39 @@ class RetentionIn(BaseModel):
                                 description="Drop transactions older than this; null: no age limit")
     bytes: int | None = Field(None, ge=0, le=1 << 62,
                               description="Keep at most this many payload bytes; null: no limit")
+    consumer_max_idle_hours: float | None = Field(
+        168.0, ge=0, le=1_000_000, allow_inf_nan=False,
+        description="A named consumer that has not acknowledged for this long expires: it is "
+                    "deleted (logged) and retention stops waiting for it. Each consumer's "
+                    "`expires_at` in the feed's status says when. null: consumers never expire "
+                    "(one that stops acknowledging then holds the log until an admin deletes it)")
 
 
 class FeedOptionsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    toast: Literal["omit", "placeholder", "reselect"] = "placeholder"
+    toast: Literal["omit", "placeholder", "reselect"] = Field(
+        "placeholder", description="What an unchanged TOAST column's value becomes")
     snapshot: Literal["never", "backfill", "export"] = Field(
         "never", description="`backfill`: backfill every table of the feed when it is created "
                              "(a backfill like any other: resumable, with progress); `export` is "
                              "the older name of the same")
-    messages: bool = True
-    two_phase: bool = False
-    streaming: bool = True
-    partition_root: bool = True
-    heartbeat_seconds: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False)
+    messages: bool = Field(True, description="Serve `pg_logical_emit_message` payloads "
+                                             "(transactional ones with their transaction)")
+    two_phase: bool = Field(False, description="Decode prepared transactions at PREPARE "
+                                               "(served at COMMIT PREPARED)")
+    streaming: bool = Field(
+        True, description="Let PostgreSQL stream a transaction past `logical_decoding_work_mem` "
+                          "before its commit. Used only when `messages` is false: PostgreSQL "
+                          "cannot say which subtransaction a streamed message belongs to, so one "
+                          "rolled back with `ROLLBACK TO SAVEPOINT` would be served. With "
+                          "`messages` on, the source spills big transactions to its disk and "
+                          "sends each at commit; status `streaming_in_use` shows which applies")
+    partition_root: bool = Field(True, description="Name changes by the partitioned table "
+                                                   "(publish_via_partition_root)")
+    heartbeat_seconds: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False,
+                                     description="Interval of the heartbeat that keeps an idle "
+                                                 "slot's WAL bounded")
     retention: RetentionIn = Field(default_factory=RetentionIn)
 
 
@@ -190,11 +235,13 @@ class FeedCreate(BaseModel):
                      description="libpq connection string or URI of the source (never echoed back; "
                                  "status shows it with the password masked)")
     tables: list[TableName] = Field(default_factory=list, max_length=10_000,
-                                    description="`schema.table` names to capture")
+                                    description="`schema.table` names to capture (a publication "
+                                                "pgfeed creates; not with `publication`)")
     all_tables: bool = False
     publication: str | None = Field(None, min_length=1, max_length=63,
-                                    description="Adopt this existing publication (null: pgfeed "
-                                                "creates and owns one)")
+                                    description="Adopt this existing publication as it is, without "
+                                                "`tables` or `all_tables` (status shows the tables "
+                                                "it publishes); null: pgfeed creates and owns one")
     slot: str | None = Field(None, min_length=1, max_length=63,
                              description="Adopt this existing slot (null: pgfeed creates and owns one)")
     options: FeedOptionsIn = Field(default_factory=FeedOptionsIn)
@@ -205,6 +252,8 @@ class FeedCreate(BaseModel):
             raise ValueError("give either 'tables' or 'all_tables': true, not both")
         if not self.all_tables and not self.tables and self.publication is None:
             raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
+        if self.publication is not None and (self.tables or self.all_tables):
+            raise ValueError(ADOPTED_TABLES)
         return self
 
 
@@ -238,6 +287,7 @@ class LogOut(BaseModel):
 class RetentionOut(BaseModel):
     hours: float | None
     bytes: int | None
+    consumer_max_idle_hours: float | None
 
 
 class FeedOptionsOut(BaseModel):
@@ -322,6 +372,10 @@ class FeedPublic(BaseModel):
     bytes_captured: int
     last_error: str | None = None
     proto_version: int | None = None
+    streaming_in_use: bool | None = Field(
+        None, description="Whether big transactions are streamed from the source before their "
+                          "commit; false with `messages` on, whatever `options.streaming` says "
+                          "(see the `streaming` option); null until capture has connected")
     slot_risk: SlotRiskOut
     log: LogOut | None = None
     consumers: list[ConsumerOut] = Field(default_factory=list)

@@ -27,7 +27,7 @@ from service.errors import PgfeedError, SourceError
 from service.feeds.model import FeedSpec
 from service.feeds.notify import HeadNotifier
 from service.replication import protocol, slots
-from service.replication.commands import max_proto_version
+from service.replication.commands import max_proto_version, streaming_mode
 from service.replication.stream import ReplicationStream
 from service.replication.writer import LogWriter
 
@@ -57,6 +57,7 @@ class CaptureStats:
     changes: int = 0
     bytes: int = 0
     proto_version: int | None = None
+    streaming_in_use: bool | None = None  # what the walsender was asked for (None: not yet)
     last_commit_ts: int = 0  # microseconds since 2000-01-01 of the newest stored commit
     reconnects: int = 0
     # (time, changes) samples at least 0.1 s apart (the newest one moves): ~100 for the 10 s rate,
@@ -118,7 +119,9 @@ class Capture:
                 self.stats.reconnects += 1
                 delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
                 attempt += 1
-                log.warning("feed %s: %s; reconnecting in %.1f s", self.spec.name, self.stats.last_error, delay)
+                log.warning("feed %s: %s; reconnecting in %.1f s", self.spec.name, self.stats.last_error, delay,
+                            extra={"feed": self.spec.name, "event": "reconnect",
+                                   "reason": self.stats.last_error, "delay": delay})
                 stop.wait(delay)
             except PgfeedError as exc:  # undecodable or inconsistent stream: stop, keep the slot
                 self.stats.state = "failed"
@@ -139,7 +142,9 @@ class Capture:
         try:
             proto = max_proto_version(stream.server_version)
             self.stats.proto_version = proto
-            streaming = "off" if not options.streaming or proto < 2 else "on"
+            streaming = streaming_mode(options.streaming, messages=options.messages,
+                                       proto_version=proto)
+            self.stats.streaming_in_use = streaming != "off"
             start_lsn = self.changelog.confirmed_lsn()
             stream.start(spec.slot_name, start_lsn, proto_version=proto,
                          publications=[spec.publication_name], streaming=streaming,

@@ -1,5 +1,5 @@
-"""Replication commands (pure): the pgoutput protocol version a server speaks, and
-``START_REPLICATION`` / ``CREATE_REPLICATION_SLOT`` composed with ``psycopg.sql``.
+"""Replication commands (pure): ``START_REPLICATION`` / ``CREATE_REPLICATION_SLOT`` composed with
+``psycopg.sql`` (the options and the protocol version a server speaks are ``session``'s).
 
 Names are never pasted: slot names are ``sql.Identifier``, option values ``ReplicationLiteral``
 (a ``sql.Composable``), and ``publication_names`` is such a literal holding a comma list of quoted
@@ -15,6 +15,8 @@ from psycopg import sql
 from psycopg.abc import AdaptContext
 
 from clients._cursor import format_lsn
+from service.replication import session
+from service.replication.session import STREAMING_MODES, max_proto_version, streaming_mode
 
 __all__ = [
     "OLDEST_SERVER",
@@ -26,9 +28,9 @@ __all__ = [
     "publication_names",
     "source_refusal",
     "start_replication",
+    "streaming_mode",
 ]
 
-STREAMING_MODES = ("off", "on", "parallel")
 _MAX_LSN = (1 << 64) - 1
 
 
@@ -54,18 +56,6 @@ class ReplicationLiteral(sql.Composable):
         return b"'" + value.replace("'", "''").encode(encoding) + b"'"
 
 
-def max_proto_version(server_version: int) -> int:
-    """Highest pgoutput ``proto_version`` of a server (``server_version_num``, e.g. 180001):
-    before 14: 1; 14: 2 (streaming); 15: 3 (two-phase); 16+: 4 (parallel streaming)."""
-    if server_version >= 160000:
-        return 4
-    if server_version >= 150000:
-        return 3
-    if server_version >= 140000:
-        return 2
-    return 1
-
-
 # The oldest PostgreSQL pgfeed captures from (server_version_num): 14 brought pgoutput v2
 # (streaming, logical messages), which the feed options rely on. The suite tests 14, 15 and 18.
 OLDEST_SERVER = 140000
@@ -89,59 +79,23 @@ def identify_system() -> sql.SQL:
 
 def publication_names(publications: Sequence[str]) -> sql.Composable:
     """The ``publication_names`` option value: ``'"a","b"'`` as one literal."""
-    if isinstance(publications, str):
-        raise TypeError("publications must be a sequence of names, not one string")
-    if not publications:
-        raise ValueError("at least one publication is needed")
-    quoted = []
-    for name in publications:
-        if not name:
-            raise ValueError("a publication name cannot be empty")
-        quoted.append(sql.Identifier(name).as_string())  # "..." with "" doubling: no context needed
-    return ReplicationLiteral(",".join(quoted))
-
-
-def _bool(value: bool) -> ReplicationLiteral:
-    return ReplicationLiteral("true" if value else "false")
+    return ReplicationLiteral(session.publication_list(publications))
 
 
 def start_replication(slot: str, start_lsn: int, *, proto_version: int,
                       publications: Sequence[str], streaming: str = "off", messages: bool = False,
                       two_phase: bool = False) -> sql.Composed:
-    """``START_REPLICATION SLOT "slot" LOGICAL X/Y (...)`` for pgoutput.
-
-    Options are sent only where the protocol version has them (so a PostgreSQL 13 source is not
-    sent options it would reject): ``streaming`` needs v2+ (``parallel`` v4+), ``two_phase`` v3+,
-    ``messages`` and ``binary`` v2+ (PostgreSQL 14). ``binary`` is always off: capture stores text
-    tuples. Asking for a feature the version lacks is a ValueError, not a silent downgrade.
-    """
-    if not 1 <= proto_version <= 4:
-        raise ValueError(f"proto_version must be 1..4, got {proto_version}")
+    """``START_REPLICATION SLOT "slot" LOGICAL X/Y (...)`` with ``session.pgoutput_options``
+    (which says what each protocol version may be sent, and refuses what it lacks)."""
     if not 0 <= start_lsn <= _MAX_LSN:
         raise ValueError(f"start LSN {start_lsn} is outside 0..2**64-1")
-    if streaming not in STREAMING_MODES:
-        raise ValueError(f"streaming must be one of {', '.join(STREAMING_MODES)}, got {streaming!r}")
-    if streaming == "on" and proto_version < 2:
-        raise ValueError("streaming needs proto_version 2 or later (PostgreSQL 14+)")
-    if streaming == "parallel" and proto_version < 4:
-        raise ValueError("streaming 'parallel' needs proto_version 4 (PostgreSQL 16+)")
-    if two_phase and proto_version < 3:
-        raise ValueError("two_phase needs proto_version 3 or later (PostgreSQL 15+)")
-    if messages and proto_version < 2:
-        raise ValueError("messages need proto_version 2 or later (PostgreSQL 14+)")
-    options: list[tuple[str, sql.Composable]] = [
-        ("proto_version", ReplicationLiteral(str(proto_version))),
-        ("publication_names", publication_names(publications)),
-    ]
-    if proto_version >= 2:
-        options += [("streaming", ReplicationLiteral(streaming)), ("messages", _bool(messages)),
-                    ("binary", _bool(False))]
-    if proto_version >= 3:
-        options.append(("two_phase", _bool(two_phase)))
+    options = session.pgoutput_options(proto_version=proto_version, publications=publications,
+                                       streaming=streaming, messages=messages, two_phase=two_phase)
     return sql.SQL("START_REPLICATION SLOT {} LOGICAL {} ({})").format(
         sql.Identifier(slot),
         sql.SQL(format_lsn(start_lsn)),  # generated from an int: X/Y hex, nothing to quote
-        sql.SQL(", ").join(sql.SQL("{} {}").format(sql.SQL(k), v) for k, v in options),  # fixed names
+        sql.SQL(", ").join(sql.SQL("{} {}").format(sql.SQL(k), ReplicationLiteral(v))
+                           for k, v in options),  # fixed names
     )
 
 

@@ -69,6 +69,19 @@ def publication_exists(conn: psycopg.Connection, name: str) -> bool:
     return conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone() is not None
 
 
+def publication_tables(conn: psycopg.Connection, name: str) -> tuple[bool, tuple[str, ...]] | None:
+    """What a publication holds, as the server says: ``(puballtables, ("schema.table", ...))``
+    from pg_publication / pg_publication_tables (sorted), or None when it does not exist."""
+    row = conn.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+    if row is None:
+        return None
+    if row[0]:
+        return True, ()
+    rows = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s "
+                        "ORDER BY schemaname, tablename", (name,)).fetchall()
+    return False, tuple(f"{schema}.{table}" for schema, table in rows)
+
+
 def ensure_publication(conn: psycopg.Connection, name: str, *, tables: Sequence[str],
                        all_tables: bool, partition_root: bool = True) -> bool:
     """Create the publication if absent (``FOR ALL TABLES``, ``FOR TABLE ...`` or empty) with

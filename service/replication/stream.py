@@ -23,16 +23,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from clients._cursor import parse_lsn
 from service.dsn import scrub
 from service.errors import SourceError
-from service.replication import commands, protocol
+from service.replication import commands, protocol, session
 
-__all__ = ["SESSION_OPTIONS", "ReplicationStream", "create_slot", "exported_slot"]
+__all__ = ["ReplicationStream", "create_slot", "exported_slot"]
 
 log = logging.getLogger("pgfeed.replication")
 
-# Text values in pgoutput are formatted by the walsender session's settings: pin what the
-# decoder assumes (assembler/values.py), after anything the DSN's own ``options`` set.
-SESSION_OPTIONS = ("-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3 "
-                   "-c intervalstyle=postgres -c bytea_output=hex")
 CONNECT_TIMEOUT = 10  # seconds, unless the DSN says otherwise
 WRITE_TIMEOUT = 30.0  # seconds a status update may wait for a writable socket
 CLOSE_TIMEOUT = 5.0  # seconds close() waits for the server to end the copy cleanly
@@ -66,12 +62,13 @@ def _one_line(text: str) -> str:
 
 
 def _conninfo(dsn: str) -> str:
-    """The DSN plus replication=database, pinned session settings, defaults for timeout and name."""
+    """The DSN plus replication=database, the session's pinned settings (``session.SETTINGS``),
+    defaults for timeout and name."""
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.Error as exc:
         raise SourceError(f"invalid source DSN: {_one_line(scrub(str(exc), dsn))}") from None
-    options = " ".join(str(o) for o in (params.get("options"), SESSION_OPTIONS) if o)
+    options = session.connection_options(str(params["options"]) if params.get("options") else None)
     extra: dict[str, str | int] = {"replication": "database", "options": options}
     if "connect_timeout" not in params:
         extra["connect_timeout"] = CONNECT_TIMEOUT

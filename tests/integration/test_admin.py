@@ -3,6 +3,7 @@ real PostgreSQL: changing a feed's table list, and a delete that never orphans a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -131,3 +132,81 @@ def test_delete_keeps_the_feed_when_the_source_cannot_drop_its_slot(
             admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
             admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                           "WHERE slot_name = %s AND NOT active", (feed["slot"],))
+
+
+# -- item 13.7: one admin surface ------------------------------------------------------------------
+
+
+def _cli(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "service", *args, "--url", service.http_url],
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}"},
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_feeds_create_on_the_cli_takes_every_option_the_api_takes(pgfeed_service: Service,
+                                                                   pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE cli_opts (id int PRIMARY KEY)")
+    name = "cli_options"
+    cli = _cli(pgfeed_service, "feeds", "create", name, "--dsn", pg_dsn, "--tables", "public.cli_opts",
+               "--toast", "omit", "--snapshot", "never", "--no-messages", "--two-phase",
+               "--no-streaming", "--no-partition-root", "--heartbeat-seconds", "2.5",
+               "--retention-hours", "none", "--retention-bytes", "123456",
+               "--retention-consumer-max-idle-hours", "6")
+    try:
+        assert cli.returncode == 0, cli.stderr
+        expected = {"toast": "omit", "snapshot": "never", "messages": False, "two_phase": True,
+                    "streaming": False, "partition_root": False, "heartbeat_seconds": 2.5,
+                    "retention": {"hours": None, "bytes": 123456, "consumer_max_idle_hours": 6.0}}
+        assert json.loads(cli.stdout)["options"] == expected
+        with httpx.Client(base_url=pgfeed_service.http_url, timeout=30) as client:
+            assert client.get(f"/v1/feeds/{name}").json()["options"] == expected
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # reached the source too
+            row = conn.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = %s",
+                               (f"pgfeed_{name}",)).fetchone()
+            two_phase = conn.execute("SELECT two_phase FROM pg_replication_slots WHERE slot_name = %s",
+                                     (f"pgfeed_{name}",)).fetchone()
+        assert row == (False,) and two_phase == (True,)
+        # Bad values are refused by the CLI before anything is sent.
+        bad = _cli(pgfeed_service, "feeds", "create", "cli_bad", "--dsn", pg_dsn, "--all-tables",
+                   "--retention-bytes", "lots")
+        assert bad.returncode == 2 and "--retention-bytes" in bad.stderr
+    finally:
+        _cli(pgfeed_service, "feeds", "delete", name)
+
+
+def test_an_adopted_publication_takes_no_table_list_and_status_shows_what_it_publishes(
+        pgfeed_service: Service, pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ad_a (id int PRIMARY KEY); CREATE TABLE ad_b (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION adopted_pub FOR TABLE ad_a")
+    name = "adopted"
+    with httpx.Client(base_url=pgfeed_service.http_url, timeout=30) as client:
+        for extra in ({"tables": ["public.ad_b"]}, {"all_tables": True}):
+            refused = client.post("/v1/feeds", json={"name": name, "dsn": pg_dsn,
+                                                     "publication": "adopted_pub", **extra})
+            assert refused.status_code == 422, refused.text
+            message = refused.json()["error"]["message"]
+            assert "publication" in message and "status shows the tables" in message
+            assert client.get(f"/v1/feeds/{name}").status_code == 404
+        cli = _cli(pgfeed_service, "feeds", "create", name, "--dsn", pg_dsn, "--publication",
+                   "adopted_pub", "--tables", "public.ad_b")
+        assert cli.returncode == 1 and "adopted as it is" in cli.stderr
+
+        created = client.post("/v1/feeds", json={"name": name, "dsn": pg_dsn, "publication": "adopted_pub",
+                                                 "options": {"heartbeat_seconds": 1}})
+        assert created.status_code == 201, created.text
+        try:
+            assert created.json()["tables"] == ["public.ad_a"] and not created.json()["all_tables"]
+            listed = {f["name"]: f for f in client.get("/v1/feeds").json()["feeds"]}
+            assert listed[name]["tables"] == ["public.ad_a"]
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the owner changes it on the source
+                conn.execute("ALTER PUBLICATION adopted_pub ADD TABLE ad_b")
+            status = client.get(f"/v1/feeds/{name}").json()
+            assert status["tables"] == sorted(_published(pg_dsn, "adopted_pub")) == \
+                ["public.ad_a", "public.ad_b"]
+            assert not status["owns_publication"]
+        finally:
+            client.delete(f"/v1/feeds/{name}")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("DROP PUBLICATION adopted_pub")

@@ -435,15 +435,18 @@ def test_named_consumers(captured: Captured) -> None:
         assert _error(client.get(f"{path}/reporting"), 404)["code"] == "consumer_not_found"
 
         put = client.put(f"{path}/reporting", json={"cursor": early})
-        assert put.status_code == 200 and put.json() == {"name": "reporting", "cursor": early}
-        assert client.get(f"{path}/reporting").json() == {"name": "reporting", "cursor": early}
+        shown = {"name", "cursor", "lag_bytes", "acked_at", "expires_at"}
+        assert put.status_code == 200 and set(put.json()) == shown
+        assert {k: put.json()[k] for k in ("name", "cursor")} == {"name": "reporting", "cursor": early}
+        assert client.get(f"{path}/reporting").json() == put.json()
         assert client.put(f"{path}/reporting", json={"cursor": later}).json()["cursor"] == later
         # Never backward: an older acknowledgement keeps the newer cursor.
         assert client.put(f"{path}/reporting", json={"cursor": early}).json()["cursor"] == later
         assert client.put(f"{path}/other.app-2", json={"cursor": "latest"}).json()["cursor"] == \
             everything[-1]["commit_lsn"]
         listed = client.get(path).json()["consumers"]
-        assert {"name": "reporting", "cursor": later} in listed and len(listed) >= 2
+        assert {"name": "reporting", "cursor": later} in \
+            [{"name": c["name"], "cursor": c["cursor"]} for c in listed] and len(listed) >= 2
 
         assert "16/B374D848" in _error(client.put(f"{path}/reporting", json={"cursor": "yesterday"}),
                                        400)["message"]
@@ -837,7 +840,9 @@ def _check_http_tokens(service: Service, name: str) -> None:
     admin: list[Call] = [("GET", "/v1/feeds", {}), ("GET", f"/v1/feeds/{name}", {}),
              ("POST", "/v1/feeds", {"json": {"name": "sneaky", "dsn": OFFLINE_DSN, "tables": ["public.t"]}}),
              ("POST", f"/v1/feeds/{name}/pause", {}), ("DELETE", f"/v1/feeds/{name}", {}),
-             ("PATCH", f"/v1/feeds/{name}", {"json": {"tables": ["public.t"]}})]
+             ("PATCH", f"/v1/feeds/{name}", {"json": {"tables": ["public.t"]}}),
+             ("DELETE", f"/v1/feeds/{name}/consumers/app", {}),
+             ("POST", f"/v1/feeds/{name}/trim", {"json": {"before": "latest"}})]
     anonymous = {"Authorization": ""}
     with httpx.Client(base_url=service.http_url, timeout=30) as client:
         for method, path, kw in reads + admin:
@@ -892,9 +897,21 @@ def _check_grpc_tokens(service: Service, name: str) -> None:
             metadata = (("authorization", f"Bearer {token}"),)
             frame = subscribe_one(metadata)
             assert [c.after["id"].int_value for c in frame.changes] == [1] and frame.final
-            assert [f.name for f in stub.ListFeeds(feed_pb2.ListFeedsRequest(), metadata=metadata,
-                                                   timeout=10).feeds] == [name]
-            assert stub.GetFeed(feed_pb2.GetFeedRequest(name=name), metadata=metadata, timeout=10).name == name
+        # Feed status is administration on gRPC as on HTTP (service.access): read tokens are refused.
+        as_reader = (("authorization", f"Bearer {READ}"),)
+        for status_call in (lambda md: stub.ListFeeds(feed_pb2.ListFeedsRequest(), metadata=md, timeout=10),
+                            lambda md: stub.GetFeed(feed_pb2.GetFeedRequest(name=name), metadata=md,
+                                                    timeout=10)):
+            with pytest.raises(grpc.RpcError) as denied:
+                status_call(as_reader)
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "admin token" in (denied.value.details() or "")
+        as_admin = (("authorization", f"Bearer {ADMIN}"),)
+        assert [f.name for f in stub.ListFeeds(feed_pb2.ListFeedsRequest(), metadata=as_admin,
+                                               timeout=10).feeds] == [name]
+        assert stub.GetFeed(feed_pb2.GetFeedRequest(name=name), metadata=as_admin, timeout=10).name == name
+        with httpx.Client(base_url=service.http_url, timeout=30) as client:  # the same rule on HTTP
+            assert client.get(f"/v1/feeds/{name}", headers={"Authorization": f"Bearer {READ}"}).status_code == 403
         # Health stays open for probes.
         health = health_pb2_grpc.HealthStub(channel)
         answer = health.Check(health_pb2.HealthCheckRequest(service="pgfeed.v1.ChangeFeed"), timeout=10)

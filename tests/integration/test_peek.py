@@ -9,8 +9,13 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from tests.fixtures.fix_service import FeedFactory
 
 pytestmark = pytest.mark.pg
 
@@ -149,12 +154,59 @@ def test_connection_failure_hides_password() -> None:
 
 
 def test_proto_versions_agree(source: str) -> None:
-    """Every protocol the server speaks decodes to the same events (v1 has no streaming)."""
+    """Every protocol the server speaks decodes to the same events (v1 has no streaming, and
+    no messages: the feed's stream sends ``messages`` from v2, as PostgreSQL 13 refuses it)."""
     with psycopg.connect(source) as conn:
         highest = 4 if conn.info.server_version >= 160000 else 3
     outputs = {p: peek(source, "--json", "--proto", str(p)) for p in range(1, highest + 1)}
     assert all(r.returncode == 0 for r in outputs.values())
-    assert len({r.stdout for r in outputs.values()}) == 1
+    assert len({outputs[p].stdout for p in range(2, highest + 1)}) == 1
+    assert outputs[1].stdout.splitlines() == [
+        line for line in outputs[2].stdout.splitlines() if '"op":"message"' not in line]
     too_high = peek(source, "--proto", str(highest + 1)) if highest < 4 else None
     if too_high is not None:
         assert too_high.returncode == 2 and "protocol up to 3" in too_high.stderr
+
+
+def test_peek_serves_what_the_http_feed_serves(make_served_feed: FeedFactory, pg_dsn: str) -> None:
+    """Peek and the feed's stream share one session definition (``replication.session``): with
+    settings a database may carry that change text forms (bytea as escape, sql_standard
+    intervals, German dates, a time zone, fewer float digits), peek's events for the same
+    changes equal the HTTP feed's, byte for byte; bytea and intervals inside a composite (served
+    as its text) included."""
+    dbname = conninfo_to_dict(pg_dsn)["dbname"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for setting, value in (("bytea_output", "escape"), ("intervalstyle", "sql_standard"),
+                               ("datestyle", "German, DMY"), ("timezone", "Asia/Kolkata"),
+                               ("extra_float_digits", "0")):
+            conn.execute(sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                sql.Identifier(dbname), sql.Identifier(setting), sql.Literal(value)))
+        conn.execute("""
+            CREATE TYPE blob_pair AS (b bytea, span interval, at timestamptz, f float8);
+            CREATE TABLE session_t (id int PRIMARY KEY, raw bytea, span interval, pair blob_pair,
+                                    raws bytea[], spans interval[], f float8, at timestamptz);
+            CREATE PUBLICATION session_pub FOR TABLE session_t;""")
+        conn.execute("SELECT pg_create_logical_replication_slot('session_peek', 'pgoutput')")
+    name = make_served_feed(pg_dsn, tables=("public.session_t",))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("""INSERT INTO session_t VALUES
+            (1, '\\x00ff10', '1 year 2 mons 3 days 04:05:06.5', ROW('\\x00ff', '-1 day 02:00',
+             '2026-11-22 10:00:00.5+00', 0.1)::blob_pair, '{"\\\\x00ff",NULL}',
+             '{"1 day","-00:00:01"}', 0.30000000000000004, '2026-11-22 10:00:00.123456+00'),
+            (2, '\\x', '-6 mons', NULL, '{}', NULL, -0.0, 'infinity')""")
+        conn.execute("UPDATE session_t SET raw = '\\xdeadbeef', span = span * 2 WHERE id = 1")
+        conn.execute("DELETE FROM session_t WHERE id = 2")
+    make_served_feed.caught_up(name, pg_dsn)
+    served = httpx.get(f"{make_served_feed.service.http_url}/v1/feeds/{name}/changes",
+                       params={"after": "earliest", "limit": 100}, timeout=30).json()["changes"]
+    result = pgfeed("peek", "--dsn", pg_dsn, "--slot", "session_peek", "--publication",
+                    "session_pub", "--json")
+    assert result.returncode == 0, result.stderr
+    peeked = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e["op"], e["key"]) for e in peeked] == [
+        ("insert", {"id": 1}), ("insert", {"id": 2}), ("update", {"id": 1}), ("delete", {"id": 2})]
+    assert peeked == served
+    first = peeked[0]["after"]
+    assert base64.b64decode(first["raw"]) == b"\x00\xff\x10" and first["span"] == "P1Y2M3DT4H5M6.5S"
+    assert first["pair"] == '("\\\\x00ff","-1 days -02:00:00","2026-11-22 10:00:00.5+00",0.1)'
+    assert first["spans"] == ["P1D", "PT-1S"] and first["f"] == 0.30000000000000004

@@ -24,6 +24,7 @@ from service.http_api.paging import (
     serve_page,
 )
 from service.http_api.schemas import ChangesPage, SplitsOut, TablesOut, TransactionsPage
+from service.http_api.schemas_debezium import DebeziumChangesPage
 from service.metrics import Metrics
 
 router = APIRouter(prefix="/v1/feeds", tags=["reading"], dependencies=[ReadScope])
@@ -47,6 +48,9 @@ Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                                           "many seconds for a commit")]
 FormatParam = Annotated[Literal["json", "arrow"], Query(
     alias="format", description="`arrow`: an Arrow IPC stream; the cursor comes in `PgFeed-Next`")]
+ChangesFormatParam = Annotated[Literal["json", "arrow", "debezium"], Query(
+    alias="format", description="`arrow`: an Arrow IPC stream; the cursor comes in `PgFeed-Next`. "
+                                "`debezium`: each change as a Debezium envelope (docs/debezium.md)")]
 
 _PAGE_HEADERS = {
     NEXT_HEADER: {"description": "Cursor to continue from", "schema": {"type": "string"}},
@@ -65,7 +69,8 @@ def _answer(out: Answer, metrics: Metrics, feed: str) -> Response:
     return Response(out.body, media_type=out.media_type, headers=out.headers, background=background)
 
 
-@router.get("/{feed}/changes", response_model=ChangesPage, summary="A page of changes",
+@router.get("/{feed}/changes", response_model=ChangesPage | DebeziumChangesPage,
+            summary="A page of changes",
             responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
 async def changes(
     feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
@@ -81,7 +86,7 @@ async def changes(
     wait: Wait = 0.0,
     to: Annotated[str | None, Query(json_schema_extra=_CURSOR_DOC, description="Stop at this cursor "
                                     "(inclusive); `latest` is the head when the request arrives")] = None,
-    fmt: FormatParam = "json",
+    fmt: ChangesFormatParam = "json",
 ) -> Response:
     """Changes after the cursor `after`, in commit order. Filters never break cursor continuity:
     `next` advances past filtered-out changes too. With `format=arrow` and a single table in

@@ -13,12 +13,12 @@ from service.dsn import mask_dsn, scrub
 from service.errors import PgfeedError, SourceError
 from service.feeds.model import FeedOptions, FeedSpec, FeedStatus, Retention
 from service.feeds.supervisor import Supervisor
-from service.http_api.deps import AdminScope, SupervisorDep
+from service.http_api.deps import AdminScope, StatusScope, SupervisorDep
 from service.http_api.errors import ApiError
 from service.http_api.routes.changes import FeedName
+from service.http_api.routes.consumers import consumers_of
 from service.http_api.schemas import (
     BackfillOut,
-    ConsumerOut,
     ErrorBody,
     FeedCreate,
     FeedList,
@@ -31,7 +31,8 @@ from service.http_api.schemas import (
 
 log = logging.getLogger("pgfeed.http")
 
-router = APIRouter(prefix="/v1/feeds", tags=["admin"], dependencies=[AdminScope])
+# Status routes need the status scope (service.access, shared with gRPC); the others need admin.
+router = APIRouter(prefix="/v1/feeds", tags=["admin"])
 
 
 def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
@@ -44,8 +45,7 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
             transaction_count=stats.transaction_count, change_count=stats.change_count,
             payload_bytes=stats.payload_bytes, oldest_lsn=format_lsn(stats.oldest_lsn),
             trimmed_lsn=format_lsn(stats.trimmed_lsn), forced_trims=stats.forced_trims)
-        consumers = [ConsumerOut(name=n, cursor=str(c))
-                     for n, c in sorted(changelog.consumers().items())]
+        consumers = consumers_of(supervisor, status_.name)
     except PgfeedError:  # the log is closing (feed being deleted): status without it
         log_out, consumers = None, []
     risk = status_.slot_risk
@@ -60,7 +60,7 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         changes_per_second=status_.changes_per_second, changes_captured=status_.changes_captured,
         bytes_captured=status_.bytes_captured,
         last_error=None if status_.last_error is None else scrub(status_.last_error, spec.dsn),
-        proto_version=status_.proto_version,
+        proto_version=status_.proto_version, streaming_in_use=status_.streaming_in_use,
         slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,
                               retained_bytes=risk.retained_bytes),
         log=log_out, consumers=consumers, backfills=_running_backfills(supervisor, status_.name))
@@ -79,14 +79,14 @@ def _spec(body: FeedCreate) -> FeedSpec:
     options = FeedOptions(toast=o.toast, snapshot=o.snapshot, messages=o.messages,
                           two_phase=o.two_phase, streaming=o.streaming,
                           partition_root=o.partition_root, heartbeat_seconds=o.heartbeat_seconds,
-                          retention=Retention(hours=o.retention.hours, bytes=o.retention.bytes))
+                          retention=Retention(**o.retention.model_dump()))
     return FeedSpec(name=body.name, dsn=body.dsn, tables=tuple(t.strip() for t in body.tables),
                     all_tables=body.all_tables, publication=body.publication, slot=body.slot,
                     options=options)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedPublic,
-             summary="Create a feed", responses={
+@router.post("", dependencies=[AdminScope], status_code=status.HTTP_201_CREATED,
+             response_model=FeedPublic, summary="Create a feed", responses={
                  409: {"model": ErrorBody, "description": "A feed of that name exists"},
                  422: {"model": ErrorBody, "description": "Invalid request body, or the source "
                                                           "refused the feed"}})
@@ -106,7 +106,7 @@ def create_feed(body: FeedCreate, supervisor: SupervisorDep, response: Response)
     return feed_public(supervisor, created)
 
 
-@router.get("", response_model=FeedList, summary="Every feed")
+@router.get("", dependencies=[StatusScope], response_model=FeedList, summary="Every feed")
 def list_feeds(supervisor: SupervisorDep) -> FeedList:
     """Every feed with its state and positions (the source is not probed: see a single feed for
     lag and slot risk)."""
@@ -119,25 +119,29 @@ def list_feeds(supervisor: SupervisorDep) -> FeedList:
     return FeedList(feeds=feeds)
 
 
-@router.get("/{feed}", response_model=FeedPublic, summary="A feed's status")
+@router.get("/{feed}", dependencies=[StatusScope], response_model=FeedPublic,
+            summary="A feed's status")
 def get_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
     """State, confirmed flush LSN, lag in bytes and seconds, throughput, last error and the
     slot's risk (`wal_status`, `safe_wal_size`, WAL retained), probed on the source."""
     return feed_public(supervisor, supervisor.status(feed))
 
 
-@router.post("/{feed}/pause", response_model=FeedPublic, summary="Pause capture")
+@router.post("/{feed}/pause", dependencies=[AdminScope], response_model=FeedPublic,
+             summary="Pause capture")
 def pause_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
     """Stop capturing (the slot keeps WAL meanwhile); the log stays readable."""
     return feed_public(supervisor, supervisor.pause(feed))
 
 
-@router.post("/{feed}/resume", response_model=FeedPublic, summary="Resume capture")
+@router.post("/{feed}/resume", dependencies=[AdminScope], response_model=FeedPublic,
+             summary="Resume capture")
 def resume_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
     return feed_public(supervisor, supervisor.resume(feed))
 
 
-@router.patch("/{feed}", response_model=FeedPublic, summary="Change what a feed captures")
+@router.patch("/{feed}", dependencies=[AdminScope], response_model=FeedPublic,
+              summary="Change what a feed captures")
 def update_feed(feed: FeedName, body: FeedUpdate, supervisor: SupervisorDep) -> FeedPublic:
     """Replace the table list (`ALTER PUBLICATION ... SET TABLE` on the publication pgfeed owns);
     changes committed after it follow the new list, and capture goes on. 422 for a feed of all
@@ -150,8 +154,8 @@ def update_feed(feed: FeedName, body: FeedUpdate, supervisor: SupervisorDep) -> 
     return feed_public(supervisor, updated)
 
 
-@router.delete("/{feed}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               summary="Delete a feed", responses={
+@router.delete("/{feed}", dependencies=[AdminScope], status_code=status.HTTP_204_NO_CONTENT,
+               response_class=Response, summary="Delete a feed", responses={
                    422: {"model": ErrorBody, "description": "The source cannot drop the slot or "
                                                             "publication (the feed is kept)"}})
 def delete_feed(feed: FeedName, supervisor: SupervisorDep,

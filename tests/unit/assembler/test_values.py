@@ -12,7 +12,7 @@ import pytest
 from service.assembler.relations import TypeName, resolve_value_oid
 from service.assembler.values import (
     Interval,
-    JsonNumber,
+    JsonText,
     SpecialFloat,
     TimeTz,
     load_value,
@@ -50,10 +50,10 @@ CASES: list[tuple[int, str, Any]] = [
     (1083, "23:59:59.999999", time(23, 59, 59, 999999)),
     (1114, "2024-05-06 07:08:09.5", datetime(2024, 5, 6, 7, 8, 9, 500000)),
     (1184, "2024-05-06 07:08:09.123456+00", datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)),
-    (114, '{"a": [1, 2.5, null, "x"]}', {"a": [1, 2.5, None, "x"]}),
-    (3802, '{"b": {"c": true}}', {"b": {"c": True}}),
-    (3802, "[]", []),
-    (3802, '"just a string"', "just a string"),
+    (114, '{"a": [1, 2.5, null, "x"]}', JsonText('{"a": [1, 2.5, null, "x"]}')),
+    (3802, '{"b": {"c": true}}', JsonText('{"b": {"c": true}}')),
+    (3802, "[]", JsonText("[]")),
+    (3802, '"just a string"', JsonText('"just a string"')),
     (2950, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
     # anything else keeps its text form
     (869, "192.168.0.1/24", "192.168.0.1/24"),
@@ -101,14 +101,19 @@ def test_numeric_special_values() -> None:
 
 @pytest.mark.parametrize("oid", [114, 3802], ids=["json", "jsonb"])
 @pytest.mark.parametrize("number", ["1e400", "-1e400", "1e-400", "0." + "0" * 399 + "1",
-                                    "-0." + "0" * 399 + "1"])
-def test_json_numbers_no_float_holds_keep_their_text(oid: int, number: str) -> None:
-    # jsonb prints numbers as numeric, without an exponent: 1e-400 comes back as 400 digits.
-    assert load_value(oid, f'{{"n": {number}, "f": 0.5}}') == {"n": JsonNumber(number), "f": 0.5}
+                                    "123456789012345678901234567890", "1E-7", "-0.0",
+                                    "0.10000000000000000001"])
+def test_json_documents_keep_their_text(oid: int, number: str) -> None:
+    """Never parsed: no number goes through a float (issue 13, item 2)."""
+    doc = f'{{"n": {number}, "f": 0.5}}'
+    assert load_value(oid, doc) == JsonText(doc)
+    assert load_value(oid, f"[{doc}, null]") == JsonText(f"[{doc}, null]")
+    assert load_value(oid, "null") is None  # the JSON null document, as the fast paths write it
 
 
-def test_json_zero_with_many_digits_is_a_plain_zero() -> None:
-    assert load_value(3802, "0." + "0" * 400) == 0.0
+def test_json_arrays_hold_documents_as_text() -> None:
+    assert load_value(3807, '{"{\\"a\\": 1e-7}",NULL,null,"[1.50]"}') == [
+        JsonText('{"a": 1e-7}'), None, None, JsonText("[1.50]")]
 
 
 def test_float_special_values_are_marked_floats() -> None:
@@ -178,7 +183,7 @@ def test_interval_rejects_the_empty_string() -> None:
     (1185, '{"2024-01-02 00:00:00+00",-infinity}',
      [datetime(2024, 1, 2, tzinfo=UTC), "-infinity"]),
     (1183, "{12:00:00,24:00:00}", [time(12), "24:00:00"]),
-    (3807, '{"{\\"a\\": 1}","[1, 2]"}', [{"a": 1}, [1, 2]]),
+    (3807, '{"{\\"a\\": 1}","[1, 2]"}', [JsonText('{"a": 1}'), JsonText("[1, 2]")]),
     (2951, "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}", ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"]),
     (1041, "{10.0.0.1,NULL}", ["10.0.0.1", None]),  # arrays of text-form types: lists of text
     (1187, '{"1 day",-00:00:01}', [Interval(0, 1, 0), Interval(0, 0, -1_000_000)]),
@@ -224,7 +229,7 @@ def test_row_loader_fast_and_slow_paths() -> None:
     load = row_loader((23, 25, 1700, 1184, 3802, 16), ("id", "name", "amount", "ts", "doc", "ok"))
     assert load(("1", "a", "2.50", "2024-01-01 00:00:00+00", '{"k": 1}', "t")) == {
         "id": 1, "name": "a", "amount": Decimal("2.50"),
-        "ts": datetime(2024, 1, 1, tzinfo=UTC), "doc": {"k": 1}, "ok": True}
+        "ts": datetime(2024, 1, 1, tzinfo=UTC), "doc": JsonText('{"k": 1}'), "ok": True}
     # UNCHANGED_TOAST and binary values are kept as they are; refused text stays text
     assert load(("2", UNCHANGED_TOAST, None, "infinity", UNCHANGED_TOAST, b"\x01")) == {
         "id": 2, "name": UNCHANGED_TOAST, "amount": None, "ts": "infinity",

@@ -14,7 +14,8 @@ from clients._cursor import EARLIEST, Cursor
 from service.assembler.model import BackfillProgress
 from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog import KINDS, ChangeLogError, open_changelog
-from service.changelog.base import ChangeLog, LogStats
+from service.changelog.base import ChangeLog, ConsumerState, LogStats, pg_now_us
+from service.errors import RetentionError
 from tests.unit.changelog.txns import SECOND, lsns, txn
 
 L = 10_000  # commit LSNs below are multiples of L
@@ -255,6 +256,62 @@ def test_forced_trim_is_logged_and_counted(log: ChangeLog, caplog: pytest.LogCap
     log.set_consumer("slow", Cursor(4 * L, 3))  # 4L is not fully acknowledged
     assert log.trim(4 * L + 1, force=True) == 1
     assert log.stats().forced_trims == 2
+
+
+def test_a_forced_trim_removes_the_consumers_it_overtook(log: ChangeLog) -> None:
+    """Otherwise a consumer below the oldest retained position would hold every later trim."""
+    fill(log)
+    log.set_consumer("behind", Cursor(L), acked_us=1)
+    log.set_consumer("mid", Cursor(3 * L, 1), acked_us=2)
+    log.set_consumer("ahead", Cursor(3 * L), acked_us=3)
+    assert log.trim(3 * L + 1, force=True) == 3
+    assert log.consumer_states() == {"ahead": ConsumerState(Cursor(3 * L), 3)}
+    assert log.retain(None, 0, 0) == 0  # "ahead" holds the rest ...
+    log.set_consumer("ahead", Cursor(5 * L), acked_us=4)
+    assert log.retain(None, 0, 0) == 2  # ... until it acknowledges
+
+
+def test_a_consumer_is_never_created_below_what_was_dropped(log: ChangeLog) -> None:
+    fill(log)
+    log.trim(2 * L + 1)
+    for cursor in (EARLIEST, Cursor(L), Cursor(2 * L, 4)):
+        with pytest.raises(RetentionError) as refused:
+            log.set_consumer("late", cursor)
+        assert refused.value.oldest == str(Cursor(2 * L))
+    assert log.consumers() == {}
+    log.set_consumer("late", Cursor(2 * L))  # the oldest position still served
+    log.set_consumer("late", EARLIEST)  # an existing consumer: an older cursor is ignored
+    assert log.consumers() == {"late": Cursor(2 * L)}
+
+
+def test_consumer_acknowledgement_times_move_forward_and_expire(log: ChangeLog,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    fill(log)
+    log.set_consumer("spark", Cursor(2 * L), acked_us=100)
+    log.set_consumer("spark", Cursor(L), acked_us=300)  # an older cursor still counts as activity
+    log.set_consumer("spark", Cursor(3 * L), acked_us=200)
+    log.set_consumer("app", Cursor(L), acked_us=250)
+    assert log.consumer_states() == {"app": ConsumerState(Cursor(L), 250),
+                                     "spark": ConsumerState(Cursor(3 * L), 300)}
+    assert log.retain(None, 0, 0) == 1  # "app" holds the rest
+    with caplog.at_level(logging.WARNING, logger="pgfeed.changelog"):
+        assert log.expire_consumers(250) == []
+        assert log.expire_consumers(251) == ["app"]
+    assert any("app" in r.getMessage() and "expired" in r.getMessage() for r in caplog.records)
+    assert log.consumers() == {"spark": Cursor(3 * L)}
+    assert log.retain(None, 0, 0) == 2
+    before = pg_now_us()
+    log.set_consumer("now", Cursor(5 * L))  # default: acknowledged now
+    assert before <= log.consumer_states()["now"].acked_us <= pg_now_us()
+
+
+def test_deleting_a_consumer_releases_what_it_held(log: ChangeLog) -> None:
+    fill(log)
+    log.set_consumer("slow", Cursor(L))
+    assert log.retain(None, 0, 0) == 1
+    assert log.delete_consumer("slow") is True and log.delete_consumer("slow") is False
+    assert log.get_consumer("slow") is None and log.consumer_states() == {}
+    assert log.retain(None, 0, 0) == 4 and log.stats().forced_trims == 0
 
 
 def test_forced_trim_without_consumers_is_not_counted(log: ChangeLog) -> None:

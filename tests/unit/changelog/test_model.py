@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from clients._cursor import EARLIEST, Cursor
 from service.changelog import KINDS, open_changelog
 from service.changelog.base import ChangeLog
+from service.errors import RetentionError
 from tests.unit.changelog.txns import SECOND, lsns, txn
 
 L = 1000
@@ -39,11 +40,13 @@ class Model:
         if not force:
             while dropped and not all(self.acked(t[0], t[1]) for t in dropped):
                 dropped.pop()
-        if force and not all(self.acked(t[0], t[1]) for t in dropped):
-            self.forced += 1
+        forced = force and not all(self.acked(t[0], t[1]) for t in dropped)
         del self.txns[:len(dropped)]
         if dropped:
             self.trimmed = max(self.trimmed, dropped[-1][0])
+        if forced:  # counted, and the consumers it overtook are gone
+            self.forced += 1
+            self.consumers = {n: c for n, c in self.consumers.items() if c >= Cursor(self.trimmed)}
         return len(dropped)
 
     def trim(self, before: int, force: bool) -> int:
@@ -92,6 +95,10 @@ def apply(log: ChangeLog, model: Model, op: tuple) -> None:  # type: ignore[type
     elif kind == "consumer":
         name, number, seq = args
         cursor = Cursor(number * L, seq)
+        if name not in model.consumers and cursor < Cursor(model.trimmed):
+            with pytest.raises(RetentionError):  # never created below what was dropped
+                log.set_consumer(name, cursor)
+            return
         log.set_consumer(name, cursor)
         if name not in model.consumers or cursor > model.consumers[name]:
             model.consumers[name] = cursor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -21,7 +22,7 @@ from clients._cursor import EARLIEST, Cursor
 from service.assembler.model import FRAME, StoredTransaction, chunk_bounds, frame
 from service.assembler.transactions import TransactionAssembler
 from service.changelog import ChangeLogError, open_changelog
-from service.changelog.base import LogStats
+from service.changelog.base import ConsumerState, LogStats, pg_now_us
 from service.changelog.memory import MemoryChangeLog
 from service.changelog.spill_files import FileSpillStore
 from service.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog
@@ -38,9 +39,10 @@ def test_reopening_resumes_everything(tmp_path: Path) -> None:
     stored = [txn(i * L, 4, schema=i == 2, ts=i) for i in range(1, 6)]
     log.append(stored, confirmed_lsn=5 * L + 8)
     log.set_confirmed_lsn(6 * L)
-    log.set_consumer("app", Cursor(3 * L, 1))
-    log.set_consumer("spark", Cursor(L, 1))
-    log.trim(3 * L, force=True)  # drops what "spark" has not acknowledged
+    log.set_consumer("app", Cursor(3 * L, 1), acked_us=7)
+    log.set_consumer("spark", Cursor(L, 1), acked_us=8)
+    log.set_consumer("idle", Cursor(2 * L), acked_us=9)
+    log.trim(3 * L, force=True)  # drops what "spark" has not acknowledged: spark goes too
     before = log.stats()
     log.close()
 
@@ -49,7 +51,8 @@ def test_reopening_resumes_everything(tmp_path: Path) -> None:
         assert log.stats() == before == LogStats(3, 12, sum(len(t.payload) for t in stored[2:]),
                                                  3 * L, 5 * L, 2 * L, 1)
         assert (log.head(), log.confirmed_lsn(), log.trimmed_lsn()) == (5 * L, 6 * L, 2 * L)
-        assert log.consumers() == {"app": Cursor(3 * L, 1), "spark": Cursor(L, 1)}
+        assert log.consumer_states() == {"app": ConsumerState(Cursor(3 * L, 1), 7),
+                                         "idle": ConsumerState(Cursor(2 * L), 9)}
         assert log.schema_history() == [(2 * L, stored[1].schema_frames[0])]
         assert log.read(EARLIEST, 100) == stored[2:]
         log.append([txn(5 * L), txn(6 * L)])  # the head survived: the replay is skipped
@@ -468,3 +471,31 @@ def test_split_points_match_the_memory_log(tmp_path_factory: pytest.TempPathFact
     finally:
         sqlite.close()
         memory.close()
+
+
+def test_a_version_1_log_is_upgraded_and_its_consumers_start_their_idle_time_then(tmp_path: Path) -> None:
+    """Logs written before consumers' acknowledgement times were kept (schema version 1) open with
+    every consumer counted as acknowledging at the upgrade: none expires at once."""
+    path = tmp_path / "v1.db"
+    log = SqliteChangeLog(path)
+    log.append([txn(L), txn(2 * L)])
+    log.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # what version 1 had
+        conn.execute("DROP TABLE consumer")
+        conn.execute("CREATE TABLE consumer (name TEXT PRIMARY KEY, lsn INTEGER NOT NULL, seq INTEGER) "
+                     "WITHOUT ROWID")
+        conn.execute("INSERT INTO consumer VALUES ('spark', ?, NULL)", (L,))
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+    before = pg_now_us()
+    log = SqliteChangeLog(path)
+    try:
+        states = log.consumer_states()
+        assert list(states) == ["spark"] and states["spark"].cursor == Cursor(L)
+        assert before <= states["spark"].acked_us <= pg_now_us()
+        assert log.expire_consumers(before) == []
+        assert lsns(log.read(EARLIEST, 10)) == [L, 2 * L]
+    finally:
+        log.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2

@@ -106,7 +106,7 @@ def test_key_values_convert_like_the_columns() -> None:
         pa.int64(), pa.decimal128(12, 3), pa.string(), pa.list_(pa.field("element", pa.int32())),
         pa.string()]
     assert batch.column("_key").to_pylist() == [
-        {"id": 7, "amount": Decimal("1.500"), "doc": '{"a":[1]}', "nums": [1, None], "big": "NaN"}]
+        {"id": 7, "amount": Decimal("1.500"), "doc": '{"a": [1]}', "nums": [1, None], "big": "NaN"}]
 
 
 def test_the_key_struct_survives_an_ipc_stream() -> None:

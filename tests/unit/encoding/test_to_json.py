@@ -11,8 +11,14 @@ import orjson
 import pytest
 
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, load_value
-from service.encoding.to_json import change_to_dict, commit_ts_iso, dumps, transaction_to_dict
+from service.assembler.values import Interval, JsonText, load_value
+from service.encoding.to_json import (
+    MAX_EMBEDDED_DEPTH,
+    change_to_dict,
+    commit_ts_iso,
+    dumps,
+    transaction_to_dict,
+)
 
 
 def txn(*changes: Change, origin: str | None = None) -> Transaction:
@@ -58,7 +64,9 @@ def raw(value: Any) -> bytes:
     (1184, "294276-12-31 23:59:59.999999+00", b'"294276-12-31 23:59:59.999999+00"'),
     (1186, "1 year 2 mons 3 days 04:05:06.5", b'"P1Y2M3DT4H5M6.5S"'),
     (1186, "-1 days +02:03:00", b'"P-1DT2H3M"'),
-    (3802, '{"a": [1, 2.5, null, "x"], "b": {"c": true}}', b'{"a":[1,2.5,null,"x"],"b":{"c":true}}'),
+    (3802, '{"a": [1, 2.5, null, "x"], "b": {"c": true}}', b'{"a": [1, 2.5, null, "x"], "b": {"c": true}}'),
+    (114, ' {"n" : 123456789012345678901234567890, "t": 1E-7} ',
+     b' {"n" : 123456789012345678901234567890, "t": 1E-7} '),
     (2950, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", b'"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"'),
     (869, "10.0.0.1", b'"10.0.0.1"'),
     (1007, "{{1,NULL},{3,4}}", b"[[1,null],[3,4]]"),
@@ -83,9 +91,14 @@ def test_more_values() -> None:
     assert render(Decimal("1E+3")) == "1000"
 
 
-def test_json_integers_past_64_bits_are_written_exactly() -> None:
-    assert dumps({"big": [2**70, -(2**70), {"x": 2**64 - 1}]}) == (
-        b'{"big":[1180591620717411303424,-1180591620717411303424,{"x":18446744073709551615}]}')
+def test_json_documents_are_embedded_as_postgresql_printed_them() -> None:
+    """Every digit (issue 13, item 2); past MAX_EMBEDDED_DEPTH the text comes as a JSON string."""
+    text = '{"big": [1180591620717411303424, -0.0, 0.10000000000000000001, 1E+300]}'
+    assert dumps({"v": JsonText(text)}) == b'{"v":' + text.encode() + b"}"
+    deep = "[" * (MAX_EMBEDDED_DEPTH + 1) + "1e-7" + "]" * (MAX_EMBEDDED_DEPTH + 1)
+    assert orjson.loads(dumps({"v": JsonText(deep)})) == {"v": deep}
+    shallow = "[" * MAX_EMBEDDED_DEPTH + "]" * MAX_EMBEDDED_DEPTH
+    assert dumps({"v": JsonText(shallow)}) == b'{"v":' + shallow.encode() + b"}"
 
 
 def test_unknown_objects_are_refused() -> None:

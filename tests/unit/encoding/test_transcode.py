@@ -30,6 +30,7 @@ from service.encoding.protowire import varint
 from service.encoding.to_json import change_events, change_to_dict, dumps
 from service.encoding.to_proto import change_bytes, json_columns, transaction_frames
 from service.encoding.transcode import json_event, proto_change
+from tests.unit.encoding.jsondocs import documents, jsonb_text
 
 RELID = 16400
 COMMIT = 0x5000_0000
@@ -93,8 +94,9 @@ VALUES: dict[int, st.SearchStrategy[str]] = {
     25: _text,
     1043: _text,
     2950: st.uuids().map(str),
-    114: _json.map(lambda v: json.dumps(v, separators=(",", ":"))),
-    3802: _json.map(json.dumps),  # jsonb's output: ", " and ": "
+    # json prints its input as is, jsonb as jsondocs.jsonb_text (big numbers, escapes, deep...)
+    114: _json.map(lambda v: json.dumps(v, separators=(",", ":"))) | documents(1).map(lambda d: d[0]),
+    3802: _json.map(json.dumps) | documents(1).map(lambda d: jsonb_text(d[0])),
     17: st.binary(max_size=12).map(lambda b: "\\x" + b.hex()),
     1082: st.dates().map(_date) | st.sampled_from(["infinity", "-infinity", "0044-03-15 BC",
                                                    "10000-01-01"]),
@@ -188,18 +190,8 @@ def decoder(columns: list[tuple[str, int, bool]], toast: str = "placeholder") ->
     return TransactionDecoder(catalog, toast=toast)  # type: ignore[arg-type]
 
 
-def _normalized(frames: list[bytes]) -> list[Any]:
-    """Transactions parsed, json values re-serialized (the fast path passes PostgreSQL's text)."""
-    out = []
-    for raw in frames:
-        txn = feed_pb2.Transaction.FromString(raw)
-        for change in txn.changes:
-            for row in (change.key, change.before, change.after):
-                for value in row.values():
-                    if value.WhichOneof("kind") == "json_value":
-                        value.json_value = orjson.dumps(orjson.loads(value.json_value)).decode()
-        out.append(txn)
-    return out
+def _parsed(frames: list[bytes]) -> list[Any]:
+    return [feed_pb2.Transaction.FromString(f) for f in frames]
 
 
 @settings(max_examples=300, deadline=None,
@@ -213,11 +205,11 @@ def test_fast_and_reference_paths_give_the_same_events(data: st.DataObject, toas
     lazy = dec.decode(stored(payload), lazy=True)
     assert all(type(c) is RawChange for c in lazy.changes)
 
-    expected = [orjson.loads(dumps(change_to_dict(c, reference))) for c in reference.changes]
-    assert [orjson.loads(e) for e in change_events(lazy)] == expected
+    # byte for byte: json values are PostgreSQL's text on both paths (issue 13, item 2)
+    assert change_events(lazy) == [dumps(change_to_dict(c, reference)) for c in reference.changes]
     kinds = json_columns(dec.catalog)  # what the gRPC servicer passes for loaded changes
-    assert _normalized(transaction_frames(lazy)) == _normalized(
-        transaction_frames(reference, kinds=kinds))
+    assert [feed_pb2.Transaction.FromString(f) for f in transaction_frames(lazy)] == [
+        feed_pb2.Transaction.FromString(f) for f in transaction_frames(reference, kinds=kinds)]
 
 
 ALL_FAST = [("id", 20, True), ("small", 21, False), ("n", 23, False), ("flag", 16, False),
@@ -309,12 +301,23 @@ def test_deeply_nested_json_is_left_to_the_reference_path() -> None:
     assert orjson.loads(event)["after"]["id"] == 1  # whatever the reference wrote, it parses
 
 
-def test_reselect_mode_never_leaves_changes_in_wire_form() -> None:
-    """toast=reselect keeps an image per key as rows are decoded in order: no lazy rows there."""
+def test_reselect_mode_fills_unchanged_toast_on_the_reference_path() -> None:
+    """toast=reselect takes values from the fill index by position, so rows stay in wire form:
+    plain ones are transcoded, one with unchanged TOAST is loaded and filled, on JSON and proto."""
     rel = struct.pack(">I", RELID)
-    dec = decoder([("id", 20, True)], toast="reselect")
-    (change,) = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1"])]), lazy=True).changes
-    assert type(change) is not RawChange and change.after == {"id": 1}
+    dec = decoder([("id", 20, True), ("doc", 3802, False), ("body", 25, False)], toast="reselect")
+    dec.fills = lambda commit_lsn, seq: {"doc": (3802, '{"n": 1e-7}')} if (commit_lsn, seq) == (COMMIT, 1) else {}
+    txn = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "{}", "b"]),
+                             b"U" + rel + b"N" + tuple_data(["1", b"u", b"u"])]), lazy=True)
+    assert all(type(c) is RawChange for c in txn.changes)
+    plain, toasted = (orjson.loads(e) for e in change_events(txn))
+    assert "toast_filled" not in plain and plain["after"] == {"id": 1, "doc": {}, "body": "b"}
+    assert toasted["unchanged_toast"] == ["doc", "body"] and toasted["toast_filled"] == ["doc"]
+    assert toasted["after"]["id"] == 1 and "body" not in toasted["after"]
+    assert json.loads(json.dumps(toasted["after"]["doc"])) == {"n": 1e-7}
+    (raw,) = transaction_frames(txn)
+    pb = feed_pb2.Transaction.FromString(raw)
+    assert list(pb.changes[1].toast_filled) == ["doc"] and "body" not in pb.changes[1].after
 
 
 def test_fast_path_handles_values_exactly() -> None:
@@ -352,7 +355,7 @@ def test_wide_rows_and_long_values() -> None:
     assert len(event["after"]["c98"]) == 2 * 98 * 40 + 98 * 40
     parsed = feed_pb2.Change.FromString(proto_change(lazy.changes[0]))
     assert parsed.after["b"].bytes_value == bytes(range(256)) * 300
-    assert _normalized(transaction_frames(lazy)) == _normalized(transaction_frames(reference))
+    assert _parsed(transaction_frames(lazy)) == _parsed(transaction_frames(reference))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -394,9 +397,9 @@ def test_broken_bytes_raise_and_never_crash(data: st.DataObject) -> None:
         return
     if reference is not None:
         kinds = json_columns(dec.catalog).get(("public", "t%"))
-        assert _normalized([_frame(body)]) == _normalized([_frame(change_bytes(reference, kinds))]), message
+        assert _parsed([_frame(body)]) == _parsed([_frame(change_bytes(reference, kinds))]), message
 
 
 def _frame(change: bytes) -> bytes:
-    """One serialized Change as a Transaction frame holding it (for ``_normalized``)."""
+    """One serialized Change as a Transaction frame holding it (for ``_parsed``)."""
     return b"\x32" + varint(len(change)) + change

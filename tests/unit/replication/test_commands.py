@@ -13,6 +13,7 @@ from service.replication.commands import (
     publication_names,
     source_refusal,
     start_replication,
+    streaming_mode,
 )
 
 
@@ -25,6 +26,15 @@ def text(cmd: sql.Composable) -> str:
     (180006, 4), (190000, 4)])
 def test_max_proto_version(version: int, proto: int) -> None:
     assert max_proto_version(version) == proto
+
+
+@pytest.mark.parametrize(("requested", "messages", "proto", "mode"), [
+    (True, False, 4, "on"), (True, False, 2, "on"), (True, False, 1, "off"),
+    (False, False, 4, "off"),
+    # A streamed message cannot be tied to its subtransaction: messages mean whole transactions.
+    (True, True, 4, "off"), (True, True, 3, "off"), (False, True, 4, "off")])
+def test_streaming_mode(requested: bool, messages: bool, proto: int, mode: str) -> None:
+    assert streaming_mode(requested, messages=messages, proto_version=proto) == mode
 
 
 def test_start_replication_full_options() -> None:

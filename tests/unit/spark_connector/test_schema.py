@@ -28,6 +28,7 @@ from pyspark.sql.types import (
 )
 
 from clients import Change, ColumnInfo, TableInfo
+from clients._json import loads_exact
 from spark_connector import (
     KEY_COLUMN,
     METADATA_COLUMNS,
@@ -263,3 +264,16 @@ def test_arrow_rows_past_the_range_end_are_cut() -> None:
     assert _cut(batch, Cursor(0x20, 0), "commit_lsn", "seq").num_rows == 3
     assert _cut(batch, Cursor(0x10), "commit_lsn", "seq").num_rows == 2
 
+
+
+def test_json_wire_path_keeps_every_digit_of_json_documents() -> None:
+    """wireFormat=json: the client parses documents with exact numbers (issue 13, item 2); the
+    typed string column and the raw row images write them back digit for digit."""
+    doc = loads_exact('{"big": 123456789012345678901234567890, "small": 0.10000000000000000001, '
+                      '"e": 1e-7}')
+    text = '{"big":123456789012345678901234567890,"small":0.10000000000000000001,"e":1e-07}'
+    assert json_converter("jsonb")(doc) == text
+    assert json_converter("_jsonb")([doc, None]) == [text, None]
+    change = Change(lsn="0/1", seq=0, commit_lsn="0/2", xid=1, commit_ts=None, op="insert",
+                    schema="public", table="t", key={"id": 1}, after={"id": 1, "doc": doc})
+    assert raw_row(change)[10] == '{"id":1,"doc":' + text + "}"

@@ -1,0 +1,39 @@
+"""A page of changes as Debezium envelopes (``GET …/changes?format=debezium``): the same page
+object as the native JSON (``changes``, ``next``, ``head``, ``has_more``), so cursors, filters
+and long-polls work unchanged; each native event becomes one or more envelopes
+(``service.encoding.to_debezium``)."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+import service
+from service.assembler.changes import RawChange
+from service.encoding.to_debezium import DebeziumSource, envelopes
+from service.encoding.to_json import change_to_dict, dumps
+from service.feeds.reader import Page
+from service.http_api.encode import Encoded
+
+__all__ = ["debezium_changes", "debezium_source"]
+
+
+def debezium_source(feed: str, dsn: str) -> DebeziumSource:
+    """The ``source`` block's fixed part: the feed's name and its database (never the DSN)."""
+    try:
+        db = conninfo_to_dict(dsn).get("dbname")
+    except psycopg.ProgrammingError:  # unparsable: never here (the feed was created with it)
+        db = None
+    return DebeziumSource(name=feed, db=None if db is None else str(db), version=service.__version__)
+
+
+def debezium_changes(page: Page, source: DebeziumSource) -> Encoded:
+    items: list[bytes] = []
+    count = 0
+    for txn in page.transactions:
+        for change in txn.changes:
+            if type(change) is RawChange:
+                change = change.load()
+            count += 1
+            items.extend(dumps(e) for e in envelopes(change_to_dict(change, txn), source))
+    return Encoded(b'{"changes":[' + b",".join(items) + b"],", "application/json", page, count)
