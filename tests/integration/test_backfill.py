@@ -99,8 +99,15 @@ def apply(changes: list[Any]) -> tuple[dict[int, Row], int]:
         reads += c.op == "read"
         a = c.after
         assert "doubled" not in a  # generated columns are not published, so not read either
-        table[a["id"]] = (a["v"], Decimal(str(a["n"])), _iso(a["ts"]), a["j"])
+        table[a["id"]] = (a["v"], Decimal(str(a["n"])), _iso(a["ts"]), _json(a["j"]))
     return table, reads
+
+
+def _json(value: Any) -> Any:
+    """A json value as served over HTTP/gRPC (parsed), or as decoded in-process (its text)."""
+    import json
+    text = getattr(value, "text", None)
+    return json.loads(text) if isinstance(text, str) else value
 
 
 def _iso(value: Any) -> str:
