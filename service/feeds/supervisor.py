@@ -184,7 +184,7 @@ class Supervisor:
         spec = feed.spec
         try:
             with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                tables = slots.publication_tables(conn, spec.publication_name)
+                tables = slots.quoted_publication_tables(conn, spec.publication_name)
             if tables:
                 feed.backfills.start(tables, chunk_rows=DEFAULT_CHUNK_ROWS,
                                      parallel=DEFAULT_PARALLEL, initial=True)
