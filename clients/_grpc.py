@@ -100,14 +100,14 @@ def _row(row: Any) -> dict[str, Any] | None:
     return {k: from_value(v) for k, v in row.items()}
 
 
-_OPS = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message"}
+_OPS = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message", 6: "read"}
 
 
 def _change(msg: Any, commit_lsn: str, xid: int, commit_ts: datetime | None,
             origin: str | None) -> Change:
     op = _OPS.get(msg.op, "unspecified")
     after = _row(msg.after)
-    if after is None and op in ("insert", "update"):
+    if after is None and op in ("insert", "update", "read"):
         after = {}  # a row of a table without columns
     return Change(
         lsn=format_lsn(msg.lsn), seq=msg.seq, commit_lsn=commit_lsn, xid=xid, commit_ts=commit_ts,

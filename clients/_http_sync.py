@@ -229,3 +229,28 @@ class FeedClient:
 
     def delete_feed(self, name: str) -> None:
         self._send("DELETE", base.feed_path(name), retry=False)
+
+    def start_backfill(self, feed: str, tables: Iterable[str], *, chunk_rows: int | None = None,
+                       parallel: int | None = None) -> dict[str, Any]:
+        """``POST /v1/feeds/{feed}/backfills`` (admin): the started backfill, with its ``id``."""
+        body: dict[str, Any] = {"tables": list(tables)}
+        if chunk_rows is not None:
+            body["chunk_rows"] = chunk_rows
+        if parallel is not None:
+            body["parallel"] = parallel
+        result: dict[str, Any] = self._json("POST", base.feed_path(feed, "backfills"), json=body,
+                                            retry=False)
+        return result
+
+    def backfills(self, feed: str) -> list[dict[str, Any]]:
+        result: dict[str, Any] = self._json("GET", base.feed_path(feed, "backfills"))
+        return list(result["backfills"])
+
+    def backfill(self, feed: str, backfill_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", base.feed_path(feed, "backfills", backfill_id))
+        return result
+
+    def cancel_backfill(self, feed: str, backfill_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("DELETE", base.feed_path(feed, "backfills", backfill_id),
+                                            retry=False)
+        return result

@@ -1,4 +1,4 @@
-"""Command line: ``pgfeed serve | feeds … | demo | peek | tail``."""
+"""Command line: ``pgfeed serve | feeds … | backfill | demo | peek | tail``."""
 
 from __future__ import annotations
 
@@ -138,8 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     set_tables = admin_parser("set-tables", "replace a feed's table list (same as PATCH /v1/feeds/NAME)")
     set_tables.add_argument("name")
     set_tables.add_argument("--tables", required=True, help="comma-separated schema.table list")
+    set_tables.add_argument("--backfill", action="store_true", help="backfill the tables this adds")
     set_tables.set_defaults(func=lambda a: _admin(
-        a, "PATCH", f"/v1/feeds/{a.name}", {"tables": [t.strip() for t in a.tables.split(",") if t.strip()]}))
+        a, "PATCH", f"/v1/feeds/{a.name}", {"tables": [t.strip() for t in a.tables.split(",") if t.strip()],
+                                            **({"backfill": True} if a.backfill else {})}))
     delete = admin_parser("delete", "delete a feed, dropping the slot and publication it owns")
     delete.add_argument("name")
     delete.add_argument("--force", action="store_true",
@@ -175,9 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     from service import peek, tail
+    from service.backfill import cli as backfill_cli
 
     peek.add_parser(sub)
     tail.add_parser(sub)
+    backfill_cli.add_parser(sub)
     return parser
 
 

@@ -1,4 +1,5 @@
 """``pgfeed demo``: a local PostgreSQL, the service, a feed and a live workload, watched in the terminal.
+The feed is created with ``snapshot: backfill``, so the seeded customers arrive first as ``read``s.
 
 Everything it starts (cluster, servers, workload) is stopped on Ctrl-C or after ``--seconds``.
 The live view reads the feed through the public HTTP API, like any client would.
@@ -55,11 +56,21 @@ def _row_text(change: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in list(row.items())[:4])
 
 
+def _backfill_line(client: httpx.Client) -> str:
+    """The feed's initial backfill (option snapshot) as one line of the info panel."""
+    found = client.get("/v1/feeds/shop/backfills").json().get("backfills") or []
+    if not found:
+        return "backfill: none"
+    b = found[0]
+    return (f"backfill {b['id']} of {', '.join(t['table'] for t in b['tables'])}: {b['state']}, "
+            f"{b['rows']} rows in {b['chunks']} chunks (op 'read')")
+
+
 def _view(changes: list[dict], count: int, cursor: str, urls: list[str]) -> Group:
     table = Table(expand=True, title="latest changes (feed 'shop')")
     for column in ("commit_lsn", "xid", "op", "table", "row"):
         table.add_column(column, overflow="ellipsis", no_wrap=True)
-    colour = {"insert": "green", "update": "yellow", "delete": "red"}
+    colour = {"insert": "green", "update": "yellow", "delete": "red", "read": "cyan"}
     for c in changes[-15:]:
         op = c["op"]
         table.add_row(c["commit_lsn"], str(c["xid"]), f"[{colour.get(op, 'white')}]{op}[/]",
@@ -126,7 +137,8 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
         console.print("[red]the service did not start (is the port in use? try --http-port)[/]")
         return 1
     runtime.supervisor.create(FeedSpec(name="shop", dsn=dsn, tables=("public.customers", "public.orders"),
-                                       options=FeedOptions(toast="placeholder", heartbeat_seconds=5)))
+                                       options=FeedOptions(toast="placeholder", heartbeat_seconds=5,
+                                                           snapshot="backfill")))
     base = f"http://127.0.0.1:{runtime.http_port}"
     urls = [f"API docs:   {base}/docs", f"console:    {base}/ui", f"changes:    {base}/v1/feeds/shop/changes?after=earliest",
             f"gRPC:       127.0.0.1:{runtime.grpc_port} (pgfeed.v1.ChangeFeed/Subscribe, reflection on)",
@@ -149,7 +161,7 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
                     del seen[:-50]
                     count += len(page["changes"])
                     cursor = page["next"]
-                    live.update(_view(seen, count, cursor, urls))
+                    live.update(_view(seen, count, cursor, [*urls, _backfill_line(client)]))
     except KeyboardInterrupt:
         pass
     finally:

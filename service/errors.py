@@ -63,3 +63,17 @@ class SchemaError(PgfeedError):
     """A change names a relation (or a tuple shape) the feed's schema history does not explain."""
 
     code = "schema_unknown"
+
+
+class BackfillError(PgfeedError):
+    """A backfill request pgfeed refuses before starting anything (HTTP 400 or, with ``status``,
+    another 4xx): an unknown table, one outside the feed's publication, one without a usable key,
+    bad options, or a table another running backfill is reading (409)."""
+
+    code = "backfill_invalid"
+
+    def __init__(self, message: str, *, status: int = 400, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        if code is not None:
+            self.code = code

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from service.errors import FeedNotFound
 from service.feeds.supervisor import parallel
 
 if TYPE_CHECKING:
@@ -46,6 +47,10 @@ LOG_TRANSACTIONS = "pgfeed_log_transactions"
 LOG_CHANGES = "pgfeed_log_changes"
 LOG_BYTES = "pgfeed_log_payload_bytes"
 LOG_FORCED_TRIMS = "pgfeed_log_forced_trims"
+BACKFILL_ROWS = "pgfeed_backfill_rows"
+BACKFILL_CHUNKS = "pgfeed_backfill_chunks"
+BACKFILL_REDONE = "pgfeed_backfill_chunks_redone"
+BACKFILLS_RUNNING = "pgfeed_backfills_running"
 
 STATES = ("starting", "snapshotting", "running", "paused", "failed")
 # Seconds; long-polls (up to 60 s) land in the top buckets.
@@ -147,6 +152,14 @@ class FeedCollector(Collector):
                                       labels=["feed"])
         forced = CounterMetricFamily(LOG_FORCED_TRIMS, "Trims that dropped changes a consumer had "
                                      "not acknowledged", labels=["feed"])
+        bf_rows = CounterMetricFamily(BACKFILL_ROWS, "Rows stored by backfills since the service "
+                                      "started", labels=["feed"])
+        bf_chunks = CounterMetricFamily(BACKFILL_CHUNKS, "Backfill chunks stored since the service "
+                                        "started", labels=["feed"])
+        bf_redone = CounterMetricFamily(BACKFILL_REDONE, "Backfill chunks read again (a TRUNCATE "
+                                        "or schema change in their window, ...)", labels=["feed"])
+        bf_running = GaugeMetricFamily(BACKFILLS_RUNNING, "Backfills running in this process",
+                                       labels=["feed"])
         names = self.supervisor.names()
         for name, figures in zip(names, parallel(names, self._figures)):  # sources probed at once
             if figures is None:
@@ -170,8 +183,17 @@ class FeedCollector(Collector):
             log_changes.add_metric(labels, stats.change_count)
             log_bytes.add_metric(labels, stats.payload_bytes)
             forced.add_metric(labels, stats.forced_trims)
+            try:
+                backfills = self.supervisor.backfills(name)
+            except FeedNotFound:  # deleted mid-scrape
+                continue
+            bf_rows.add_metric(labels, backfills.rows_stored)
+            bf_chunks.add_metric(labels, backfills.chunks_stored)
+            bf_redone.add_metric(labels, backfills.chunks_redone)
+            bf_running.add_metric(labels, backfills.running_count())
         yield from (changes, nbytes, confirmed, head, lag_bytes, lag_seconds, rate, state,
-                    retained, log_txns, log_changes, log_bytes, forced)
+                    retained, log_txns, log_changes, log_bytes, forced, bf_rows, bf_chunks,
+                    bf_redone, bf_running)
 
     def describe(self) -> Iterator[Any]:
         return iter(())  # families are dynamic: do not collect at registration

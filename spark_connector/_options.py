@@ -10,7 +10,7 @@ from clients import ColumnInfo, FeedClient, parse_cursor
 
 __all__ = ["FeedOptions"]
 
-_TYPED_OPS = "insert,update,delete"
+_TYPED_OPS = "insert,update,delete,read"
 
 
 def _get(options: Mapping[str, Any], name: str) -> str | None:

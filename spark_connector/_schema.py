@@ -254,7 +254,7 @@ def typed_row(change: Change, names: Sequence[str], converters: Sequence[Convert
     ``_unchanged_toast`` (unless the service filled them: ``toast_filled``). With ``key`` (the
     ``_key`` fields and their converters) the row ends with the change's key as a tuple."""
     op = change.op
-    image = (change.after if op in ("insert", "update") else change.before or change.key) or {}
+    image = (change.after if op in ("insert", "update", "read") else change.before or change.key) or {}
     toast = change.unchanged_toast
     hidden = set(toast).difference(change.toast_filled or ()) if toast else ()
     values = [None if name in hidden else conv(image.get(name))

@@ -11,7 +11,15 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from clients._cursor import format_lsn
-from service.assembler.model import FRAME, Change, Op, StoredTransaction, Transaction
+from service.assembler.model import (
+    BACKFILL_ORIGIN,
+    FRAME,
+    Change,
+    Op,
+    StoredTransaction,
+    Transaction,
+    backfill_id_of,
+)
 from service.assembler.relations import RelationCatalog, RelationSchema, TypeName
 from service.assembler.values import RowLoader, row_loader, sequence_loader
 from service.errors import SchemaError
@@ -44,6 +52,7 @@ Fills = Callable[[int, int], Mapping[str, tuple[int, str | None]]]
 
 _OPS = {TAG_INSERT: Op.INSERT, TAG_UPDATE: Op.UPDATE, TAG_DELETE: Op.DELETE,
         TAG_TRUNCATE: Op.TRUNCATE, TAG_MESSAGE: Op.MESSAGE}
+_READ_OPS = {**_OPS, TAG_INSERT: Op.READ}
 _ROW_TAGS = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE})
 _OLD_ROW = ord("O")
 _KEY = ord("K")
@@ -163,7 +172,9 @@ class RawChange:
 
     def load(self) -> Change:
         """The decoded Change (SchemaError when the bytes do not fit the relation version)."""
-        return self.decoder._row(self.tag, self.buf, self.plan, self.lsn, self.seq, self.commit_lsn)
+        change = self.decoder._row(self.tag, self.buf, self.plan, self.lsn, self.seq, self.commit_lsn)
+        change.op = self.op  # a backfill's Insert frames are reads
+        return change
 
 
 Rows = tuple[dict[str, Any] | None, dict[str, Any] | None, int | None]  # new, old, old kind
@@ -286,6 +297,11 @@ class TransactionDecoder:
         if max_changes is not None and max_changes <= 0:
             stop = first_seq
         payload = stored.payload
+        origin = stored.origin
+        backfill = backfill_id_of(origin)
+        ops_of = _OPS
+        if backfill is not None:  # a backfill chunk: its Insert frames are rows read, op "read"
+            origin, ops_of = BACKFILL_ORIGIN, _READ_OPS
         pos, end = 0, len(payload)
         plans: dict[int, _Plan] = {}  # relation_id -> plan in force at this point of the payload
         resume_key = (commit_lsn, end, first_seq)
@@ -324,7 +340,7 @@ class TransactionDecoder:
             buf = payload[pos:pos + length]
             pos += length
             last = seq
-            op = _OPS[tag]
+            op = ops_of[tag]
             if ops is not None and op not in ops:
                 continue
             if tag in _ROW_TAGS:
@@ -337,7 +353,9 @@ class TransactionDecoder:
                 if lazy:
                     append(RawChange(lsn, seq, op, tag, buf, plan, commit_lsn, self))
                 else:
-                    append(self._row(tag, buf, plan, lsn, seq, commit_lsn))
+                    change = self._row(tag, buf, plan, lsn, seq, commit_lsn)
+                    change.op = op
+                    append(change)
             elif tag == TAG_TRUNCATE:
                 trunc = decode(buf)
                 assert isinstance(trunc, TruncateMessage)
@@ -355,8 +373,8 @@ class TransactionDecoder:
                 assert isinstance(lmsg, LogicalMessage)
                 append(Change(lsn, seq, Op.MESSAGE, prefix=lmsg.prefix, content=lmsg.content,
                               transactional=lmsg.transactional))
-        return Transaction(stored.xid, commit_lsn, stored.end_lsn, stored.commit_ts, stored.origin,
-                           changes, stored.change_count, last)
+        return Transaction(stored.xid, commit_lsn, stored.end_lsn, stored.commit_ts, origin,
+                           changes, stored.change_count, last, backfill)
 
     def wire_changes(self, stored: StoredTransaction) -> Iterator[
             tuple[int, int, bytes, RelationSchema | None, RelationSchema | None]]:

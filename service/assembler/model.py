@@ -29,6 +29,33 @@ class Op(StrEnum):
     DELETE = "delete"
     TRUNCATE = "truncate"
     MESSAGE = "message"
+    READ = "read"  # a row a backfill read from the table (stored as an Insert frame)
+
+
+# Origin of a backfill's transactions as served; the log stores ``BACKFILL_ORIGIN + ":" + id``
+# (the id rides in the origin column, so no store needs another column), split on read.
+BACKFILL_ORIGIN = "pgfeed.backfill"
+
+
+def backfill_id_of(origin: str | None) -> str | None:
+    """The backfill id of a stored origin (``pgfeed.backfill:<id>``), None for any other origin."""
+    if origin is not None and origin.startswith(BACKFILL_ORIGIN + ":"):
+        return origin[len(BACKFILL_ORIGIN) + 1:]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillProgress:
+    """Where one part of a backfill stands after a chunk, carried by that chunk's transaction so
+    the log stores it in the same atomic append (see ``ChangeLog.append``). Values are absolute
+    (not increments), so applying one twice is harmless."""
+
+    backfill_id: str
+    part: int
+    last_key: str | None  # JSON list of the key's text values of the last row read; None: none yet
+    rows: int  # rows stored for this part so far (this chunk included)
+    chunks: int  # chunks stored for this part so far
+    done: bool  # the part has no rows left
 
 
 @dataclass(slots=True)
@@ -56,6 +83,11 @@ class StoredTransaction:
     # on its own: schema in force for T = latest version from transactions with commit_lsn < T's,
     # then the Relation frames inside T's payload as they come.
     schema_frames: tuple[bytes, ...] = ()
+    # A backfill chunk's transaction: the part's progress, stored atomically with it.
+    progress: BackfillProgress | None = None
+    # Capture only, never stored: the content of a ``pgfeed.watermark`` message this transaction
+    # carried (the assembler takes the message out of the payload).
+    watermark: bytes | None = None
 
     def frames(self) -> Iterator[tuple[int, memoryview]]:
         """Yield ``(lsn, message)`` for each framed message of the payload. A spilled payload is
@@ -172,3 +204,4 @@ class Transaction:
     # seq of the last change the decoder scanned (filtered-out ones included), -1 if none: the
     # next cursor is commit_lsn:last_seq, or commit_lsn once last_seq == change_count - 1.
     last_seq: int | None = None
+    backfill: str | None = None  # the backfill id of a backfill chunk (origin "pgfeed.backfill")

@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
 from clients._cursor import Cursor
-from service.assembler.model import StoredTransaction
+from service.assembler.model import BackfillProgress, StoredTransaction
+from service.backfill.model import BackfillPart, BackfillRecord
 from service.errors import PgfeedError, RetentionError
 
 log = logging.getLogger("pgfeed.changelog")
@@ -89,10 +90,25 @@ class ChangeLog(Protocol):
       trim removes the consumers it overtook (their cursors name positions that are gone), so
       no consumer ever holds retention at a position the log no longer has.
     - Consumers' acknowledgement times are durable with them: idle expiry survives restarts.
+    - Backfill progress is stored atomically with the chunk that made it: a transaction that
+      ``append`` stores and whose ``progress`` is set also sets that backfill part's ``last_key``,
+      ``rows``, ``chunks`` and ``done`` (absolute values) in the same atomic write; a skipped
+      replay changes nothing. Backfill records are never trimmed with transactions.
     """
 
     def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
-        """Store committed transactions (ascending commit_lsn) and optionally advance confirmed_lsn."""
+        """Store committed transactions (ascending commit_lsn) and optionally advance confirmed_lsn;
+        apply the ``progress`` of every stored one (see the class docstring)."""
+        ...
+
+    def save_backfill(self, record: BackfillRecord) -> None:
+        """Create or update a backfill: its header (tables, options, state, error, timestamps) is
+        replaced; its parts are created when the log does not hold them yet, and a part the log
+        holds keeps its stored progress (only ``append`` moves progress)."""
+        ...
+
+    def backfills(self) -> list[BackfillRecord]:
+        """Every backfill with its parts and their durable progress, oldest first."""
         ...
 
     def head(self) -> int:
@@ -175,6 +191,13 @@ class ChangeLog(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def apply_progress(part: BackfillPart, progress: BackfillProgress) -> BackfillPart:
+    """``part`` with a chunk's progress applied (for stores that keep parts as records)."""
+    from dataclasses import replace
+    return replace(part, last_key=progress.last_key, rows=progress.rows, chunks=progress.chunks,
+                   done=progress.done)
 
 
 def slowest(cursors: Iterable[Cursor]) -> Cursor | None:

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction
+from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog.base import (
     ChangeLogError,
     ConsumerState,
     LogStats,
     age_cutoff,
+    apply_progress,
     check_batch,
     check_consumer,
     check_lsn,
@@ -60,6 +62,8 @@ class MemoryChangeLog:
         self._change_total = 0
         self._byte_total = 0
         self._closed = False
+        self._backfills: dict[str, BackfillRecord] = {}
+        self._parts: dict[tuple[str, int], BackfillPart] = {}
 
     @contextmanager
     def _open(self) -> Iterator[None]:
@@ -68,6 +72,19 @@ class MemoryChangeLog:
             if self._closed:
                 raise ChangeLogError("the in-memory change log is closed")
             yield
+
+    # -- backfills ------------------------------------------------------------------------------
+
+    def save_backfill(self, record: BackfillRecord) -> None:
+        with self._open():
+            self._backfills[record.id] = record
+            for part in record.parts:
+                self._parts.setdefault((record.id, part.part), part)
+
+    def backfills(self) -> list[BackfillRecord]:
+        with self._open():
+            return [BackfillRecord.from_header(r.header(), tuple(
+                self._parts[(r.id, p.part)] for p in r.parts)) for r in self._backfills.values()]
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -80,6 +97,10 @@ class MemoryChangeLog:
                 stored = StoredTransaction(t.xid, t.commit_lsn, t.end_lsn, t.commit_ts, t.origin,
                                            t.change_count, bytes(t.payload),
                                            tuple(bytes(f) for f in t.schema_frames))
+                if t.progress is not None:
+                    key = (t.progress.backfill_id, t.progress.part)
+                    if key in self._parts:
+                        self._parts[key] = apply_progress(self._parts[key], t.progress)
                 self._change_total += t.change_count
                 self._byte_total += len(stored.payload)
                 self._entries.append(_Entry(stored, self._change_total, self._byte_total))

@@ -37,6 +37,7 @@ from typing import Any
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction, payload_pieces
+from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog.base import (
     MAX_LSN,
     ChangeLogError,
@@ -113,6 +114,27 @@ _SCHEMA = (
         acked_at INTEGER NOT NULL)      -- last acknowledgement, µs since 2000-01-01
         WITHOUT ROWID""",
     f"PRAGMA user_version = {_SCHEMA_VERSION}",
+)
+
+# Backfills (service/backfill): a header per backfill, progress per part, written by ``append``
+# in the same transaction as the chunk that made it.
+_BACKFILL_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS backfill (
+        id TEXT PRIMARY KEY,
+        ordinal INTEGER NOT NULL,       -- creation order
+        header TEXT NOT NULL)           -- BackfillRecord.header(): JSON""",
+    """CREATE TABLE IF NOT EXISTS backfill_part (
+        backfill_id TEXT NOT NULL,
+        part INTEGER NOT NULL,
+        tbl TEXT NOT NULL,
+        lower TEXT,
+        upper TEXT,
+        estimate INTEGER NOT NULL,
+        last_key TEXT,
+        rows INTEGER NOT NULL,
+        chunks INTEGER NOT NULL,
+        done INTEGER NOT NULL,
+        PRIMARY KEY (backfill_id, part)) WITHOUT ROWID""",
 )
 
 # Statements that bring a log of version ``v`` to ``v + 1``, run in the transaction that opens it.
@@ -302,6 +324,8 @@ class SqliteChangeLog:
             # written by every append (a quarter of a one-row append's WAL), for split_points,
             # which searches by commit_lsn instead.
             conn.execute("DROP INDEX IF EXISTS txn_cum_changes")
+            for statement in _BACKFILL_SCHEMA:  # added 2026-11-24; older logs get them here
+                conn.execute(statement)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             conn.close()
@@ -396,6 +420,11 @@ class SqliteChangeLog:
                                  size, txn_total, change_total, byte_total, first, next_chunk - first))
                 if t.schema_frames:
                     schema_rows.extend((t.commit_lsn, f) for f in t.schema_frames)
+                if t.progress is not None:
+                    p = t.progress
+                    conn.execute("UPDATE backfill_part SET last_key = ?, rows = ?, chunks = ?, "
+                                 "done = ? WHERE backfill_id = ? AND part = ?",
+                                 (p.last_key, p.rows, p.chunks, int(p.done), p.backfill_id, p.part))
             if fresh:
                 conn.executemany("INSERT INTO txn VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", txn_rows)
                 if schema_rows:
@@ -406,6 +435,28 @@ class SqliteChangeLog:
                 conn.execute("UPDATE state SET head = ?, confirmed_lsn = ?, next_chunk = ?, txn_total = ?, "
                              "change_total = ?, byte_total = ?",
                              (head, new_confirmed, next_chunk, txn_total, change_total, byte_total))
+
+    def save_backfill(self, record: BackfillRecord) -> None:
+        with self._writing() as conn:
+            conn.execute("INSERT INTO backfill (id, ordinal, header) VALUES (?, "
+                         "(SELECT COALESCE(MAX(ordinal), 0) + 1 FROM backfill), ?) "
+                         "ON CONFLICT (id) DO UPDATE SET header = excluded.header",
+                         (record.id, record.header()))
+            conn.executemany(
+                "INSERT OR IGNORE INTO backfill_part VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(record.id, p.part, p.table, p.lower, p.upper, p.estimate, p.last_key, p.rows,
+                  p.chunks, int(p.done)) for p in record.parts])
+
+    def backfills(self) -> list[BackfillRecord]:
+        with self._reading() as conn:
+            headers = conn.execute("SELECT id, header FROM backfill ORDER BY ordinal").fetchall()
+            parts: dict[str, list[BackfillPart]] = {}
+            for row in conn.execute("SELECT backfill_id, part, tbl, lower, upper, estimate, last_key, "
+                                    "rows, chunks, done FROM backfill_part ORDER BY backfill_id, part"):
+                parts.setdefault(row[0], []).append(
+                    BackfillPart(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
+                                 bool(row[9])))
+        return [BackfillRecord.from_header(header, tuple(parts.get(id_, ()))) for id_, header in headers]
 
     def set_confirmed_lsn(self, lsn: int) -> None:
         check_lsn(lsn, "confirmed lsn")

@@ -301,7 +301,7 @@ def _column(values: list[Any], column: ArrowColumn, t: pa.DataType) -> pa.Array:
         return pa.array([convert(v) for v in values], type=t)
 
 
-_ROW_IMAGE_AFTER = frozenset({Op.INSERT, Op.UPDATE})
+_ROW_IMAGE_AFTER = frozenset({Op.INSERT, Op.UPDATE, Op.READ})
 _EMPTY: dict[str, Any] = {}
 
 
@@ -404,7 +404,7 @@ def generic_batch(transactions: Sequence[Transaction]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=_CHANGE_SCHEMA)
 
 
-_ROW_OPS = frozenset({Op.INSERT, Op.UPDATE, Op.DELETE})
+_ROW_OPS = frozenset({Op.INSERT, Op.UPDATE, Op.DELETE, Op.READ})
 
 
 def ipc_stream(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> bytes:

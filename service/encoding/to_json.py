@@ -52,13 +52,13 @@ def _header(txn: Transaction) -> tuple[str, int, str]:
     return header
 
 
-_INSERT, _UPDATE, _DELETE, _TRUNCATE = Op.INSERT, Op.UPDATE, Op.DELETE, Op.TRUNCATE
+_INSERT, _UPDATE, _DELETE, _TRUNCATE, _READ = Op.INSERT, Op.UPDATE, Op.DELETE, Op.TRUNCATE, Op.READ
 
 
 def change_to_dict(change: Change, txn: Transaction) -> dict[str, Any]:
     """One change event, keyed as the contract's "Change event (JSON)".
 
-    Every event has lsn, seq, commit_lsn, xid, commit_ts, op, schema, table and origin. Row
+    Changes of a backfill chunk (op read) end with ``backfill`` (the id). Every event has lsn, seq, commit_lsn, xid, commit_ts, op, schema, table and origin. Row
     changes add ``key`` (null without a replica identity) and ``unchanged_toast`` always,
     ``before`` only when the old row came whole and ``after`` for inserts and updates, plus
     ``toast_filled`` in toast=reselect mode. Truncates add ``tables`` and ``options``; messages
@@ -67,7 +67,7 @@ def change_to_dict(change: Change, txn: Transaction) -> dict[str, Any]:
     """
     commit_lsn, xid, commit_ts = _header(txn)
     op = change.op
-    if op is _INSERT or op is _UPDATE or op is _DELETE:
+    if op is _INSERT or op is _UPDATE or op is _DELETE or op is _READ:
         before, after = change.before, change.after
         if before is None and after is not None:  # insert, update without FULL
             out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn,
@@ -90,6 +90,8 @@ def change_to_dict(change: Change, txn: Transaction) -> dict[str, Any]:
         if change.toast_filled is not None:
             out["toast_filled"] = change.toast_filled
             out["origin"] = out.pop("origin")  # keep origin last, as the contract lists it
+        if txn.backfill is not None:
+            out["backfill"] = txn.backfill
         return out
     out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn, "xid": xid,
            "commit_ts": commit_ts, "op": op, "schema": change.schema, "table": change.table}
@@ -107,11 +109,14 @@ def change_to_dict(change: Change, txn: Transaction) -> dict[str, Any]:
 def transaction_to_dict(txn: Transaction) -> dict[str, Any]:
     """A whole (or sliced) transaction: its metadata and its change events (each complete)."""
     commit_lsn, xid, commit_ts = _header(txn)
-    return {
+    out = {
         "xid": xid, "commit_lsn": commit_lsn, "end_lsn": format_lsn(txn.end_lsn),
         "commit_ts": commit_ts, "origin": txn.origin, "change_count": txn.change_count,
         "changes": [change_to_dict(c, txn) for c in txn.changes],
     }
+    if txn.backfill is not None:
+        out["backfill"] = txn.backfill
+    return out
 
 
 def change_events(txn: Transaction) -> list[bytes]:
@@ -121,7 +126,8 @@ def change_events(txn: Transaction) -> list[bytes]:
     commit_lsn, xid, commit_ts = _header(txn)
     middle = b'"commit_lsn":"%s","xid":%d,"commit_ts":"%s",' % (
         commit_lsn.encode(), xid, commit_ts.encode())
-    tail = b'"unchanged_toast":[],"origin":' + orjson.dumps(txn.origin) + b"}"
+    tail = b'"unchanged_toast":[],"origin":' + orjson.dumps(txn.origin) + (
+        b"}" if txn.backfill is None else b',"backfill":' + orjson.dumps(txn.backfill) + b"}")
     out: list[bytes] = []
     append = out.append
     plan = writers = None
@@ -142,9 +148,11 @@ def change_events(txn: Transaction) -> list[bytes]:
 def transaction_json(txn: Transaction, cursor: str) -> bytes:
     """``transaction_to_dict`` plus ``cursor``, as JSON bytes (events from ``change_events``)."""
     commit_lsn, xid, commit_ts = _header(txn)
-    head = orjson.dumps({"xid": xid, "commit_lsn": commit_lsn, "end_lsn": format_lsn(txn.end_lsn),
-                         "commit_ts": commit_ts, "origin": txn.origin,
-                         "change_count": txn.change_count})
+    fields = {"xid": xid, "commit_lsn": commit_lsn, "end_lsn": format_lsn(txn.end_lsn),
+              "commit_ts": commit_ts, "origin": txn.origin, "change_count": txn.change_count}
+    if txn.backfill is not None:
+        fields["backfill"] = txn.backfill
+    head = orjson.dumps(fields)
     return (head[:-1] + b',"changes":[' + b",".join(change_events(txn)) + b'],"cursor":'
             + orjson.dumps(cursor) + b"}")
 

@@ -322,7 +322,7 @@ def _encode_row(tag: bytes, schema: str | None, table: str | None, row: dict[str
 # -- Change ------------------------------------------------------------------------------------------
 
 _OP = {Op.INSERT: b"\x18\x01", Op.UPDATE: b"\x18\x02", Op.DELETE: b"\x18\x03",
-       Op.TRUNCATE: b"\x18\x04", Op.MESSAGE: b"\x18\x05"}
+       Op.TRUNCATE: b"\x18\x04", Op.MESSAGE: b"\x18\x05", Op.READ: b"\x18\x06"}
 _KEY, _BEFORE, _AFTER = b"\x32", b"\x3a", b"\x42"
 _NAMES: dict[tuple[str | None, str | None], bytes] = {}
 
@@ -407,7 +407,7 @@ def change_bytes(change: Change, kinds: Mapping[str, str] | None = None) -> byte
 # -- Transaction frames -------------------------------------------------------------------------------
 
 def _header(txn: Transaction) -> bytes:
-    """Fields 1-5 of a Transaction: xid, commit_lsn, end_lsn, commit_ts, origin."""
+    """Fields 1-5 and 9 of a Transaction: xid, commit_lsn, end_lsn, commit_ts, origin, backfill."""
     out = b"\x08" + varint(txn.xid) if txn.xid else b""
     if txn.commit_lsn:
         out += b"\x10" + varint(txn.commit_lsn)
@@ -418,6 +418,8 @@ def _header(txn: Transaction) -> bytes:
     out += _timestamp(b"\x22", seconds + 946_684_800, micros)
     if txn.origin is not None:
         out += _text(b"\x2a", txn.origin)
+    if txn.backfill is not None:
+        out += _text(b"\x4a", txn.backfill)
     return out
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from service.assembler.changes import RawChange, _Plan
+from service.assembler.model import Op
 from service.assembler.values import TEXT_OID, loader_oid
 from service.encoding.protowire import SMALL as _SMALL
 from service.encoding.protowire import VC as _VC
@@ -304,9 +305,27 @@ def transcoded(writers: dict[int, Any], change: RawChange, middle: bytes, tail: 
     if write is None:
         return None
     try:  # try costs nothing until it raises; contextlib.suppress cost ~0.3 µs a change
-        return write(change.buf, change.lsn, change.seq, middle, tail)
+        out: bytes = write(change.buf, change.lsn, change.seq, middle, tail)
     except Exception:  # noqa: BLE001 - any refusal: the reference path decides
         return None
+    if change.op is _READ_OP:  # a backfill's Insert frame: the same event with op "read"
+        return _as_read(out)
+    return out
+
+
+_READ_OP = Op.READ
+_JSON_INSERT, _JSON_READ = b'"op":"insert"', b'"op":"read"'
+_PROTO_INSERT, _PROTO_READ = b"\x18\x01", b"\x18\x06"
+
+
+def _as_read(written: bytes) -> bytes | None:
+    """An insert's event (JSON, or a protobuf Change, which writes its op field first) as the
+    same row read by a backfill; None (reference path) for anything else."""
+    if written[:2] == _PROTO_INSERT:
+        return _PROTO_READ + written[2:]
+    if _JSON_INSERT in written:
+        return written.replace(_JSON_INSERT, _JSON_READ, 1)
+    return None
 
 
 # The C encoder takes the kinds as one byte each, in _transcode.c's enum order.

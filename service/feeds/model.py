@@ -26,7 +26,7 @@ class Retention:
 @dataclass(frozen=True, slots=True)
 class FeedOptions:
     toast: ToastMode = "placeholder"
-    snapshot: Literal["never", "export"] = "never"
+    snapshot: Literal["never", "backfill", "export"] = "never"  # export: older name of backfill
     messages: bool = True
     two_phase: bool = False
     streaming: bool = True

@@ -15,11 +15,20 @@ from typing import Literal
 
 from clients._cursor import EARLIEST, Cursor, format_lsn
 from service.assembler.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
-from service.assembler.model import Op, StoredTransaction, Transaction
+from service.assembler.model import (
+    BACKFILL_ORIGIN,
+    FRAME,
+    Op,
+    StoredTransaction,
+    Transaction,
+    backfill_id_of,
+)
 from service.assembler.relations import RelationCatalog
 from service.changelog.base import ChangeLog
 from service.errors import RetentionError
 from service.feeds.toastindex import ToastIndex
+from service.pgoutput.decode import decode
+from service.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
 
 __all__ = ["FeedReader", "Page", "ReaderBusy", "parse_ops"]
 
@@ -148,6 +157,21 @@ class FeedReader:
                 continue
             if whole_transactions and count and stored.change_count - first > remaining:
                 break
+            if (table_set is not None or op_set is not None) and (
+                    to is None or to.lsn > stored.commit_lsn) and _filtered_chunk(
+                    stored, table_set, op_set):
+                # A backfill chunk the filters leave out whole: passed without decoding its rows
+                # (a live reader of other tables would otherwise scan every row read).
+                remaining -= 1
+                count += 1
+                next_cursor = Cursor(stored.commit_lsn)
+                self._current = None
+                if first == 0:
+                    passed = Transaction(stored.xid, stored.commit_lsn, stored.end_lsn,
+                                         stored.commit_ts, BACKFILL_ORIGIN, [],
+                                         stored.change_count, stored.change_count - 1,
+                                         backfill_id_of(stored.origin))
+                continue
             last_wanted = stored.change_count - 1
             if to is not None and to.lsn == stored.commit_lsn and to.seq is not None:
                 last_wanted = min(last_wanted, to.seq)
@@ -190,3 +214,31 @@ class FeedReader:
                 if after.seq + limit >= current.change_count - 1 else []
             return [current, *rest]
         return self.changelog.read(after, limit, upto)
+
+
+def _filtered_chunk(stored: StoredTransaction, tables: set[str] | None,
+                    ops: set[Op] | None) -> bool:
+    """A backfill chunk (its changes are all reads of the one table its Relation frame names)
+    that the ``tables``/``ops`` filters leave out entirely."""
+    if backfill_id_of(stored.origin) is None:
+        return False
+    if ops is not None and Op.READ not in ops:
+        return True
+    if tables is None:
+        return False
+    payload = stored.payload
+    if not isinstance(payload, (bytes, bytearray)):
+        return False
+    pos, end = 0, len(payload)
+    while pos + FRAME.size < end:
+        length = FRAME.unpack_from(payload, pos)[1]
+        start = pos + FRAME.size
+        tag = payload[start]
+        if tag == TAG_RELATION:
+            rel = decode(bytes(payload[start:start + length]))
+            assert isinstance(rel, RelationMessage)
+            return f"{rel.namespace or 'pg_catalog'}.{rel.relation_name}" not in tables
+        if tag != TAG_TYPE:
+            return False
+        pos = start + length
+    return False

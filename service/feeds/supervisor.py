@@ -15,10 +15,13 @@ from typing import TypeVar
 import psycopg
 
 from service.assembler.relations import RelationCatalog
+from service.backfill.manager import BackfillManager
+from service.backfill.model import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
+from service.backfill.window import WindowTracker
 from service.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from service.dsn import mask_dsn, scrub
 from service.encoding.to_proto import JsonColumnCache
-from service.errors import FeedExists, FeedNotFound, PgfeedError, SourceError
+from service.errors import BackfillError, FeedExists, FeedNotFound, SourceError
 from service.feeds.leadership import Leadership, SupervisorEvents, replica_infos
 from service.feeds.model import ADOPTED_TABLES, NAME_RE, FeedSpec, FeedStatus, Leader, ReplicaInfo, SlotRisk
 from service.feeds.notify import HeadNotifier
@@ -29,7 +32,6 @@ from service.feeds.toastindex import ToastIndex
 from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
 from service.replication.commands import source_refusal
-from service.replication.snapshot import take_snapshot
 
 log = logging.getLogger("pgfeed.supervisor")
 
@@ -52,6 +54,8 @@ class _Feed:
     tail: SharedTail | None = None
     toast_index: ToastIndex | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
+    tracker: WindowTracker = field(default_factory=WindowTracker)
+    backfills: BackfillManager | None = None
 
 
 class Supervisor:
@@ -124,7 +128,9 @@ class Supervisor:
     def _open(self, spec: FeedSpec, paused: bool) -> _Feed:
         changelog = self._store.open_log(spec.name)
         stats = CaptureStats(state="paused" if paused else "starting")
-        return _Feed(spec, changelog, HeadNotifier(changelog.head()), stats, paused)
+        feed = _Feed(spec, changelog, HeadNotifier(changelog.head()), stats, paused)
+        feed.backfills = BackfillManager(lambda: feed.spec, changelog, feed.tracker)
+        return feed
 
     def _start_capture(self, feed: _Feed) -> None:
         if not self._capture or (feed.thread and feed.thread.is_alive()):
@@ -133,32 +139,18 @@ class Supervisor:
         feed.stats.state = "starting"
         capture = Capture(feed.spec, feed.changelog, feed.notifier, feed.stats,
                           spill_dir=self._store.spill_dir(feed.spec.name),
-                          before_start=(lambda: self._take_slot(feed)) if self._store.shared else None)
-
-        def run(stop: threading.Event) -> None:
-            if _needs_snapshot(feed) and not self._snapshot(feed):
-                return
-            capture.run(stop)
-
-        feed.thread = threading.Thread(target=run, args=(feed.stop_event,),
+                          before_start=(lambda: self._take_slot(feed)) if self._store.shared else None,
+                          tracker=feed.tracker)
+        feed.thread = threading.Thread(target=capture.run, args=(feed.stop_event,),
                                        name=f"capture-{feed.spec.name}", daemon=True)
         feed.thread.start()
-
-    @staticmethod
-    def _snapshot(feed: _Feed) -> bool:
-        feed.stats.state = "snapshotting"
-        try:
-            take_snapshot(feed.spec, feed.changelog)
-        except PgfeedError as exc:
-            feed.stats.state = "failed"
-            feed.stats.last_error = f"{type(exc).__name__}: {exc}"
-            log.error("feed %s: %s", feed.spec.name, feed.stats.last_error)
-            return False
-        feed.notifier.publish(feed.changelog.head())
-        return True
+        assert feed.backfills is not None
+        feed.backfills.start_workers()
 
     @staticmethod
     def _join(feed: _Feed) -> None:
+        if feed.backfills is not None:  # before capture: a worker waits on capture's verdicts
+            feed.backfills.stop_workers()
         feed.stop_event.set()
         if feed.thread is not None:
             feed.thread.join(timeout=30)
@@ -186,9 +178,6 @@ class Supervisor:
         if not NAME_RE.fullmatch(spec.name):
             raise ValueError(f"invalid feed name {spec.name!r}: expected lowercase letters, digits and "
                              "underscores, starting with a letter, at most 48 characters")
-        if spec.options.snapshot == "export" and spec.slot is not None:
-            raise ValueError("snapshot 'export' needs a slot pgfeed creates: an existing slot's "
-                             "snapshot is gone; leave 'slot' null or use snapshot 'never'")
         if not spec.all_tables and not spec.tables and spec.publication is None:
             raise ValueError("a feed needs 'tables', 'all_tables': true, or an existing 'publication'")
         if spec.publication is not None and (spec.tables or spec.all_tables):
@@ -204,7 +193,31 @@ class Supervisor:
                 self._leadership.kick()
             elif not self._store.shared:
                 self._start_capture(feed)
+        if spec.options.snapshot != "never":
+            self._initial_backfill(feed)
         return self.status(spec.name)
+
+    def _initial_backfill(self, feed: _Feed) -> None:
+        """Option ``snapshot``: backfill every table of the new feed's publication. A table that
+        cannot be backfilled (no key, ...) undoes the feed: nothing is left half made."""
+        assert feed.backfills is not None
+        spec = feed.spec
+        try:
+            with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
+                tables = slots.quoted_publication_tables(conn, spec.publication_name)
+            if tables:
+                feed.backfills.start(tables, chunk_rows=DEFAULT_CHUNK_ROWS,
+                                     parallel=DEFAULT_PARALLEL, initial=True)
+        except (BackfillError, psycopg.Error) as exc:
+            self.delete(spec.name, force=True)
+            reason = scrub(str(exc).strip(), spec.dsn)
+            raise ValueError(f"feed {spec.name!r} not created: its initial snapshot (option "
+                             f"snapshot) cannot run: {reason}") from None
+
+    def backfills(self, name: str) -> BackfillManager:
+        manager = self._get(name).backfills
+        assert manager is not None
+        return manager
 
     def _prepare_source(self, spec: FeedSpec) -> FeedSpec:
         from service.replication.stream import create_slot
@@ -232,7 +245,7 @@ class Supervisor:
                                   "name it as 'slot' to adopt it")
             if not owns_slot and not exists:
                 raise SourceError(f"replication slot {spec.slot_name!r} does not exist on the source")
-            if owns_slot and spec.options.snapshot != "export":  # else the capture thread makes it
+            if owns_slot:
                 create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase)
         except psycopg.Error as exc:
             raise SourceError(f"source refused feed setup: {scrub(str(exc).strip(), spec.dsn)}") from None
@@ -282,9 +295,10 @@ class Supervisor:
             self._store.discard_log(name, feed.changelog)
             feed.notifier.close()  # long-polls and live streams on it answer "not found" now
 
-    def set_tables(self, name: str, tables: Sequence[str]) -> FeedStatus:
+    def set_tables(self, name: str, tables: Sequence[str], *, backfill: bool = False) -> FeedStatus:
         """Replace what a feed captures (``ALTER PUBLICATION ... SET TABLE`` on the publication it
-        owns). Changes committed after the ALTER follow the new list; capture goes on."""
+        owns). Changes committed after the ALTER follow the new list; capture goes on. With
+        ``backfill``, the tables it adds are backfilled."""
         feed = self._get(name)
         spec = feed.spec
         if spec.all_tables:
@@ -303,6 +317,10 @@ class Supervisor:
         with self._lock:
             feed.spec = replace(spec, tables=names)
             self._store.put(feed.spec, feed.paused)
+        added = [t for t in names if t not in spec.tables]
+        if backfill and added:
+            assert feed.backfills is not None
+            feed.backfills.start(added, chunk_rows=DEFAULT_CHUNK_ROWS, parallel=DEFAULT_PARALLEL)
         return self.status(name)
 
     def pause(self, name: str) -> FeedStatus:
@@ -522,8 +540,12 @@ class Supervisor:
     def status(self, name: str, *, probe_source: bool = True) -> FeedStatus:
         feed = self._get(name)
         spec, stats = feed.spec, feed.stats
+        state = stats.state
+        if state in ("starting", "running") and feed.backfills is not None \
+                and feed.backfills.initial_running():
+            state = "snapshotting"
         status = FeedStatus(
-            name=spec.name, state=stats.state, slot=spec.slot_name, publication=spec.publication_name,
+            name=spec.name, state=state, slot=spec.slot_name, publication=spec.publication_name,
             tables=list(spec.tables), all_tables=spec.all_tables,
             confirmed_lsn=feed.changelog.confirmed_lsn(), head_lsn=feed.changelog.head(),
             changes_per_second=round(stats.rate(), 1), changes_captured=stats.changes,
@@ -573,10 +595,3 @@ def parallel(names: Sequence[str], fn: Callable[[str], _T]) -> list[_T]:
 def _close_index(feed: _Feed) -> None:
     if feed.toast_index is not None:
         feed.toast_index.close()
-
-
-def _needs_snapshot(feed: _Feed) -> bool:
-    """An exported-snapshot feed whose snapshot never completed (completion records a position)."""
-    return (feed.spec.options.snapshot == "export" and feed.spec.owns_slot
-            and not feed.changelog.confirmed_lsn())
-

@@ -16,7 +16,7 @@ from service.http_api.auth import TokenAuth
 from service.http_api.errors import install_handlers
 from service.http_api.middleware import ObserveMiddleware
 from service.http_api.readahead import ReadAhead
-from service.http_api.routes import changes, consumers, feeds, ops, replicas, retention
+from service.http_api.routes import backfills, changes, consumers, feeds, ops, replicas, retention
 from service.http_api.routes.docs import install_docs
 from service.http_api.routes.ui import install_ui
 from service.http_api.schemas import ErrorBody
@@ -66,6 +66,7 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     app.include_router(feeds.router, responses=_ADMIN_ERRORS)
     app.include_router(retention.router, responses=_ADMIN_ERRORS)
     app.include_router(replicas.router, responses={k: _ADMIN_ERRORS[k] for k in (401, 403)})
+    app.include_router(backfills.router, responses=_ADMIN_ERRORS)
     app.include_router(ops.router)
     install_docs(app)  # /docs, /redoc from packaged assets (no CDN)
     install_ui(app)  # /ui: the admin console

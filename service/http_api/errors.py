@@ -18,7 +18,14 @@ from starlette.responses import Response
 
 from clients._cursor import CursorError
 from service.changelog.base import ChangeLogError
-from service.errors import FeedExists, FeedNotFound, PgfeedError, RetentionError, SourceError
+from service.errors import (
+    BackfillError,
+    FeedExists,
+    FeedNotFound,
+    PgfeedError,
+    RetentionError,
+    SourceError,
+)
 
 __all__ = ["ApiError", "error_response", "install_handlers"]
 
@@ -63,6 +70,8 @@ def _pgfeed_error(exc: Exception) -> Response:
         return error_response(404, exc.code, str(exc))
     if isinstance(exc, FeedExists):
         return error_response(409, exc.code, str(exc))
+    if isinstance(exc, BackfillError):
+        return error_response(exc.status, exc.code, str(exc))
     if isinstance(exc, SourceError):
         # The request was well formed but the source refused it (unreachable, bad credentials, a
         # table or slot that does not exist): the caller must change the request or the source.

@@ -45,7 +45,7 @@ class ChangeEvent(BaseModel):
     commit_lsn: str
     xid: int
     commit_ts: str = Field(description="ISO 8601 commit time, UTC")
-    op: Literal["insert", "update", "delete", "truncate", "message"]
+    op: Literal["insert", "update", "delete", "truncate", "message", "read"]
     schema_: str | None = Field(None, alias="schema")
     table: str | None = None
     key: dict[str, Any] | None = Field(None, description="Replica-identity columns of the row "
@@ -189,8 +189,10 @@ class FeedOptionsIn(BaseModel):
 
     toast: Literal["omit", "placeholder", "reselect"] = Field(
         "placeholder", description="What an unchanged TOAST column's value becomes")
-    snapshot: Literal["never", "export"] = Field(
-        "never", description="`export`: start with the tables' current rows")
+    snapshot: Literal["never", "backfill", "export"] = Field(
+        "never", description="`backfill`: backfill every table of the feed when it is created "
+                             "(a backfill like any other: resumable, with progress); `export` is "
+                             "the older name of the same")
     messages: bool = Field(True, description="Serve `pg_logical_emit_message` payloads "
                                              "(transactional ones with their transaction)")
     two_phase: bool = Field(False, description="Decode prepared transactions at PREPARE "
@@ -263,6 +265,7 @@ class FeedUpdate(BaseModel):
 
     tables: list[TableName] = Field(min_length=1, max_length=10_000,
                                     description="`schema.table` names: replaces the feed's list")
+    backfill: bool = Field(False, description="Backfill the tables this adds to the list")
 
 
 class SlotRiskOut(BaseModel):
@@ -319,6 +322,54 @@ class FeedOptionsOut(BaseModel):
     retention: RetentionOut
 
 
+class BackfillCreate(BaseModel):
+    """`POST /v1/feeds/{feed}/backfills`: the tables to read into the feed, and how."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "tables": ["public.orders"], "chunk_rows": 10000, "parallel": 2}]})
+
+    tables: list[TableName] = Field(min_length=1, max_length=1000,
+                                    description="`schema.table` names, each in the feed's publication")
+    chunk_rows: int = Field(10_000, ge=1, le=1_000_000, description="Rows read per chunk (one "
+                                                                     "short transaction each)")
+    parallel: int = Field(2, ge=1, le=16, description="Source connections reading at once "
+                                                      "(several tables, or key ranges of one)")
+
+
+class BackfillTableOut(BaseModel):
+    table: str
+    parts: int = Field(description="Key ranges the table is read in")
+    rows: int = Field(description="Rows stored so far")
+    chunks: int
+    estimate_left: int = Field(description="Rows still to read, estimated (pg_class.reltuples)")
+    done: bool
+
+
+class BackfillOut(BaseModel):
+    """A backfill's state and progress (durable, with the chunks) plus this process's rate."""
+
+    id: str
+    state: Literal["running", "done", "cancelled", "failed"]
+    tables: list[BackfillTableOut]
+    rows: int
+    chunks: int
+    estimate_left: int
+    rows_per_second: float
+    eta_seconds: float | None = Field(None, description="At the current rate; null when unknown")
+    chunk_rows: int
+    parallel: int
+    initial: bool = Field(description="The feed's initial snapshot (option `snapshot`)")
+    redone_chunks: int = Field(description="Chunks read again in this process (a TRUNCATE or "
+                                           "schema change in their window, ...)")
+    last_error: str | None = None
+    created_at: float
+    finished_at: float | None = None
+
+
+class BackfillList(BaseModel):
+    backfills: list[BackfillOut]
+
+
 class FeedPublic(BaseModel):
     """A feed's definition and status. The source DSN is shown with its password masked."""
 
@@ -350,6 +401,7 @@ class FeedPublic(BaseModel):
     log: LogOut | None = None
     consumers: list[ConsumerOut] = Field(default_factory=list)
     leader: LeaderOut | None = None
+    backfills: list[BackfillOut] = Field(default_factory=list, description="Running backfills")
 
 
 class FeedList(BaseModel):

@@ -35,6 +35,7 @@ from psycopg import sql
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction, payload_pieces
+from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog.base import (
     MAX_LSN,
     ChangeLogError,
@@ -94,7 +95,8 @@ class PgChangeLog(ConsumersAndRetention):
         self._closed = False
         self._write_lock = threading.Lock()
         t = {name: table(schema, name) for name in
-             ("log_state", "lease", "txn", "chunk", "schema_frame", "consumer")}
+             ("log_state", "lease", "txn", "chunk", "schema_frame", "consumer", "backfill",
+              "backfill_part")}
         self._t = t
         # Schema frames (few, small) come with the transaction rows, in one statement.
         self._q_meta = sql.SQL(
@@ -196,6 +198,15 @@ class PgChangeLog(ConsumersAndRetention):
                                  size, txn_total, change_total, byte_total, n))
                     schema_rows.extend((self.feed, t.commit_lsn, i, f) for i, f in enumerate(t.schema_frames))
                 self._insert_txns(conn, rows, epoch, small)  # type: ignore[arg-type]
+                progress = [t.progress for t in fresh if t.progress is not None]
+                if progress:  # a backfill chunk's progress, durable with the chunk
+                    with conn.cursor() as cur:
+                        cur.executemany(sql.SQL(
+                            "UPDATE {} SET last_key = %s, rows = %s, chunks = %s, done = %s "
+                            "WHERE feed = %s AND backfill_id = %s AND part = %s")
+                            .format(self._t["backfill_part"]),
+                            [(p.last_key, p.rows, p.chunks, p.done, self.feed, p.backfill_id, p.part)
+                             for p in progress])
                 if schema_rows:
                     with conn.cursor() as cur:
                         cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %b)")
@@ -254,6 +265,29 @@ class PgChangeLog(ConsumersAndRetention):
             copy.set_types(_TXN_TYPES)
             for row in rows:
                 copy.write_row((self.feed, *row, epoch))
+
+    def save_backfill(self, record: BackfillRecord) -> None:
+        with self._connection() as conn, conn.transaction():
+            conn.execute(sql.SQL("INSERT INTO {} (feed, id, header) VALUES (%s, %s, %s) "
+                                 "ON CONFLICT (feed, id) DO UPDATE SET header = excluded.header")
+                         .format(self._t["backfill"]), (self.feed, record.id, record.header()))
+            with conn.cursor() as cur:
+                cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                                        "%s, %s) ON CONFLICT DO NOTHING").format(self._t["backfill_part"]),
+                                [(self.feed, record.id, p.part, p.table, p.lower, p.upper, p.estimate,
+                                  p.last_key, p.rows, p.chunks, p.done) for p in record.parts])
+
+    def backfills(self) -> list[BackfillRecord]:
+        with self._connection() as conn:
+            headers = conn.execute(sql.SQL("SELECT id, header FROM {} WHERE feed = %s ORDER BY ordinal")
+                                   .format(self._t["backfill"]), (self.feed,)).fetchall()
+            parts: dict[str, list[BackfillPart]] = {}
+            for row in conn.execute(sql.SQL(
+                    "SELECT backfill_id, part, tbl, lower, upper, estimate, last_key, rows, chunks, "
+                    "done FROM {} WHERE feed = %s ORDER BY backfill_id, part")
+                    .format(self._t["backfill_part"]), (self.feed,)):
+                parts.setdefault(row[0], []).append(BackfillPart(*row[1:]))
+        return [BackfillRecord.from_header(header, tuple(parts.get(id_, ()))) for id_, header in headers]
 
     def set_confirmed_lsn(self, lsn: int) -> None:
         check_lsn(lsn, "confirmed lsn")

@@ -14,7 +14,7 @@ from service.changelog.base import ChangeLogError
 
 __all__ = ["SCHEMA_VERSION", "channel", "ensure_schema", "table"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Each migration brings the store from the version before it to its index + 1. Statements use
 # {s} for the schema identifier.
@@ -85,6 +85,29 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             seq bigint,
             acked_at bigint NOT NULL,       -- last acknowledgement, µs since 2000-01-01
             PRIMARY KEY (feed, name))""",
+    ),
+    # Backfills (service/backfill): a header per backfill, progress per part, written by
+    # ``append`` in the same transaction as the chunk that made it.
+    (
+        """CREATE TABLE {s}.backfill (
+            feed text NOT NULL,
+            id text NOT NULL,
+            ordinal bigserial,              -- creation order
+            header text NOT NULL,           -- BackfillRecord.header(): JSON
+            PRIMARY KEY (feed, id))""",
+        """CREATE TABLE {s}.backfill_part (
+            feed text NOT NULL,
+            backfill_id text NOT NULL,
+            part integer NOT NULL,
+            tbl text NOT NULL,
+            lower text,
+            upper text,
+            estimate bigint NOT NULL,
+            last_key text,
+            rows bigint NOT NULL,
+            chunks bigint NOT NULL,
+            done boolean NOT NULL,
+            PRIMARY KEY (feed, backfill_id, part))""",
     ),
 )
 

@@ -39,7 +39,8 @@ log = logging.getLogger("pgfeed.store")
 DEFAULT_SCHEMA = "pgfeed"
 POLL_SECONDS = 1.0
 _LISTEN_WAIT = 0.25  # seconds the listener waits for notifications between checks of its stop flag
-_FEED_TABLES = ("txn", "chunk", "schema_frame", "consumer", "log_state", "lease")
+_FEED_TABLES = ("txn", "chunk", "schema_frame", "consumer", "log_state", "lease", "backfill",
+                "backfill_part")
 
 
 class StoreEvents:

@@ -19,6 +19,7 @@ import psycopg
 
 from service.assembler.model import StoredTransaction
 from service.assembler.transactions import TransactionAssembler
+from service.backfill.window import WindowTracker
 from service.changelog.base import ChangeLog, LeaseLost, StoreUnavailable
 from service.changelog.spill_files import FileSpillStore
 from service.dsn import scrub
@@ -95,10 +96,14 @@ class Capture:
 
     def __init__(self, spec: FeedSpec, changelog: ChangeLog, notifier: HeadNotifier,
                  stats: CaptureStats, *, spill_dir: Path, batch_messages: int = 20_000,
-                 before_start: Callable[[], None] | None = None) -> None:
+                 before_start: Callable[[], None] | None = None,
+                 tracker: WindowTracker | None = None) -> None:
         """``before_start`` runs before each START_REPLICATION (a shared store's leader checks
         its lease there and frees the slot from a previous leader's walsender)."""
         self.spec = spec
+        # Backfill watermarks: their units become chunks' read transactions (or go), and while a
+        # backfill runs the keys of every transaction are noted (service/backfill/window.py).
+        self.tracker = tracker or WindowTracker()
         self.changelog = changelog
         self.notifier = notifier
         self.stats = stats
@@ -165,6 +170,7 @@ class Capture:
         assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir),
                                          memory_limit=ASSEMBLER_MEMORY)
         feed_batch = assembler.feed_batch
+        process = self.tracker.process
         writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.spec.name}",
                            inline_bytes=INLINE_APPEND_BYTES)
         submitted = received = writer.durable_lsn  # highest position handed to the writer
@@ -174,7 +180,7 @@ class Capture:
         try:
             while not stop.is_set():
                 frames, keepalives = stream.read_batch(self.batch_messages, timeout=0.2)
-                stored = feed_batch(frames)
+                stored = process(feed_batch(frames))
                 if frames:
                     received = max(received, frames[-1][0])
                 reply = False

@@ -232,3 +232,11 @@ def emit_heartbeat(conn: psycopg.Connection, prefix: str) -> int:
         row = conn.execute("SELECT pg_logical_emit_message(false, %s, '')::text",
                            (prefix,)).fetchone()
     return parse_lsn(row[0]) if row else 0
+
+
+def quoted_publication_tables(conn: psycopg.Connection, publication: str) -> list[str]:
+    """The tables a publication covers (its partition roots when it publishes via the root),
+    as quoted ``"schema"."table"`` names: what a feed's initial backfill reads."""
+    rows = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s "
+                        "ORDER BY 1, 2", (publication,)).fetchall()
+    return ['"{}"."{}"'.format(s.replace('"', '""'), t.replace('"', '""')) for s, t in rows]

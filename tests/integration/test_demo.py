@@ -48,7 +48,9 @@ def test_demo_shows_changes_flowing_and_ctrl_c_stops_everything() -> None:
         url = f"http://127.0.0.1:{http_port}/v1/feeds/shop/changes"
         deadline = time.monotonic() + 60
         changes: list[dict] = []
-        while len(changes) < 20:  # the live workload, read through the demo's own API
+        # the seeded customers' backfill (20 reads), then the live workload, read through the
+        # demo's own API
+        while len(changes) < 20 or not any(c["op"] == "insert" for c in changes):
             assert time.monotonic() < deadline, "the demo served no changes within 60 s"
             assert demo.poll() is None, demo.stdout.read().decode() if demo.stdout else ""
             try:
@@ -57,6 +59,9 @@ def test_demo_shows_changes_flowing_and_ctrl_c_stops_everything() -> None:
                 pass
             time.sleep(0.2)
         assert {c["op"] for c in changes} >= {"insert"}
+        # the seeded customers, backfilled when the demo's feed was created (option snapshot)
+        reads = {c["key"]["id"] for c in changes if c["op"] == "read" and c["table"] == "customers"}
+        assert reads == set(range(1, 21)), changes
         assert {f"{c['schema']}.{c['table']}" for c in changes} <= {"public.orders", "public.customers"}
         demo.send_signal(signal.SIGINT)  # Ctrl-C
         out, _ = demo.communicate(timeout=60)

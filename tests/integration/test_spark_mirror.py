@@ -186,3 +186,30 @@ def test_key_columns_follow_the_replica_identity(
     bare = _read(spark_session, base_url, feed, nothing)
     assert "_key" not in bare.columns
     assert [tuple(r) for r in bare.select("id", "v", "_op").collect()] == [(1, "a", "insert")]
+
+
+def test_latest_rows_after_a_backfill_under_writes_equals_the_table(
+        live_feed: tuple[str, str, str], pgfeed_service: Service,
+        spark_session: SparkSession) -> None:
+    """A table filled before any of its changes reached the feed, backfilled while it is written:
+    the typed read carries op ``read`` rows, which ``latest_rows`` takes as upserts."""
+    base_url, feed, dsn = live_feed
+    table = f"public.bf_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(8,2))")
+        conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g, g FROM generate_series(1, 5000) g")
+    manager = pgfeed_service.supervisor.backfills(feed)
+    record = manager.start([table], chunk_rows=400, parallel=2)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(1, 400, 7):  # writes racing the chunks: updates, key moves, deletes, inserts
+            conn.execute(f"UPDATE {table} SET v = 'w' || {i} WHERE id = {i * 11}")
+            conn.execute(f"UPDATE {table} SET id = id + 100000 WHERE id = {i * 12 + 1}")
+            conn.execute(f"DELETE FROM {table} WHERE id = {i * 5 + 2}")
+            conn.execute(f"INSERT INTO {table} VALUES ({50000 + i}, 'new', 1)")
+        source = sorted(conn.execute(f"SELECT * FROM {table}").fetchall())
+    wait_until(lambda: manager.get(record.id).state != "running", 60, "the backfill")
+    assert manager.get(record.id).state == "done"
+    _captured(pgfeed_service, feed, dsn)
+    df = _read(spark_session, base_url, feed, table, partitions=2)
+    assert df.where("_op = 'read'").count() > 0
+    assert sorted(tuple(r) for r in latest_rows(df, ["id"]).collect()) == source

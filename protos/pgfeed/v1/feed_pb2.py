@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pgfeed/v1/feed.proto\x12\tpgfeed.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n\x10SubscribeRequest\x12\x0c\n\x04\x66\x65\x65\x64\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\x0e\n\x06tables\x18\x03 \x03(\t\x12\x0b\n\x03ops\x18\x04 \x03(\t\"\xd1\x01\n\x0bTransaction\x12\x0b\n\x03xid\x18\x01 \x01(\r\x12\x12\n\ncommit_lsn\x18\x02 \x01(\x04\x12\x0f\n\x07\x65nd_lsn\x18\x03 \x01(\x04\x12-\n\tcommit_ts\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x06origin\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\"\n\x07\x63hanges\x18\x06 \x03(\x0b\x32\x11.pgfeed.v1.Change\x12\x0e\n\x06\x63ursor\x18\x07 \x01(\t\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\x42\t\n\x07_origin\"\xf8\x04\n\x06\x43hange\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x19\n\x02op\x18\x03 \x01(\x0e\x32\r.pgfeed.v1.Op\x12\x0e\n\x06schema\x18\x04 \x01(\t\x12\r\n\x05table\x18\x05 \x01(\t\x12\'\n\x03key\x18\x06 \x03(\x0b\x32\x1a.pgfeed.v1.Change.KeyEntry\x12-\n\x06\x62\x65\x66ore\x18\x07 \x03(\x0b\x32\x1d.pgfeed.v1.Change.BeforeEntry\x12+\n\x05\x61\x66ter\x18\x08 \x03(\x0b\x32\x1c.pgfeed.v1.Change.AfterEntry\x12\x17\n\x0funchanged_toast\x18\t \x03(\t\x12\x0e\n\x06prefix\x18\n \x01(\t\x12\x0f\n\x07\x63ontent\x18\x0b \x01(\x0c\x12\x15\n\rtransactional\x18\x0c \x01(\x08\x12\x0e\n\x06tables\x18\r \x03(\t\x12/\n\x07options\x18\x0e \x03(\x0b\x32\x1e.pgfeed.v1.Change.OptionsEntry\x12\x14\n\x0ctoast_filled\x18\x0f \x03(\t\x1a<\n\x08KeyEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.pgfeed.v1.Value:\x02\x38\x01\x1a?\n\x0b\x42\x65\x66oreEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.pgfeed.v1.Value:\x02\x38\x01\x1a>\n\nAfterEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.pgfeed.v1.Value:\x02\x38\x01\x1a.\n\x0cOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x08:\x02\x38\x01\"\xc8\x03\n\x05Value\x12\x30\n\nnull_value\x18\x01 \x01(\x0e\x32\x1a.google.protobuf.NullValueH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x03 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x04 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x05 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x06 \x01(\x0cH\x00\x12\x17\n\rnumeric_value\x18\x07 \x01(\tH\x00\x12\x35\n\x0ftimestamp_value\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x14\n\njson_value\x18\t \x01(\tH\x00\x12*\n\nlist_value\x18\n \x01(\x0b\x32\x14.pgfeed.v1.ValueListH\x00\x12;\n\x15local_timestamp_value\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x14\n\ndate_value\x18\x0c \x01(\tH\x00\x12\x14\n\ntime_value\x18\r \x01(\tH\x00\x12\x18\n\x0einterval_value\x18\x0e \x01(\tH\x00\x42\x06\n\x04kind\"-\n\tValueList\x12 \n\x06values\x18\x01 \x03(\x0b\x32\x10.pgfeed.v1.Value\"\x12\n\x10ListFeedsRequest\"3\n\x11ListFeedsResponse\x12\x1e\n\x05\x66\x65\x65\x64s\x18\x01 \x03(\x0b\x32\x0f.pgfeed.v1.Feed\"\x1e\n\x0eGetFeedRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xe7\x03\n\x04\x46\x65\x65\x64\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0c\n\x04slot\x18\x03 \x01(\t\x12\x13\n\x0bpublication\x18\x04 \x01(\t\x12\x0e\n\x06tables\x18\x05 \x03(\t\x12\x12\n\nall_tables\x18\x06 \x01(\x08\x12\x0e\n\x06source\x18\x07 \x01(\t\x12\x15\n\rconfirmed_lsn\x18\x08 \x01(\x04\x12\x10\n\x08head_lsn\x18\t \x01(\x04\x12\x17\n\nserver_lsn\x18\n \x01(\x04H\x00\x88\x01\x01\x12\x16\n\tlag_bytes\x18\x0b \x01(\x04H\x01\x88\x01\x01\x12\x18\n\x0blag_seconds\x18\x0c \x01(\x01H\x02\x88\x01\x01\x12\x1a\n\x12\x63hanges_per_second\x18\r \x01(\x01\x12\x18\n\x10\x63hanges_captured\x18\x0e \x01(\x04\x12\x16\n\x0e\x62ytes_captured\x18\x0f \x01(\x04\x12\x17\n\nlast_error\x18\x10 \x01(\tH\x03\x88\x01\x01\x12\x1a\n\rproto_version\x18\x11 \x01(\rH\x04\x88\x01\x01\x12&\n\tslot_risk\x18\x12 \x01(\x0b\x32\x13.pgfeed.v1.SlotRiskB\r\n\x0b_server_lsnB\x0c\n\n_lag_bytesB\x0e\n\x0c_lag_secondsB\r\n\x0b_last_errorB\x10\n\x0e_proto_version\"\x90\x01\n\x08SlotRisk\x12\x17\n\nwal_status\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x1a\n\rsafe_wal_size\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0eretained_bytes\x18\x03 \x01(\x03H\x02\x88\x01\x01\x42\r\n\x0b_wal_statusB\x10\n\x0e_safe_wal_sizeB\x11\n\x0f_retained_bytes*f\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\r\n\tOP_INSERT\x10\x01\x12\r\n\tOP_UPDATE\x10\x02\x12\r\n\tOP_DELETE\x10\x03\x12\x0f\n\x0bOP_TRUNCATE\x10\x04\x12\x0e\n\nOP_MESSAGE\x10\x05\x32\xcf\x01\n\nChangeFeed\x12\x42\n\tSubscribe\x12\x1b.pgfeed.v1.SubscribeRequest\x1a\x16.pgfeed.v1.Transaction0\x01\x12\x46\n\tListFeeds\x12\x1b.pgfeed.v1.ListFeedsRequest\x1a\x1c.pgfeed.v1.ListFeedsResponse\x12\x35\n\x07GetFeed\x12\x19.pgfeed.v1.GetFeedRequest\x1a\x0f.pgfeed.v1.Feedb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pgfeed/v1/feed.proto\x12\tpgfeed.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n\x10SubscribeRequest\x12\x0c\n\x04\x66\x65\x65\x64\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\x0e\n\x06tables\x18\x03 \x03(\t\x12\x0b\n\x03ops\x18\x04 \x03(\t\"\xf5\x01\n\x0bTransaction\x12\x0b\n\x03xid\x18\x01 \x01(\r\x12\x12\n\ncommit_lsn\x18\x02 \x01(\x04\x12\x0f\n\x07\x65nd_lsn\x18\x03 \x01(\x04\x12-\n\tcommit_ts\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x06origin\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\"\n\x07\x63hanges\x18\x06 \x03(\x0b\x32\x11.pgfeed.v1.Change\x12\x0e\n\x06\x63ursor\x18\x07 \x01(\t\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\x12\x15\n\x08\x62\x61\x63kfill\x18\t \x01(\tH\x01\x88\x01\x01\x42\t\n\x07_originB\x0b\n\t_backfill\"\xf8\x04\n\x06\x43hange\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x19\n\x02op\x18\x03 \x01(\x0e\x32\r.pgfeed.v1.Op\x12\x0e\n\x06schema\x18\x04 \x01(\t\x12\r\n\x05table\x18\x05 \x01(\t\x12\'\n\x03key\x18\x06 \x03(\x0b\x32\x1a.pgfeed.v1.Change.KeyEntry\x12-\n\x06\x62\x65\x66ore\x18\x07 \x03(\x0b\x32\x1d.pgfeed.v1.Change.BeforeEntry\x12+\n\x05\x61\x66ter\x18\x08 \x03(\x0b\x32\x1c.pgfeed.v1.Change.AfterEntry\x12\x17\n\x0funchanged_toast\x18\t \x03(\t\x12\x0e\n\x06prefix\x18\n \x01(\t\x12\x0f\n\x07\x63ontent\x18\x0b \x01(\x0c\x12\x15\n\rtransactional\x18\x0c \x01(\x08\x12\x0e\n\x06tables\x18\r \x03(\t\x12/\n\x07options\x18\x0e \x03(\x0b\x32\x1e.pgfeed.v1.Change.OptionsEntry\x12\x14\n\x0ctoast_filled\x18\x0f \x03(\t\x1a<\n\x08KeyEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.pgfeed.v1.Value:\x02\x38\x01\x1a?\n\x0b\x42\x65\x66oreEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.pgfeed.v1.Value:\x02\x38\x01\x1a>\n\nAfterEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.pgfeed.v1.Value:\x02\x38\x01\x1a.\n\x0cOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x08:\x02\x38\x01\"\xc8\x03\n\x05Value\x12\x30\n\nnull_value\x18\x01 \x01(\x0e\x32\x1a.google.protobuf.NullValueH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x03 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x04 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x05 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x06 \x01(\x0cH\x00\x12\x17\n\rnumeric_value\x18\x07 \x01(\tH\x00\x12\x35\n\x0ftimestamp_value\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x14\n\njson_value\x18\t \x01(\tH\x00\x12*\n\nlist_value\x18\n \x01(\x0b\x32\x14.pgfeed.v1.ValueListH\x00\x12;\n\x15local_timestamp_value\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x14\n\ndate_value\x18\x0c \x01(\tH\x00\x12\x14\n\ntime_value\x18\r \x01(\tH\x00\x12\x18\n\x0einterval_value\x18\x0e \x01(\tH\x00\x42\x06\n\x04kind\"-\n\tValueList\x12 \n\x06values\x18\x01 \x03(\x0b\x32\x10.pgfeed.v1.Value\"\x12\n\x10ListFeedsRequest\"3\n\x11ListFeedsResponse\x12\x1e\n\x05\x66\x65\x65\x64s\x18\x01 \x03(\x0b\x32\x0f.pgfeed.v1.Feed\"\x1e\n\x0eGetFeedRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xe7\x03\n\x04\x46\x65\x65\x64\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0c\n\x04slot\x18\x03 \x01(\t\x12\x13\n\x0bpublication\x18\x04 \x01(\t\x12\x0e\n\x06tables\x18\x05 \x03(\t\x12\x12\n\nall_tables\x18\x06 \x01(\x08\x12\x0e\n\x06source\x18\x07 \x01(\t\x12\x15\n\rconfirmed_lsn\x18\x08 \x01(\x04\x12\x10\n\x08head_lsn\x18\t \x01(\x04\x12\x17\n\nserver_lsn\x18\n \x01(\x04H\x00\x88\x01\x01\x12\x16\n\tlag_bytes\x18\x0b \x01(\x04H\x01\x88\x01\x01\x12\x18\n\x0blag_seconds\x18\x0c \x01(\x01H\x02\x88\x01\x01\x12\x1a\n\x12\x63hanges_per_second\x18\r \x01(\x01\x12\x18\n\x10\x63hanges_captured\x18\x0e \x01(\x04\x12\x16\n\x0e\x62ytes_captured\x18\x0f \x01(\x04\x12\x17\n\nlast_error\x18\x10 \x01(\tH\x03\x88\x01\x01\x12\x1a\n\rproto_version\x18\x11 \x01(\rH\x04\x88\x01\x01\x12&\n\tslot_risk\x18\x12 \x01(\x0b\x32\x13.pgfeed.v1.SlotRiskB\r\n\x0b_server_lsnB\x0c\n\n_lag_bytesB\x0e\n\x0c_lag_secondsB\r\n\x0b_last_errorB\x10\n\x0e_proto_version\"\x90\x01\n\x08SlotRisk\x12\x17\n\nwal_status\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x1a\n\rsafe_wal_size\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0eretained_bytes\x18\x03 \x01(\x03H\x02\x88\x01\x01\x42\r\n\x0b_wal_statusB\x10\n\x0e_safe_wal_sizeB\x11\n\x0f_retained_bytes*s\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\r\n\tOP_INSERT\x10\x01\x12\r\n\tOP_UPDATE\x10\x02\x12\r\n\tOP_DELETE\x10\x03\x12\x0f\n\x0bOP_TRUNCATE\x10\x04\x12\x0e\n\nOP_MESSAGE\x10\x05\x12\x0b\n\x07OP_READ\x10\x06\x32\xcf\x01\n\nChangeFeed\x12\x42\n\tSubscribe\x12\x1b.pgfeed.v1.SubscribeRequest\x1a\x16.pgfeed.v1.Transaction0\x01\x12\x46\n\tListFeeds\x12\x1b.pgfeed.v1.ListFeedsRequest\x1a\x1c.pgfeed.v1.ListFeedsResponse\x12\x35\n\x07GetFeed\x12\x19.pgfeed.v1.GetFeedRequest\x1a\x0f.pgfeed.v1.Feedb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,36 +41,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHANGE_AFTERENTRY']._serialized_options = b'8\001'
   _globals['_CHANGE_OPTIONSENTRY']._loaded_options = None
   _globals['_CHANGE_OPTIONSENTRY']._serialized_options = b'8\001'
-  _globals['_OP']._serialized_start=2272
-  _globals['_OP']._serialized_end=2374
+  _globals['_OP']._serialized_start=2308
+  _globals['_OP']._serialized_end=2423
   _globals['_SUBSCRIBEREQUEST']._serialized_start=98
   _globals['_SUBSCRIBEREQUEST']._serialized_end=175
   _globals['_TRANSACTION']._serialized_start=178
-  _globals['_TRANSACTION']._serialized_end=387
-  _globals['_CHANGE']._serialized_start=390
-  _globals['_CHANGE']._serialized_end=1022
-  _globals['_CHANGE_KEYENTRY']._serialized_start=785
-  _globals['_CHANGE_KEYENTRY']._serialized_end=845
-  _globals['_CHANGE_BEFOREENTRY']._serialized_start=847
-  _globals['_CHANGE_BEFOREENTRY']._serialized_end=910
-  _globals['_CHANGE_AFTERENTRY']._serialized_start=912
-  _globals['_CHANGE_AFTERENTRY']._serialized_end=974
-  _globals['_CHANGE_OPTIONSENTRY']._serialized_start=976
-  _globals['_CHANGE_OPTIONSENTRY']._serialized_end=1022
-  _globals['_VALUE']._serialized_start=1025
-  _globals['_VALUE']._serialized_end=1481
-  _globals['_VALUELIST']._serialized_start=1483
-  _globals['_VALUELIST']._serialized_end=1528
-  _globals['_LISTFEEDSREQUEST']._serialized_start=1530
-  _globals['_LISTFEEDSREQUEST']._serialized_end=1548
-  _globals['_LISTFEEDSRESPONSE']._serialized_start=1550
-  _globals['_LISTFEEDSRESPONSE']._serialized_end=1601
-  _globals['_GETFEEDREQUEST']._serialized_start=1603
-  _globals['_GETFEEDREQUEST']._serialized_end=1633
-  _globals['_FEED']._serialized_start=1636
-  _globals['_FEED']._serialized_end=2123
-  _globals['_SLOTRISK']._serialized_start=2126
-  _globals['_SLOTRISK']._serialized_end=2270
-  _globals['_CHANGEFEED']._serialized_start=2377
-  _globals['_CHANGEFEED']._serialized_end=2584
+  _globals['_TRANSACTION']._serialized_end=423
+  _globals['_CHANGE']._serialized_start=426
+  _globals['_CHANGE']._serialized_end=1058
+  _globals['_CHANGE_KEYENTRY']._serialized_start=821
+  _globals['_CHANGE_KEYENTRY']._serialized_end=881
+  _globals['_CHANGE_BEFOREENTRY']._serialized_start=883
+  _globals['_CHANGE_BEFOREENTRY']._serialized_end=946
+  _globals['_CHANGE_AFTERENTRY']._serialized_start=948
+  _globals['_CHANGE_AFTERENTRY']._serialized_end=1010
+  _globals['_CHANGE_OPTIONSENTRY']._serialized_start=1012
+  _globals['_CHANGE_OPTIONSENTRY']._serialized_end=1058
+  _globals['_VALUE']._serialized_start=1061
+  _globals['_VALUE']._serialized_end=1517
+  _globals['_VALUELIST']._serialized_start=1519
+  _globals['_VALUELIST']._serialized_end=1564
+  _globals['_LISTFEEDSREQUEST']._serialized_start=1566
+  _globals['_LISTFEEDSREQUEST']._serialized_end=1584
+  _globals['_LISTFEEDSRESPONSE']._serialized_start=1586
+  _globals['_LISTFEEDSRESPONSE']._serialized_end=1637
+  _globals['_GETFEEDREQUEST']._serialized_start=1639
+  _globals['_GETFEEDREQUEST']._serialized_end=1669
+  _globals['_FEED']._serialized_start=1672
+  _globals['_FEED']._serialized_end=2159
+  _globals['_SLOTRISK']._serialized_start=2162
+  _globals['_SLOTRISK']._serialized_end=2306
+  _globals['_CHANGEFEED']._serialized_start=2426
+  _globals['_CHANGEFEED']._serialized_end=2633
 # @@protoc_insertion_point(module_scope)

@@ -19,12 +19,14 @@ class Op(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OP_DELETE: _ClassVar[Op]
     OP_TRUNCATE: _ClassVar[Op]
     OP_MESSAGE: _ClassVar[Op]
+    OP_READ: _ClassVar[Op]
 OP_UNSPECIFIED: Op
 OP_INSERT: Op
 OP_UPDATE: Op
 OP_DELETE: Op
 OP_TRUNCATE: Op
 OP_MESSAGE: Op
+OP_READ: Op
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("feed", "cursor", "tables", "ops")
@@ -39,7 +41,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, feed: _Optional[str] = ..., cursor: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., ops: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Transaction(_message.Message):
-    __slots__ = ("xid", "commit_lsn", "end_lsn", "commit_ts", "origin", "changes", "cursor", "final")
+    __slots__ = ("xid", "commit_lsn", "end_lsn", "commit_ts", "origin", "changes", "cursor", "final", "backfill")
     XID_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LSN_FIELD_NUMBER: _ClassVar[int]
     END_LSN_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +50,7 @@ class Transaction(_message.Message):
     CHANGES_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_FIELD_NUMBER: _ClassVar[int]
     xid: int
     commit_lsn: int
     end_lsn: int
@@ -56,7 +59,8 @@ class Transaction(_message.Message):
     changes: _containers.RepeatedCompositeFieldContainer[Change]
     cursor: str
     final: bool
-    def __init__(self, xid: _Optional[int] = ..., commit_lsn: _Optional[int] = ..., end_lsn: _Optional[int] = ..., commit_ts: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., origin: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., cursor: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
+    backfill: str
+    def __init__(self, xid: _Optional[int] = ..., commit_lsn: _Optional[int] = ..., end_lsn: _Optional[int] = ..., commit_ts: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., origin: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., cursor: _Optional[str] = ..., final: _Optional[bool] = ..., backfill: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
     __slots__ = ("lsn", "seq", "op", "schema", "table", "key", "before", "after", "unchanged_toast", "prefix", "content", "transactional", "tables", "options", "toast_filled")

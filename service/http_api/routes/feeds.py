@@ -19,6 +19,7 @@ from service.http_api.errors import ApiError
 from service.http_api.routes.changes import FeedName
 from service.http_api.routes.consumers import consumers_of
 from service.http_api.schemas import (
+    BackfillOut,
     ErrorBody,
     FeedCreate,
     FeedList,
@@ -64,13 +65,21 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         proto_version=status_.proto_version, streaming_in_use=status_.streaming_in_use,
         slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,
                               retained_bytes=risk.retained_bytes),
-        log=log_out, consumers=consumers,
+        log=log_out, consumers=consumers, backfills=_running_backfills(supervisor, status_.name),
         leader=None if status_.leader is None else LeaderOut(
             replica=status_.leader.replica, epoch=status_.leader.epoch, since=iso_time(status_.leader.since)))
 
 
 def iso_time(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).isoformat()
+
+
+def _running_backfills(supervisor: Supervisor, name: str) -> list[BackfillOut]:
+    from service.http_api.routes.backfills import running
+    try:
+        return running(supervisor, name)
+    except PgfeedError:  # the log is closing (feed being deleted)
+        return []
 
 
 def _spec(body: FeedCreate) -> FeedSpec:
@@ -146,7 +155,7 @@ def update_feed(feed: FeedName, body: FeedUpdate, supervisor: SupervisorDep) -> 
     changes committed after it follow the new list, and capture goes on. 422 for a feed of all
     tables or an adopted publication, or when the source refuses (unknown tables)."""
     try:
-        updated = supervisor.set_tables(feed, body.tables)
+        updated = supervisor.set_tables(feed, body.tables, backfill=body.backfill)
     except ValueError as exc:
         raise ApiError(422, "invalid_feed", str(exc)) from None
     log.info("feed %s now captures %s", feed, ", ".join(updated.tables))

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from clients._cursor import EARLIEST, Cursor
+from service.assembler.model import BackfillProgress
+from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog import KINDS, ChangeLogError, open_changelog
 from service.changelog.base import ChangeLog, ConsumerState, LogStats, pg_now_us
 from service.errors import RetentionError
@@ -427,3 +429,57 @@ def test_concurrent_readers_never_see_part_of_a_batch(log: ChangeLog) -> None:
             t.join()
     assert not failures, failures[:3]
     assert log.stats().transaction_count == batch * batches
+
+
+# -- backfills ----------------------------------------------------------------------------------
+
+
+def _backfill(id_: str = "b1", parts: int = 2) -> BackfillRecord:
+    return BackfillRecord(id_, ("public.t",), chunk_rows=10, parallel=2, created_at=1.0,
+                          parts=tuple(BackfillPart(i, "public.t", estimate=5) for i in range(parts)))
+
+
+def test_backfill_progress_is_stored_with_its_chunk(log: ChangeLog) -> None:
+    record = _backfill()
+    log.save_backfill(record)
+    assert log.backfills() == [record]
+    chunk = txn(L, 3)
+    chunk.progress = BackfillProgress("b1", 1, '["7"]', rows=3, chunks=1, done=False)
+    log.append([chunk])
+    (stored,) = log.backfills()
+    assert stored.parts[1] == BackfillPart(1, "public.t", estimate=5, last_key='["7"]', rows=3,
+                                           chunks=1)
+    assert stored.parts[0] == record.parts[0]
+    replay = txn(L, 3)  # a replay of the same position is skipped, with its progress
+    replay.progress = BackfillProgress("b1", 1, '["9"]', rows=9, chunks=9, done=True)
+    log.append([replay])
+    assert log.backfills()[0].parts[1].last_key == '["7"]'
+
+
+def test_save_backfill_replaces_the_header_and_keeps_progress(log: ChangeLog) -> None:
+    record = _backfill()
+    log.save_backfill(record)
+    chunk = txn(L, 1)
+    chunk.progress = BackfillProgress("b1", 0, '["1"]', rows=1, chunks=1, done=True)
+    log.append([chunk])
+    log.save_backfill(record.with_state("failed", "boom", 2.0))  # parts as first planned
+    log.save_backfill(_backfill("b2", 1))
+    first, second = log.backfills()
+    assert (first.id, first.state, first.error, first.finished_at) == ("b1", "failed", "boom", 2.0)
+    assert first.parts[0].done and first.parts[0].rows == 1
+    assert second.id == "b2" and len(second.parts) == 1
+
+
+def test_backfills_survive_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "changelog.db"
+    log = open_changelog("sqlite", path)
+    log.save_backfill(_backfill())
+    chunk = txn(L, 2)
+    chunk.progress = BackfillProgress("b1", 0, '["2"]', rows=2, chunks=1, done=False)
+    log.append([chunk])
+    log.close()
+    log = open_changelog("sqlite", path)
+    try:
+        assert log.backfills()[0].parts[0].last_key == '["2"]'
+    finally:
+        log.close()

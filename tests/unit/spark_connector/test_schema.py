@@ -233,7 +233,7 @@ def test_options() -> None:
                               "PARTITIONS": "8", "maxrowspertrigger": "50"})
     assert (opts.url, opts.feed, opts.table, opts.tables, opts.partitions) == (
         "http://h:1", "shop", "public.orders", "public.orders", 8)
-    assert opts.ops == "insert,update,delete" and opts.max_rows_per_trigger == 50
+    assert opts.ops == "insert,update,delete,read" and opts.max_rows_per_trigger == 50
     assert opts.start == "earliest" and opts.end == "latest" and opts.wire == "arrow"
     raw = FeedOptions.parse({"url": "u", "feed": "f", "tables": "public.a,public.b",
                              "from": "0/10:3", "wireFormat": "JSON"})

@@ -1,0 +1,411 @@
+"""One feed's backfills: validation, planning, worker threads, states and progress as served.
+
+A backfill's record and per-part progress live in the feed's change log (progress written with
+each chunk), so after a restart, a pause or a crash the manager starts workers again for every
+backfill still ``running`` and each part goes on from its next chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import psycopg
+
+from service.assembler.model import BackfillProgress
+from service.backfill import source
+from service.backfill.model import (
+    MAX_CHUNK_ROWS,
+    MAX_PARALLEL,
+    BackfillPart,
+    BackfillRecord,
+)
+from service.backfill.window import Chunk, WindowTracker
+from service.changelog.base import ChangeLog
+from service.dsn import scrub
+from service.errors import BackfillError, PgfeedError
+from service.feeds.model import FeedSpec
+
+log = logging.getLogger("pgfeed.backfill")
+
+SYNC_TIMEOUT = 30.0  # seconds a worker waits for capture to start remembering its table
+CHUNK_TIMEOUT = 120.0  # seconds a worker waits for capture to judge a chunk before retrying it
+MAX_REDOS = 200  # chunks judged "redo" in a row before the backfill fails with the reason
+RETRIES = 5  # source errors in a row before the backfill fails
+BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
+PIPELINE = 2  # chunks a worker has read and capture has not judged yet (memory: this many chunks)
+
+
+def stored_start(stored: BackfillProgress, part: BackfillPart) -> list[str] | None:
+    """Where the chunk after ``stored`` starts (exclusive)."""
+    text = stored.last_key if stored.last_key is not None else part.lower
+    return None if text is None else json.loads(text)
+
+
+@dataclass
+class _Run:
+    """A running backfill's threads and live counters (this process only)."""
+
+    record: BackfillRecord
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: deque[BackfillPart] = field(default_factory=deque)
+    rows: int = 0
+    chunks: int = 0
+    redos: int = 0
+    samples: deque[tuple[float, int]] = field(default_factory=deque)
+    error: str | None = None
+    active: int = 0  # workers still running
+
+    def count(self, rows: int) -> None:
+        with self.lock:
+            self.rows += rows
+            self.chunks += 1
+            now = time.monotonic()
+            self.samples.append((now, self.rows))
+            while len(self.samples) > 2 and now - self.samples[0][0] > 10:
+                self.samples.popleft()
+
+    def rate(self) -> float:
+        """Rows per second over the last ~10 s."""
+        with self.lock:
+            if len(self.samples) < 2 or time.monotonic() - self.samples[-1][0] > 10:
+                return 0.0
+            (t0, r0), (t1, r1) = self.samples[0], self.samples[-1]
+            return (r1 - r0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+class BackfillManager:
+    """The backfills of one feed. ``start_workers``/``stop_workers`` follow the feed's capture:
+    workers only run while capture does (a watermark needs someone to see it)."""
+
+    def __init__(self, spec: Callable[[], FeedSpec], changelog: ChangeLog,
+                 tracker: WindowTracker) -> None:
+        self._spec = spec
+        self._changelog = changelog
+        self.tracker = tracker
+        # rows and chunks stored (and chunks redone) by this process's workers: metrics
+        self.rows_stored = self.chunks_stored = self.chunks_redone = 0
+        self._lock = threading.RLock()
+        self._runs: dict[str, _Run] = {}
+        self._running = False
+        # per table: the plan of its last chunk and that plan's catalog digest (source.read_chunk)
+        self._plans: dict[str, source.TablePlan] = {}
+        self._fingerprints: dict[str, str | None] = {}
+
+    # -- the API's verbs ----------------------------------------------------------------------------
+    def start(self, tables: Sequence[str], *, chunk_rows: int, parallel: int,
+              initial: bool = False) -> BackfillRecord:
+        """Validate, plan and start a backfill; BackfillError (nothing started) when refused."""
+        spec = self._spec()
+        if not tables:
+            raise BackfillError("a backfill needs at least one table in 'tables'")
+        if not 1 <= chunk_rows <= MAX_CHUNK_ROWS:
+            raise BackfillError(f"chunk_rows must be between 1 and {MAX_CHUNK_ROWS}, got {chunk_rows}")
+        if not 1 <= parallel <= MAX_PARALLEL:
+            raise BackfillError(f"parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")
+        if not spec.options.messages:
+            raise BackfillError(f"feed {spec.name!r} has option messages off: a backfill's "
+                                "watermarks are logical messages the feed must receive")
+        names = [source.split_name(t) for t in tables]
+        if len(set(names)) != len(names):
+            raise BackfillError("'tables' names a table twice")
+        try:
+            with source.connect(spec.dsn) as conn:
+                plans = [source.describe(conn, spec.publication_name, t) for t in tables]
+                with self._lock:
+                    busy = self._busy_tables()
+                    for plan in plans:
+                        if plan.qualified in busy:
+                            raise BackfillError(
+                                f"table {plan.qualified} is being backfilled by {busy[plan.qualified]}: "
+                                "wait for it or cancel it", status=409, code="backfill_running")
+                    parts: list[BackfillPart] = []
+                    for plan in plans:
+                        ranges = source.split(conn, plan, parallel, chunk_rows)
+                        for lower, upper in ranges:
+                            parts.append(BackfillPart(len(parts), plan.qualified, lower, upper,
+                                                      plan.reltuples // len(ranges)))
+                    record = BackfillRecord(
+                        f"bf_{secrets.token_hex(6)}", tuple(p.qualified for p in plans), chunk_rows,
+                        parallel, created_at=time.time(), initial=initial, parts=tuple(parts))
+                    self._changelog.save_backfill(record)
+                    self._runs[record.id] = _Run(record)
+                    if self._running:
+                        self._launch(self._runs[record.id])
+        except psycopg.Error as exc:
+            raise BackfillError(f"the source refused the backfill's checks: "
+                                f"{scrub(str(exc).strip(), spec.dsn)}", status=422,
+                                code="source_error") from None
+        log.info("feed %s: backfill %s of %s started", spec.name, record.id, ", ".join(record.tables))
+        return record
+
+    def records(self) -> list[BackfillRecord]:
+        return self._changelog.backfills()
+
+    def get(self, backfill_id: str) -> BackfillRecord:
+        for record in self._changelog.backfills():
+            if record.id == backfill_id:
+                return record
+        raise BackfillError(f"backfill {backfill_id!r} does not exist", status=404,
+                            code="backfill_not_found")
+
+    def cancel(self, backfill_id: str) -> BackfillRecord:
+        record = self.get(backfill_id)
+        if record.state != "running":
+            return record
+        with self._lock:
+            run = self._runs.pop(backfill_id, None)
+        if run is not None:
+            self._halt(run)
+        record = record.with_state("cancelled", finished_at=time.time())
+        self._changelog.save_backfill(record)
+        log.info("backfill %s cancelled", backfill_id)
+        return record
+
+    def live(self, backfill_id: str) -> tuple[float, int, str | None]:
+        """This process's view of a running backfill: rate (rows/s), redone chunks, last problem."""
+        with self._lock:
+            run = self._runs.get(backfill_id)
+        if run is None:
+            return 0.0, 0, None
+        return run.rate(), run.redos, run.error
+
+    def running_count(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+    def initial_running(self) -> bool:
+        with self._lock:
+            return any(r.record.initial for r in self._runs.values())
+
+    # -- following capture --------------------------------------------------------------------------
+    def start_workers(self) -> None:
+        """Capture runs: start workers for every backfill the log says is running."""
+        with self._lock:
+            self._running = True
+            for record in self._changelog.backfills():
+                if record.state != "running":
+                    continue
+                run = self._runs.get(record.id)
+                if run is None or not any(t.is_alive() for t in run.threads):
+                    run = self._runs[record.id] = _Run(record)
+                    self._launch(run)
+
+    def stop_workers(self) -> None:
+        """Capture stops (pause, delete, shutdown): workers stop; records stay ``running``."""
+        with self._lock:
+            self._running = False
+            runs = list(self._runs.values())
+        for run in runs:
+            self._halt(run)
+
+    def _busy_tables(self) -> dict[str, str]:
+        busy = {}
+        for record in self._changelog.backfills():
+            if record.state == "running":
+                for part in record.parts:
+                    if not part.done:
+                        busy[part.table] = record.id
+        return busy
+
+    def _halt(self, run: _Run) -> None:
+        run.stop.set()
+        self.tracker.cancel(backfill_id=run.record.id)
+        for thread in run.threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=30)
+
+    def _launch(self, run: _Run) -> None:
+        run.pending = deque(p for p in run.record.parts if not p.done)
+        workers = max(1, min(run.record.parallel, len(run.pending)))
+        run.active = workers
+        run.threads = [threading.Thread(target=self._work, args=(run,), daemon=True,
+                                        name=f"pgfeed-backfill-{run.record.id}-{i}")
+                       for i in range(workers)]
+        for thread in run.threads:
+            thread.start()
+
+    # -- workers --------------------------------------------------------------------------------------
+    def _work(self, run: _Run) -> None:
+        try:
+            while not run.stop.is_set():
+                with run.lock:
+                    part = run.pending.popleft() if run.pending else None
+                if part is None:
+                    break
+                self._part(run, part)
+        except PgfeedError as exc:
+            self._fail(run, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug: fail the backfill, keep the service up
+            log.exception("backfill %s failed unexpectedly", run.record.id)
+            self._fail(run, f"{type(exc).__name__}: {exc}")
+        with run.lock:
+            run.active -= 1
+            last = run.active == 0
+        if last and not run.stop.is_set():
+            self._finish(run)
+
+    def _part(self, run: _Run, part: BackfillPart) -> None:
+        spec = self._spec()
+        failures = 0
+        # The part's progress as far as capture stored it (durable soon, or the log's own after
+        # a crash): a retry after a source error goes on from here.
+        state = [BackfillProgress(run.record.id, part.part, part.last_key, part.rows, part.chunks,
+                                  part.done)]
+        while not run.stop.is_set():
+            try:
+                with source.connect(spec.dsn) as conn:
+                    self._read_part(run, part, conn, spec, state)
+                return
+            except psycopg.Error as exc:
+                failures += 1
+                run.error = scrub(str(exc).strip(), spec.dsn)
+                if failures > RETRIES:
+                    raise BackfillError(f"source failed {failures} times in a row: {run.error}") from None
+                log.warning("backfill %s part %d: %s; retrying", run.record.id, part.part, run.error)
+                run.stop.wait(BACKOFF[min(failures, len(BACKOFF)) - 1])
+                p = state[0]
+                part = replace(part, last_key=p.last_key, rows=p.rows, chunks=p.chunks, done=p.done)
+
+    def _read_part(self, run: _Run, part: BackfillPart, conn: psycopg.Connection,
+                   spec: FeedSpec, state: list[BackfillProgress]) -> None:
+        plan = source.describe(conn, spec.publication_name, part.table, estimate=False)
+        tracker = self.tracker
+        generation = tracker.watch(plan.oid, plan.key, plan.key_index)
+        # Chunks read and not yet judged, oldest first: the next one is read while capture
+        # judges the previous (a chunk is stored only if the one before it was).
+        pending: deque[tuple[Chunk, bool]] = deque()
+        try:
+            deadline = time.monotonic() + SYNC_TIMEOUT
+            while tracker.synced < generation:
+                if run.stop.wait(0.02) or time.monotonic() > deadline:
+                    if run.stop.is_set():
+                        return
+                    raise psycopg.OperationalError("capture did not start following the table in time")
+            _, committed = source.in_progress(conn)
+            tracker.suspect(committed)
+            upper = json.loads(part.upper) if part.upper else None
+            stored = state[0]  # what the log holds for the part; then each stored chunk's result
+            after = part.start_key()
+            exhausted, redos = False, 0
+            while not run.stop.is_set():
+                if not exhausted and len(pending) < PIPELINE:
+                    pred = pending[-1][0] if pending else None
+                    chunk, last, exhausted = self._chunk(run, part, conn, spec, plan, after, upper,
+                                                         pred, stored)
+                    pending.append((chunk, exhausted))
+                    after = last
+                    continue
+                if not pending:
+                    return
+                chunk, was_last = pending[0]
+                if not chunk.done.wait(CHUNK_TIMEOUT):
+                    for c, _ in pending:
+                        tracker.cancel(token=c.token)
+                    if run.stop.is_set():
+                        return
+                    raise psycopg.OperationalError("capture did not see a chunk's high watermark "
+                                                   f"within {CHUNK_TIMEOUT:.0f} s")
+                pending.popleft()
+                if chunk.outcome == "cancelled":
+                    return
+                if chunk.outcome == "redo":
+                    for c, _ in pending:  # read after it: redone with it
+                        tracker.cancel(token=c.token)
+                    pending.clear()
+                    redos += 1
+                    run.redos += 1
+                    self.chunks_redone += 1
+                    run.error = f"chunk redone: {chunk.problem}"
+                    if redos > MAX_REDOS:
+                        raise BackfillError(f"part {part.part} of {part.table}: {redos} chunks in a "
+                                            f"row had to be redone; last: {chunk.problem}")
+                    after, exhausted = stored_start(stored, part), False
+                    run.stop.wait(min(0.05 * redos, 2.0))
+                    continue
+                redos = 0
+                assert chunk.result is not None
+                stored = state[0] = chunk.result
+                run.count(chunk.stored_rows)
+                self.rows_stored += chunk.stored_rows
+                self.chunks_stored += 1
+                if was_last:
+                    return
+        finally:
+            # Leaving early (an error, a stop): chunks not judged yet are cancelled, and those
+            # capture already stored count, so a retry does not read them again.
+            for c, _ in pending:
+                tracker.cancel(token=c.token)
+                if c.outcome == "stored" and c.result is not None:
+                    state[0] = c.result
+            tracker.unwatch(plan.oid)
+
+    def _chunk(self, run: _Run, part: BackfillPart, conn: psycopg.Connection, spec: FeedSpec,
+               plan: source.TablePlan, after: list[str] | None, upper: list[str] | None,
+               pred: Chunk | None, stored: BackfillProgress,
+               ) -> tuple[Chunk, list[str] | None, bool]:
+        """Register, bracket with watermarks and read one chunk; returns it, the last key read
+        (``after`` when none) and whether the range has no more rows."""
+        tracker = self.tracker
+        token = f"{run.record.id}.{part.part}.{secrets.token_hex(6)}"
+        floor = int(conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                    .fetchone()[0]) & 0xFFFFFFFF  # type: ignore[index]
+        chunk = Chunk(token, run.record.id, part.part, plan.oid, floor, pred=pred)
+        tracker.register(chunk)
+        try:
+            source.emit_watermark(conn, token, "l")
+            read = source.read_chunk(conn, spec.publication_name, part.table, after, upper,
+                                     run.record.chunk_rows, self._plans.get(part.table),
+                                     self._fingerprints.get(part.table))
+            self._plans[part.table], self._fingerprints[part.table] = read.plan, read.fingerprint
+            last = read.last_key if read.last_key is not None else after
+            progress = BackfillProgress(run.record.id, part.part,
+                                        None if last is None else json.dumps(last),
+                                        stored.rows, stored.chunks, read.exhausted)
+            tracker.read(token, read.entries, read.xip, progress, read.plan.messages)
+            source.emit_watermark(conn, token, "h")
+        except BaseException:
+            tracker.cancel(token=token)
+            raise
+        return chunk, last, read.exhausted
+
+    def _fail(self, run: _Run, error: str) -> None:
+        log.error("backfill %s failed: %s", run.record.id, error)
+        run.stop.set()
+        self.tracker.cancel(backfill_id=run.record.id)
+        with self._lock:
+            if self._runs.get(run.record.id) is run:
+                del self._runs[run.record.id]
+        self._changelog.save_backfill(run.record.with_state("failed", error, time.time()))
+
+    def _finish(self, run: _Run) -> None:
+        """Every part read: wait until the log holds every part as done (the last chunks are
+        appended by capture's writer), then record the backfill as done. Stopped (pause), the
+        record stays running and the next start finds every part done and finishes it."""
+        while not run.stop.is_set():
+            record = self._durable(run.record.id)
+            if record is None or record.state != "running":
+                return
+            if all(p.done for p in record.parts):
+                with self._lock:
+                    if self._runs.get(run.record.id) is run:
+                        del self._runs[run.record.id]
+                self._changelog.save_backfill(replace(record, parts=()).with_state(
+                    "done", finished_at=time.time()))
+                log.info("backfill %s done", run.record.id)
+                return
+            run.stop.wait(0.05)
+
+    def _durable(self, backfill_id: str) -> BackfillRecord | None:
+        for record in self._changelog.backfills():
+            if record.id == backfill_id:
+                return record
+        return None

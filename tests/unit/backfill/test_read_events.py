@@ -1,0 +1,83 @@
+"""A backfill chunk as readers get it: op ``read``, origin ``pgfeed.backfill`` and the backfill id,
+the same on the fast (transcoded, C and Python) and reference paths, JSON and protobuf."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+from pgfeed.v1 import feed_pb2
+
+from service.assembler.changes import TransactionDecoder
+from service.assembler.model import Op
+from service.assembler.relations import RelationCatalog
+from service.backfill.window import WindowTracker
+from service.encoding import transcode
+from service.encoding.to_json import change_events, change_to_dict, dumps, transaction_json
+from service.encoding.to_proto import transaction_frames
+from tests.unit.backfill.test_window import read, start, watermark
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "c" and transcode._compiled is None:
+        pytest.fail("the compiled transcoder is not built")
+    monkeypatch.setattr(transcode, "IMPLEMENTATION", request.param)
+    return str(request.param)
+
+
+def chunk_unit():  # type: ignore[no-untyped-def]
+    tracker = WindowTracker()
+    start(tracker)
+    tracker.process([watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1, 2))
+    (unit,) = tracker.process([watermark("c1", "h", 0x5000_0000)])
+    return unit
+
+
+def test_json_events_of_a_chunk_say_read_on_every_path() -> None:
+    unit = chunk_unit()
+    lazy = TransactionDecoder(RelationCatalog()).decode(unit, lazy=True)
+    loaded = TransactionDecoder(RelationCatalog()).decode(unit)
+    fast = [orjson.loads(e) for e in change_events(lazy)]
+    reference = [orjson.loads(dumps(change_to_dict(c, loaded))) for c in loaded.changes]
+    assert fast == reference
+    assert [(e["op"], e["key"], e["after"], e["origin"], e["backfill"]) for e in fast] == [
+        ("read", {"id": 1}, {"id": 1, "v": "read"}, "pgfeed.backfill", "bf_1"),
+        ("read", {"id": 2}, {"id": 2, "v": "read"}, "pgfeed.backfill", "bf_1")]
+    whole = json.loads(transaction_json(lazy, "0/50000000"))
+    assert whole["backfill"] == "bf_1" and whole["origin"] == "pgfeed.backfill"
+
+
+def test_protobuf_frames_of_a_chunk_carry_op_read_and_the_backfill_id() -> None:
+    unit = chunk_unit()
+    for lazy in (True, False):
+        txn = TransactionDecoder(RelationCatalog()).decode(unit, lazy=lazy)
+        (frame,) = transaction_frames(txn)
+        msg = feed_pb2.Transaction.FromString(frame)
+        assert (msg.backfill, msg.origin, msg.commit_lsn) == ("bf_1", "pgfeed.backfill", 0x5000_0000)
+        assert [c.op for c in msg.changes] == [feed_pb2.OP_READ, feed_pb2.OP_READ]
+        assert [c.after["v"].string_value for c in msg.changes] == ["read", "read"]
+
+
+def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it() -> None:
+    from clients._cursor import EARLIEST, Cursor
+    from service.assembler.relations import RelationCatalog
+    from service.changelog.memory import MemoryChangeLog
+    from service.feeds.reader import FeedReader
+
+    unit = chunk_unit()
+    log = MemoryChangeLog()
+    log.append([unit])
+    catalog = RelationCatalog()
+    for lsn, frame in log.schema_history():
+        catalog.add(lsn, frame)
+    reader = FeedReader(log, lambda: catalog)
+    other = reader.page(EARLIEST, 1, tables=["public.other"])
+    assert other.transactions == [] and other.next == Cursor(unit.commit_lsn)
+    assert other.passed is not None and other.passed.backfill == "bf_1"
+    assert reader.page(EARLIEST, 1, ops=[Op.INSERT]).next == Cursor(unit.commit_lsn)
+    mine = reader.page(EARLIEST, 10, tables=["public.t"], ops=[Op.READ])
+    assert [c.after for t in mine.transactions for c in t.changes] == [
+        {"id": 1, "v": "read"}, {"id": 2, "v": "read"}]
