@@ -35,6 +35,7 @@ from service.feeds.model import FeedSpec
 log = logging.getLogger("pgfeed.backfill")
 
 SYNC_TIMEOUT = 30.0  # seconds a worker waits for capture to start remembering its table
+PROGRESS_LOG_SECONDS = 10.0  # at most one progress line a backfill this often
 CHUNK_TIMEOUT = 120.0  # seconds a worker waits for capture to judge a chunk before retrying it
 MAX_REDOS = 200  # chunks judged "redo" in a row before the backfill fails with the reason
 RETRIES = 5  # source errors in a row before the backfill fails
@@ -63,8 +64,10 @@ class _Run:
     samples: deque[tuple[float, int]] = field(default_factory=deque)
     error: str | None = None
     active: int = 0  # workers still running
+    logged_at: float = 0.0  # last progress line in the log (monotonic)
 
-    def count(self, rows: int) -> None:
+    def count(self, rows: int) -> bool:
+        """Count a stored chunk; True when a progress line is due (every PROGRESS_LOG_SECONDS)."""
         with self.lock:
             self.rows += rows
             self.chunks += 1
@@ -72,6 +75,10 @@ class _Run:
             self.samples.append((now, self.rows))
             while len(self.samples) > 2 and now - self.samples[0][0] > 10:
                 self.samples.popleft()
+            due = now - self.logged_at >= PROGRESS_LOG_SECONDS
+            if due:
+                self.logged_at = now
+            return due
 
     def rate(self) -> float:
         """Rows per second over the last ~10 s."""
@@ -334,7 +341,11 @@ class BackfillManager:
                 redos = 0
                 assert chunk.result is not None
                 stored = state[0] = chunk.result
-                run.count(chunk.stored_rows)
+                if run.count(chunk.stored_rows):
+                    log.info("backfill %s: %d rows in %d chunks, %.0f rows/s", run.record.id,
+                             run.rows, run.chunks, run.rate(),
+                             extra={"event": "backfill_progress", "backfill": run.record.id,
+                                    "rows": run.rows, "chunks": run.chunks})
                 self.rows_stored += chunk.stored_rows
                 self.chunks_stored += 1
                 if was_last:

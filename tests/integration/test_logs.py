@@ -80,6 +80,12 @@ def test_json_logs_carry_the_events_that_matter_and_no_secret(pg_dsn: str, tmp_p
                    "a retention line")
         wait_until(lambda: any(e.get("event") == "reconnect" for e in _events(log)), 15,
                    "a reconnect line")
+        # A backfill logs its progress (the first stored chunk at once, then every 10 s).
+        started = httpx.post(f"{base}/v1/feeds/shop/backfills", headers=AUTH, timeout=60,
+                             json={"tables": ["public.t"], "chunk_rows": 2})
+        assert started.status_code == 202, started.text
+        wait_until(lambda: any(e.get("event") == "backfill_progress" for e in _events(log)), 30,
+                   "a backfill progress line")
         # A forced trim by an admin, overriding a consumer.
         head = httpx.get(f"{base}/v1/feeds/shop", headers=AUTH, timeout=60).json()["head_lsn"]
         httpx.put(f"{base}/v1/feeds/shop/consumers/laggard", headers=AUTH, timeout=60,
@@ -107,6 +113,8 @@ def test_json_logs_carry_the_events_that_matter_and_no_secret(pg_dsn: str, tmp_p
     trim = next(e for e in events if e.get("event") == "retention_trim")
     assert trim["feed"] == "shop" and trim["dropped"] >= 1
     forced = next(e for e in events if e.get("event") == "forced_trim")
+    progress = next(e for e in events if e.get("event") == "backfill_progress")
+    assert progress["rows"] >= 1 and progress["chunks"] >= 1 and progress["backfill"].startswith("bf_")
     assert forced["feed"] == "shop" and forced["level"] == "WARNING"
     assert forced["removed_consumers"] == ["laggard"]
     assert any("password=***" in e["message"] for e in events)  # the feed's source, masked
