@@ -27,23 +27,19 @@ import argparse
 import contextlib
 import os
 import platform
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-import httpx
 import psycopg
 import serve as S
 from _results import write_section
-from serve import ROOT, Server, _die_with_parent, free_port
+from serve import Server
 
 from clients._cursor import parse_lsn
 from service.localpg import LocalCluster
@@ -52,38 +48,9 @@ CAPTURE_TARGET = READ_TARGET = 0.7
 P99_TARGET_MS = 50.0
 
 
-@contextlib.contextmanager
-def serve(log: Path, *args: str) -> Iterator[Server]:
-    """``pgfeed serve`` with ``args`` on free ports; SIGTERM on exit (as bench/serve.py)."""
-    http_port, grpc_port = free_port(), free_port()
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", *args, "--http-port", str(http_port),
-             "--grpc-port", str(grpc_port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-            env={**os.environ, "PGFEED_LOG_LEVEL": "WARNING",
-                 "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "protos")])})
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=120) as http:
-            server = Server(proc, http, f"127.0.0.1:{grpc_port}", log)
-            deadline = time.monotonic() + 60
-            while True:
-                server.check()
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get("/readyz").status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"pgfeed serve not ready after 60 s: {server.tail()}")
-                time.sleep(0.05)
-            yield server
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+def serve(log: Path, *args: str) -> contextlib.AbstractContextManager[Server]:
+    """``pgfeed serve`` with ``args`` on free ports (bench/serve.py's ``run_server``)."""
+    return S.run_server(log, *args)
 
 
 def status(server: Server, feed: str) -> dict[str, Any]:

@@ -278,13 +278,20 @@ def _die_with_parent() -> None:
 
 @contextlib.contextmanager
 def pgfeed_serve(data_dir: Path) -> Iterator[Server]:
-    """``python -m service serve`` on free loopback ports; SIGTERM (then SIGKILL) on exit."""
+    """``python -m service serve`` over ``data_dir`` on free loopback ports."""
+    with run_server(data_dir.parent / "serve.log", "--data-dir", str(data_dir)) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def run_server(log: Path, *args: str) -> Iterator[Server]:
+    """``python -m service serve`` with ``args`` on free loopback ports, its output appended to
+    ``log``; SIGTERM (then SIGKILL) on exit."""
     http_port, grpc_port = free_port(), free_port()
-    log = data_dir.parent / "serve.log"
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         # preexec_fn is safe here: the script has started no thread yet.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", "--data-dir", str(data_dir),
+            [sys.executable, "-m", "service", "serve", *args,
              "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,  # noqa: PLW1509
@@ -301,7 +308,7 @@ def pgfeed_serve(data_dir: Path) -> Iterator[Server]:
                         break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"pgfeed serve not ready after 60 s: {server.tail()}")
-                time.sleep(0.1)
+                time.sleep(0.05)
             yield server
     finally:
         if proc.poll() is None:
