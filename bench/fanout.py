@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
@@ -41,9 +40,9 @@ from urllib.parse import parse_qs
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-import orjson  # noqa: E402
-import psycopg  # noqa: E402
-from serve import (  # noqa: E402
+import orjson
+import psycopg
+from serve import (
     TICKS,
     WARMUP_SECONDS,
     Cpu,
@@ -53,8 +52,8 @@ from serve import (  # noqa: E402
     pgfeed_serve,
 )
 
-from clients._cursor import format_lsn, parse_lsn  # noqa: E402
-from service.localpg import LocalCluster, free_port  # noqa: E402
+from clients._cursor import format_lsn, parse_lsn
+from service.localpg import LocalCluster, free_port
 
 FEED = "fan"
 CPU_TARGET = 1.5  # pgfeed's server CPU a delivered row / the bare server's, on each surface
@@ -413,8 +412,8 @@ def _bare() -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
 
 
 def _print(p: Phase) -> None:
-    parts = [f"{p.server:6s} {p.grpc:3d} gRPC + {p.http:3d} HTTP: {p.commits:,} commits, "
-             f"server {p.server_us():.1f} µs CPU a delivered row"]
+    parts = [(f"{p.server:6s} {p.grpc:3d} gRPC + {p.http:3d} HTTP: {p.commits:,} commits, "
+             f"server {p.server_us():.1f} µs CPU a delivered row")]
     for s in ("grpc", "http"):
         if s in p.delivered:
             parts.append(f"{s} p50 {p.pct(s, 50):.1f} / p99 {p.pct(s, 99):.1f} ms, missing "
@@ -430,13 +429,13 @@ def _section(result: dict[str, Any]) -> str:
     ns = sorted({p.grpc or p.http for p in phases})
     lines = [
         "## Fan-out: many subscribers on one feed (bench/fanout.py)", "",
-        f"{args.rate:g} one-row commits/s (`pgbench --rate`) for {args.seconds:g} s after "
+        (f"{args.rate:g} one-row commits/s (`pgbench --rate`) for {args.seconds:g} s after "
         f"{WARMUP_SECONDS:g} s of warm-up; every subscriber starts at the head before the first commit. Server CPU a "
         "delivered row from the single-surface phases; latency (INSERT -> subscriber) from the "
         "N + N phase. The bare server (`fanout.py bare`) pushes one-row frames and JSON events it "
-        "encodes once a tick, from the same two Python stacks (grpc.aio, uvicorn).", "",
-        "| N | gRPC µs/row (bare) | ratio | HTTP µs/row (bare) | ratio | gRPC p50 / p99 ms | "
-        "HTTP p50 / p99 ms | missing | duplicated | CPU in N+N: server, postgres, clients, other |",
+        "encodes once a tick, from the same two Python stacks (grpc.aio, uvicorn)."), "",
+        ("| N | gRPC µs/row (bare) | ratio | HTTP µs/row (bare) | ratio | gRPC p50 / p99 ms | "
+        "HTTP p50 / p99 ms | missing | duplicated | CPU in N+N: server, postgres, clients, other |"),
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n in ns:
@@ -458,13 +457,13 @@ def _section(result: dict[str, Any]) -> str:
     ten = by.get(("pgfeed", 10, 10))
     if ten:
         worst = max(ten.pct("grpc", 99), ten.pct("http", 99))
-        lines += ["", f"Targets: server CPU a delivered row within {CPU_TARGET}x the bare server's "
+        lines += ["", (f"Targets: server CPU a delivered row within {CPU_TARGET}x the bare server's "
                   f"on each surface; p99 <= {P99_TARGET_MS:g} ms with 10 + 10 subscribers "
-                  f"(this run: {worst:.1f} ms)."]
+                  f"(this run: {worst:.1f} ms).")]
     before, after = result["load"]
-    lines += ["", f"Whole run {result['wall']:.0f} s; load average before {_load(before)}, after "
+    lines += ["", (f"Whole run {result['wall']:.0f} s; load average before {_load(before)}, after "
               f"{_load(after)}. Medians of all phases' latencies: "
-              f"{statistics.median([p.pct('grpc', 50) for p in phases if p.grpc] or [0]):.1f} ms gRPC."]
+              f"{statistics.median([p.pct('grpc', 50) for p in phases if p.grpc] or [0]):.1f} ms gRPC.")]
     return "\n".join(lines)
 
 
