@@ -43,12 +43,15 @@ def _clean_clone(dest: Path) -> Path:
 def test_wheel_from_clean_clone_uses_compiled_transcoder(tmp_path: Path) -> None:
     """Build the wheel the image's builder stage builds, install it into a fresh venv, and import it
     from a directory without sources: what `docker build` does, minus the engine."""
+    # Nothing of this process's environment may point at the sources: a PYTHONPATH holding the
+    # checkout (the Spark fixture sets one) makes pip take its egg-info for an installed pgfeed.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGFEED_IMPL")}
     src = _clean_clone(tmp_path / "src")
     assert not list(src.rglob("*.so")), "a clean clone holds no compiled module"
     dist = tmp_path / "dist"
     # --no-build-isolation: the shared venv's setuptools, so the step needs no network
     _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", dist, src, cwd=tmp_path)
+         "-w", dist, src, cwd=tmp_path, env=env)
     (wheel,) = dist.glob("pgfeed-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     compiled = r"service/encoding/_transcode\.cpython-.*\.so"
@@ -57,20 +60,19 @@ def test_wheel_from_clean_clone_uses_compiled_transcoder(tmp_path: Path) -> None
     assert not [n for n in names if n.startswith("tests/")]
 
     venv = tmp_path / "venv"
-    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path, env=env)
     vpy = venv / "bin" / "python"
     _run(sys.executable, "-m", "pip", "--python", vpy, "install", "-q", "--no-deps", "--no-index",
-         wheel, cwd=tmp_path)
+         wheel, cwd=tmp_path, env=env)
     # The dependencies come from the shared venv (appended after the fresh venv's own
     # site-packages, so the installed wheel wins; the shared venv's editable pgfeed is a .pth
     # there, which a path line does not process).
     site = Path(_run(vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                     cwd=tmp_path).strip())
+                     cwd=tmp_path, env=env).strip())
     (site / "zz_shared_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     neutral = tmp_path / "elsewhere"
     neutral.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGFEED_IMPL")}
     compiled = Path(_run(vpy, "-c", IMPORT_CHECK, cwd=neutral, env=env).strip())
     assert compiled.is_relative_to(site), compiled
     out = _run(vpy, "-c", "import service.encoding.transcode as t; print(t.IMPLEMENTATION)",
