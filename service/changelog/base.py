@@ -23,6 +23,8 @@ log = logging.getLogger("pgfeed.changelog")
 
 # LSNs are stored as SQLite's signed 64-bit integers; PostgreSQL never gets near 2**63.
 MAX_LSN = (1 << 63) - 1
+# The largest piece a store writes a payload in (cut on frame boundaries, ``payload_pieces``).
+CHUNK_BYTES = 4 << 20
 
 
 class ChangeLogError(PgfeedError):

@@ -39,6 +39,7 @@ from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction, payload_pieces
 from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog.base import (
+    CHUNK_BYTES,
     MAX_LSN,
     ChangeLogError,
     ConsumerState,
@@ -62,7 +63,6 @@ __all__ = ["CHUNK_BYTES", "SqliteChangeLog"]
 
 log = logging.getLogger("pgfeed.changelog")
 
-CHUNK_BYTES = 4 << 20
 _SCHEMA_VERSION = 2  # 2: consumer.acked_at (see _MIGRATIONS)
 _PAGE_SIZE = 16384  # big appends ~1.5x faster than with 4 KiB pages (fewer overflow pages); creation only
 _BUSY_SECONDS = 30.0  # another process (e.g. `pgfeed` tooling) may hold the write lock briefly

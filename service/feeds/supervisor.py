@@ -472,10 +472,13 @@ class Supervisor:
         feed = self._get(name)
         with feed.catalog_lock:
             if feed.reader is None:
-                feed.reader = FeedReader(feed.changelog, lambda: self.catalog(name),
-                                         toast=feed.spec.options.toast,
-                                         toast_index=self._toast_index(feed))
+                feed.reader = self._new_reader(feed)
         return feed.reader
+
+    def _new_reader(self, feed: _Feed) -> FeedReader:
+        name = feed.spec.name
+        return FeedReader(feed.changelog, lambda: self.catalog(name), toast=feed.spec.options.toast,
+                          toast_index=self._toast_index(feed))
 
     def prepare_trim(self, name: str) -> None:
         """Before retention trims feed ``name``: a ``toast=reselect`` feed's index takes in what
@@ -489,10 +492,8 @@ class Supervisor:
         feed = self._get(name)
         with feed.catalog_lock:
             if feed.tail is None:
-                reader = FeedReader(feed.changelog, lambda: self.catalog(name),
-                                    toast=feed.spec.options.toast,
-                                    toast_index=self._toast_index(feed))
-                feed.tail = SharedTail(reader, JsonColumnCache(lambda: self.catalog(name)))
+                feed.tail = SharedTail(self._new_reader(feed),
+                                       JsonColumnCache(lambda: self.catalog(name)))
         return feed.tail
 
     def _toast_index(self, feed: _Feed) -> ToastIndex | None:

@@ -37,6 +37,7 @@ from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction, payload_pieces
 from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog.base import (
+    CHUNK_BYTES,
     MAX_LSN,
     ChangeLogError,
     LeaseLost,
@@ -54,7 +55,6 @@ __all__ = ["CHUNK_BYTES", "PgChangeLog"]
 
 log = logging.getLogger("pgfeed.changelog")
 
-CHUNK_BYTES = 4 << 20
 _READ_BATCH = 256  # txn rows fetched at a time while a read looks for enough changes
 _TXN_TYPES = ["text", "int8", "int8", "int8", "int8", "text", "int8", "int8", "int8", "int8", "int8",
               "int4", "int8"]  # the order of _insert_txns' columns
