@@ -46,6 +46,7 @@ ASSEMBLER_MEMORY = 16 << 20
 # Batches up to this size are appended on the capture thread when the writer thread is idle (live
 # commits: no hand-over on their way to subscribers); bigger ones overlap with receiving.
 INLINE_APPEND_BYTES = 256 << 10
+HOLDING_POLL = 0.002  # seconds a read waits while backfill chunks wait for the writer to be idle
 
 
 @dataclass
@@ -170,7 +171,8 @@ class Capture:
         assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir),
                                          memory_limit=ASSEMBLER_MEMORY)
         feed_batch = assembler.feed_batch
-        process = self.tracker.process
+        tracker = self.tracker
+        process = tracker.process
         writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.spec.name}",
                            inline_bytes=INLINE_APPEND_BYTES)
         submitted = received = writer.durable_lsn  # highest position handed to the writer
@@ -179,7 +181,9 @@ class Capture:
         heartbeat = _Heartbeat(self.spec)
         try:
             while not stop.is_set():
-                frames, keepalives = stream.read_batch(self.batch_messages, timeout=0.2)
+                # held backfill chunks go to the writer as soon as it is idle: look often
+                frames, keepalives = stream.read_batch(
+                    self.batch_messages, timeout=HOLDING_POLL if tracker.holding else 0.2)
                 stored = process(feed_batch(frames))
                 if frames:
                     received = max(received, frames[-1][0])
@@ -194,11 +198,16 @@ class Capture:
                 hold = assembler.hold_lsn
                 if hold is not None:
                     target = min(target, hold - 1)
+                # Backfill chunks judged and held: positioned after `stored`, appended in the gap
+                # a live commit does not need the writer (service/backfill/window.py).
+                pieces = tracker.release() if tracker.holding and writer.idle else []
                 if stored or target > submitted:
                     # The writer stores the batch (fsync'd) before it records `target`: only then
                     # does durable_lsn, the one position ever reported as flushed, move.
                     writer.submit(stored, target)
                     submitted = max(submitted, target)
+                if pieces:
+                    writer.submit(pieces, submitted, background=True)
                 writer.raise_if_failed()
                 durable = writer.durable_lsn
                 now = time.monotonic()
