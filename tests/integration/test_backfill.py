@@ -212,7 +212,10 @@ def test_backfill_refusals_start_nothing(pg_dsn: str, pgfeed_service: Service,
 
     refused({"tables": ["public.outside"]}, 400, "table_not_published", "not in the feed's publication")
     refused({"tables": ["public.nope"]}, 404, "table_not_found", "does not exist")
-    refused({"tables": ["public.keyless"]}, 400, "backfill_invalid", "no primary key")
+    refused({"tables": ["public.keyless"]}, 400, "table_without_key", "no primary key")
+    # why, and what to do about it
+    refused({"tables": ["public.keyless"]}, 400, "table_without_key", "upsert by key")
+    refused({"tables": ["public.keyless"]}, 400, "table_without_key", "REPLICA IDENTITY USING INDEX")
     refused({"tables": ["public.keyed", "public.keyed"]}, 400, "backfill_invalid", "twice")
     refused({"tables": ["public.keyed"], "chunk_rows": 0}, 422, "invalid_body", "chunk_rows")
     refused({"tables": ["public.keyed"], "parallel": 99}, 422, "invalid_body", "parallel")
