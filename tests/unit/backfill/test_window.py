@@ -237,3 +237,83 @@ def test_a_chunk_read_before_the_previous_was_judged_follows_its_fate() -> None:
     assert step(tracker, [watermark("c4", "h", 2300)]) == []
     assert (redone.outcome, after.outcome) == ("redo", "redo")
     assert after.problem == "the chunk before it was not stored"
+
+
+def test_a_held_chunk_goes_after_the_live_commits_that_came_meanwhile_minus_their_keys() -> None:
+    """Capture's writer was busy at the high watermark: the chunk waits, and the live commits
+    after it are stored first; the chunk then sits inside the last one's commit record."""
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1, 2, 3))
+    assert tracker.process([watermark("c1", "h", 2000)]) == [] and tracker.holding
+    live = [txn(300, 2100, UpdateMessage(None, REL, None, None, row(2, "live"))),
+            txn(301, 2200, DeleteMessage(None, REL, ord("K"), TupleData(("3", None))))]
+    assert tracker.process(live) == live and not chunk.done.is_set()
+    (unit,) = tracker.release()
+    assert 2200 < unit.commit_lsn < 2208 and unit.end_lsn == 2208  # after both, before anything next
+    assert stored_ids(unit) == [1]  # 2 and 3 changed after the snapshot, before this position
+    assert chunk.outcome == "stored" and chunk.stored_rows == 1 and not tracker.holding
+    assert unit.progress == BackfillProgress("bf_1", 0, '["3"]', 11, 2, False)
+
+
+def test_a_non_transactional_unit_leaves_no_position_free_until_the_next_commit() -> None:
+    tracker = WindowTracker()
+    start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1,))
+    message = StoredTransaction(0, 2099, 2100, 0, None, 1, b"")  # end_position: end_lsn - 1
+    tracker.process([watermark("c1", "h", 2000), message])
+    assert tracker.release() == [] and tracker.holding
+    (unit,) = step(tracker, [txn(302, 2200, InsertMessage(None, REL + 1, row(9)))])[1:]
+    assert 2200 < unit.commit_lsn < 2208
+
+
+def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progress() -> None:
+    from service.backfill import window
+
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    ids = tuple(range(1, 31))
+    read(tracker, "c1", ids)
+    piece = sum(len(body) for _, body in entries(*ids)) // 3 + 1  # three pieces
+    original, window.PIECE_BYTES = window.PIECE_BYTES, piece
+    try:
+        tracker.process([watermark("c1", "h", 2000), txn(303, 2100, InsertMessage(None, REL + 1, row(1)))])
+        first = tracker.release()
+        assert len(first) == 1 and not chunk.done.is_set()
+        tracker.process([txn(304, 2200, UpdateMessage(None, REL, None, None, row(30, "live")))])
+        rest = tracker.release() + tracker.release() + tracker.release()
+    finally:
+        window.PIECE_BYTES = original
+    units = first + rest
+    assert len(units) == 3 and chunk.outcome == "stored"
+    stored = [i for u in units for i in stored_ids(u)]
+    assert stored == list(range(1, 30))  # 30 changed before the last pieces: left out
+    assert [u.progress.last_key for u in units][-1] == '["30"]'  # type: ignore[union-attr]
+    keys = [json.loads(u.progress.last_key)[0] for u in units]  # type: ignore[union-attr]
+    assert keys == sorted(keys, key=int) and units[0].progress.chunks == 2  # type: ignore[union-attr]
+    assert [u.progress.rows for u in units] == [  # type: ignore[union-attr]
+        10 + len(stored_ids(units[0])), 10 + len(stored_ids(units[0])) + len(stored_ids(units[1])), 10 + 29]
+    assert all(u.commit_lsn < v.commit_lsn for u, v in zip(units, units[1:]))
+
+
+def test_a_truncate_while_a_chunk_is_held_redoes_it_from_its_last_stored_piece() -> None:
+    from service.backfill import window
+
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", tuple(range(1, 21)))
+    original, window.PIECE_BYTES = window.PIECE_BYTES, 1  # one row a piece
+    try:
+        tracker.process([watermark("c1", "h", 2000), txn(305, 2100, InsertMessage(None, REL + 1, row(1)))])
+        (piece,) = tracker.release()
+        tracker.process([txn(306, 2200, TruncateMessage(None, 0, (REL,)))])
+        assert tracker.release() == []
+    finally:
+        window.PIECE_BYTES = original
+    assert stored_ids(piece) == [1]
+    assert chunk.outcome == "redo" and chunk.result == piece.progress  # the worker goes on after it
+    assert piece.progress == BackfillProgress("bf_1", 0, '["1"]', 11, 2, False)
