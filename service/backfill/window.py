@@ -271,6 +271,15 @@ class WindowTracker:
                     break
             return out
 
+    def restart(self) -> None:
+        """Capture starts a session: the stream replays from the confirmed position, so a held
+        chunk could be positioned among units the log already has (and would skip). Held chunks
+        are redone instead."""
+        with self._lock:
+            while self._held:
+                self._drop(self._held[0])
+            self._host = None
+
     def _piece(self, held: _Held, position: int, end_lsn: int, commit_ts: int,
                limit: int | None) -> StoredTransaction:
         chunk, entries = held.chunk, held.entries

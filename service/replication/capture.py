@@ -172,6 +172,7 @@ class Capture:
                                          memory_limit=ASSEMBLER_MEMORY)
         feed_batch = assembler.feed_batch
         tracker = self.tracker
+        tracker.restart()
         process = tracker.process
         writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.spec.name}",
                            inline_bytes=INLINE_APPEND_BYTES)

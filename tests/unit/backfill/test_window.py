@@ -317,3 +317,16 @@ def test_a_truncate_while_a_chunk_is_held_redoes_it_from_its_last_stored_piece()
     assert stored_ids(piece) == [1]
     assert chunk.outcome == "redo" and chunk.result == piece.progress  # the worker goes on after it
     assert piece.progress == BackfillProgress("bf_1", 0, '["1"]', 11, 2, False)
+
+
+def test_a_new_capture_session_redoes_held_chunks() -> None:
+    """The stream replays from the confirmed position: a held chunk placed among replayed units
+    would sit below the log's head (and be skipped), so it is redone."""
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1,))
+    tracker.process([watermark("c1", "h", 2000)])
+    tracker.restart()
+    assert chunk.outcome == "redo" and chunk.result is None and not tracker.holding
+    assert step(tracker, [txn(300, 1500, InsertMessage(None, REL + 1, row(1)))])[1:] == []
