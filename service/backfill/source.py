@@ -3,9 +3,10 @@
 Each chunk is one short REPEATABLE READ transaction that takes no lock stronger than
 ``ACCESS SHARE`` (taken first, so the columns it describes stay those it reads) and reads
 ``chunk_rows`` rows in key order after the last key read (keyset pagination on the primary key or
-replica-identity index), with ``COPY (SELECT col::text …) TO STDOUT (FORMAT binary)``: each value
-in PostgreSQL's text output in the replication session's settings, byte for byte what pgoutput
-would send. Rows are encoded here as pgoutput Insert messages (``rows``), off the capture thread.
+replica-identity index), with ``COPY (SELECT …) TO STDOUT`` in text format: each value its
+type's output function in the replication session's settings, byte for byte what pgoutput
+would send once COPY's escapes are undone. Rows are encoded here as pgoutput Insert messages
+(``rows``), off the capture thread.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from psycopg import errors as e
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from service.backfill.rows import copy_rows
+from service.backfill.rows import copy_text_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
 from service.backfill.window import Entry
 from service.errors import BackfillError
@@ -96,7 +97,7 @@ def connect(dsn: str) -> psycopg.Connection:
     params = conninfo_to_dict(dsn)
     # synchronous_commit on: a watermark's commit flushes WAL, so the stream gets it at once
     # (FIELD-NOTES: with it off, decoding waits for a later flush)
-    options = connection_options(params.get("options")) + " -c synchronous_commit=on"
+    options = connection_options(str(params.get("options") or "") or None) + " -c synchronous_commit=on"
     extra: dict[str, str | int] = {"options": options}
     if "connect_timeout" not in params:
         extra["connect_timeout"] = 10
@@ -308,10 +309,10 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
                                   "name": name}).fetchone()
             digest = again[0] if again else None
         header = b"I" + _U32.pack(plan.oid) + b"N" + _I16.pack(len(plan.columns))
-        nkeys = len(plan.key)
+        positions = plan.key_index
         entries: list[Entry] = []
         copy_out(conn, _chunk_query(plan, after, upper, limit),
-                 lambda block: copy_rows(block, header, nkeys, entries))
+                 lambda block: copy_text_rows(block, header, positions, entries))
     last_key = None if not entries else [v.decode() for v in entries[-1][0]]
     return ChunkRead(plan, entries, xip, last_key, len(entries) < limit, digest)
 
@@ -361,10 +362,11 @@ def _result(pg: pq.abc.PGconn) -> pq.abc.PGresult | None:
 
 def _chunk_query(plan: TablePlan, after: list[str] | None, upper: list[str] | None,
                  limit: int) -> sql.Composed:
-    """COPY BINARY of the chunk's key columns then every published column, each as its text
-    output (``rows.copy_rows`` turns a tuple into an Insert message)."""
-    texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c))
-                               for c in (*plan.key, *plan.columns))
+    """COPY (text format) of the chunk's published columns: each value its type's output
+    function, in the session's settings, as pgoutput sends it (a ``::text`` cast is not always
+    that: ``true::text`` is ``true`` where pgoutput sends ``t``; ``inet`` and ``char(n)`` differ
+    too). ``rows.copy_text_rows`` turns a row into an Insert message."""
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns)
     key = sql.SQL(", ").join(sql.Identifier(k) for k in plan.key)
     conditions: list[sql.Composable] = []
     if plan.row_filter:
@@ -376,11 +378,9 @@ def _chunk_query(plan: TablePlan, after: list[str] | None, upper: list[str] | No
     if upper is not None:
         conditions.append(sql.SQL("{} <= {}").format(row, _literals(upper)))
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
-    # ORDER BY names the table's columns qualified: bare, ``id`` would be the output column
-    # ``id::text`` (SQL resolves ORDER BY names to output columns first) and sort as text.
     order = sql.SQL(", ").join(sql.Identifier(plan.schema, plan.name, k) for k in plan.key)
-    return sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT binary)").format(
-        texts, sql.Identifier(plan.schema, plan.name), where, order, sql.Literal(limit))
+    return sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT").format(
+        columns, sql.Identifier(plan.schema, plan.name), where, order, sql.Literal(limit))
 
 
 def _literals(values: list[str]) -> sql.Composable:

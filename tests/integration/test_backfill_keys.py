@@ -132,3 +132,32 @@ def test_non_integer_keys_split_for_parallel_reads_and_stay_exact(
     assert built == expected
     read_keys = [tuple(str(c.after[k]) for k in key) for c in changes if c.op == "read"]
     assert len(set(read_keys)) == len(read_keys)  # no row read twice, across both parts
+
+
+def test_a_read_row_carries_what_pgoutput_sends_for_the_same_row(
+        pg_dsn: str, pgfeed_service: Service, make_served_feed: FeedFactory) -> None:
+    """Each value as its type's output function writes it, as pgoutput sends it: a ``::text``
+    cast differs for some types (``true::text`` is ``true``, pgoutput sends ``t``; inet and
+    char(n) differ too), and COPY's escapes are undone."""
+    values = ("true, 'ab'::char(4), '10.0.0.1'::inet, E'tab\\there\\\\back\\nline', 1.50, "
+              "ARRAY[1, NULL, 3], '{\"k\": [1, 2.50]}'::jsonb, '2026-01-01 12:00+02'::timestamptz, "
+              "NULL, 'e9f1c0de-0000-4000-8000-000000000001'::uuid")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE typed (id int PRIMARY KEY, b bool, c char(4), i inet, t text, "
+                     "n numeric, a int[], j jsonb, ts timestamptz, z text, u uuid)")
+        conn.execute(f"INSERT INTO typed VALUES (1, {values})")
+    feed = make_served_feed(pg_dsn, tables=("public.typed",))
+    with FeedClient(pgfeed_service.http_url) as client:
+        started = client.start_backfill(feed, ["public.typed"])
+        assert wait_done(client, feed, started["id"])["rows"] == 1
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO typed VALUES (2, {values})")
+    wait_marker(pgfeed_service, feed, pg_dsn)
+    with FeedClient(pgfeed_service.http_url) as client:
+        changes = [c for c in client.iter_changes(feed, "earliest") if c.table == "typed"]
+    (read,) = [c for c in changes if c.op == "read"]
+    (insert,) = [c for c in changes if c.op == "insert"]
+    assert read.after.pop("id") == 1 and insert.after.pop("id") == 2
+    assert read.after == insert.after
+    assert read.after["b"] is True and read.after["c"] == "ab  " and read.after["i"] == "10.0.0.1"
+    assert read.after["t"] == "tab\there\\back\nline" and read.after["z"] is None
