@@ -300,7 +300,7 @@ class WindowTracker:
         base = self._parts.get((own.backfill_id, own.part), own)
         last_key = own.last_key if final else json.dumps([v.decode() for v in rows[-1][0]])
         progress = BackfillProgress(own.backfill_id, own.part, last_key, base.rows + len(bodies),
-                                    base.chunks + (0 if held.released else 1),
+                                    base.chunks + 1,  # a piece counts: it is a chunk for resuming
                                     own.done and final)
         self._parts[(own.backfill_id, own.part)] = progress
         held.released = True
