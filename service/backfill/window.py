@@ -52,7 +52,7 @@ MAX_REMEMBERED_KEYS = 1_000_000
 # While live transactions flow (one seen in the last LIVE_SECONDS), a judged chunk is stored in
 # pieces of at most PIECE_BYTES, each when the log's writer has nothing else to do: a live commit
 # waits behind one piece's append at most, never behind a whole chunk. Otherwise chunks go whole.
-PIECE_BYTES = 256 << 10
+PIECE_BYTES = 192 << 10  # with framing, under the log's in-memory tail limit for a transaction
 LIVE_SECONDS = 1.0
 
 _u32 = struct.Struct(">I").unpack_from
@@ -286,9 +286,9 @@ class WindowTracker:
         stop, size = len(entries), 0
         if limit is not None:
             for i in range(held.next, len(entries)):
-                size += len(entries[i][1])
-                if size >= limit:
-                    stop = i + 1
+                size += len(entries[i][1]) + 8  # and the frame's LSN
+                if size > limit:
+                    stop = max(i, held.next + 1)  # at least one row
                     break
         rows = entries[held.next:stop]
         held.next = stop

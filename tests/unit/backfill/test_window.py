@@ -275,28 +275,25 @@ def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progr
     tracker = WindowTracker()
     chunk = start(tracker)
     step(tracker, [watermark("c1", "l", 1000)])
-    ids = tuple(range(1, 31))
+    ids = tuple(range(10, 40))  # rows of one size: ten to a piece
     read(tracker, "c1", ids)
-    piece = sum(len(body) for _, body in entries(*ids)) // 3 + 1  # three pieces
+    piece = sum(len(body) + 8 for _, body in entries(*ids)) // 3  # a row's bytes and its frame LSN
     original, window.PIECE_BYTES = window.PIECE_BYTES, piece
     try:
         tracker.process([watermark("c1", "h", 2000), txn(303, 2100, InsertMessage(None, REL + 1, row(1)))])
         first = tracker.release()
         assert len(first) == 1 and not chunk.done.is_set()
-        tracker.process([txn(304, 2200, UpdateMessage(None, REL, None, None, row(30, "live")))])
+        tracker.process([txn(304, 2200, UpdateMessage(None, REL, None, None, row(39, "live")))])
         rest = tracker.release() + tracker.release() + tracker.release()
     finally:
         window.PIECE_BYTES = original
     units = first + rest
     assert len(units) == 3 and chunk.outcome == "stored"
-    stored = [i for u in units for i in stored_ids(u)]
-    assert stored == list(range(1, 30))  # 30 changed before the last pieces: left out
-    assert [u.progress.last_key for u in units][-1] == '["30"]'  # type: ignore[union-attr]
-    keys = [json.loads(u.progress.last_key)[0] for u in units]  # type: ignore[union-attr]
-    assert keys == sorted(keys, key=int)
+    assert [stored_ids(u) for u in units] == [  # 39 changed before the last pieces: left out
+        list(range(10, 20)), list(range(20, 30)), list(range(30, 39))]
+    assert [u.progress.last_key for u in units] == ['["19"]', '["29"]', '["39"]']  # type: ignore[union-attr]
     assert [u.progress.chunks for u in units] == [2, 3, 4]  # type: ignore[union-attr]
-    assert [u.progress.rows for u in units] == [  # type: ignore[union-attr]
-        10 + len(stored_ids(units[0])), 10 + len(stored_ids(units[0])) + len(stored_ids(units[1])), 10 + 29]
+    assert [u.progress.rows for u in units] == [20, 30, 39]  # type: ignore[union-attr]
     assert [u.commit_lsn for u in units] == sorted({u.commit_lsn for u in units})
 
 
