@@ -208,7 +208,9 @@ class Capture:
                     writer.submit(stored, target)
                     submitted = max(submitted, target)
                 if pieces:
-                    writer.submit(pieces, submitted, background=True)
+                    # not flushed by itself: lost on a power failure, a piece is read again
+                    # (its progress goes with it), and the next live commit's flush covers it
+                    writer.submit(pieces, submitted, background=True, sync=False)
                 writer.raise_if_failed()
                 durable = writer.durable_lsn
                 now = time.monotonic()
