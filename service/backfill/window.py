@@ -222,8 +222,8 @@ class WindowTracker:
         self.synced = self.generation
 
     def process(self, units: list[StoredTransaction]) -> list[StoredTransaction]:
-        """Capture's hook, for every batch of units in commit order: watermark units become the
-        chunk's read transaction (or go), everything else passes unchanged."""
+        """Capture's hook, for every batch of units in commit order: watermark units go (a high
+        one judges its chunk and holds it for ``release``), everything else passes unchanged."""
         self.synced = self.generation
         if not self._watched and not self._chunks and not self._held:
             if any(u.watermark is not None for u in units):
