@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from service.pgoutput.decode import decode
 from service.pgoutput.messages import RelationMessage
 
 Key = tuple[bytes, ...]
@@ -47,3 +48,21 @@ def tuple_key(buf: bytes | memoryview, pos: int, positions: tuple[int, ...]) -> 
             return None, pos
         key.append(v)
     return tuple(key), pos
+
+
+def add_key(keys: set[Key], key: Key | None) -> bool:
+    if key is None:
+        return False
+    keys.add(key)
+    return True
+
+
+def same_relation(schema: tuple[bytes, ...], rel: RelationMessage) -> bool:
+    for message in schema:
+        if message[:1] == b"R":
+            ours = decode(message)
+            assert isinstance(ours, RelationMessage)
+            if ours.relation_id == rel.relation_id:
+                return (ours.columns == rel.columns and ours.replica_identity == rel.replica_identity
+                        and (ours.namespace, ours.relation_name) == (rel.namespace, rel.relation_name))
+    return False

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from service.assembler.model import BACKFILL_ORIGIN, FRAME, BackfillProgress, StoredTransaction
 from service.assembler.spill import SpilledPayload
-from service.backfill.keys import Key, key_positions, precedes, tuple_key
+from service.backfill.keys import Key, add_key, key_positions, precedes, same_relation, tuple_key
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import RelationMessage, TruncateMessage
 
@@ -376,18 +376,18 @@ class WindowTracker:
                 at = start + 5
                 if tag == _INSERT:
                     key, _ = tuple_key(view, at + 1, positions)
-                    ok = _add(keys, key) and ok
+                    ok = add_key(keys, key) and ok
                     continue
                 kind = view[at]
                 if tag == _UPDATE and kind == ord("N"):
                     key, _ = tuple_key(view, at + 1, positions)
-                    ok = _add(keys, key) and ok
+                    ok = add_key(keys, key) and ok
                     continue
                 key, after = tuple_key(view, at + 1, positions)  # 'K' or 'O': the old row's key
-                ok = _add(keys, key) and ok
+                ok = add_key(keys, key) and ok
                 if tag == _UPDATE:  # then 'N' and the new row
                     key, _ = tuple_key(view, after + 1, positions)
-                    ok = _add(keys, key) and ok
+                    ok = add_key(keys, key) and ok
             elif tag == _T:
                 msg = decode(view[start:pos])
                 assert isinstance(msg, TruncateMessage)
@@ -408,7 +408,7 @@ class WindowTracker:
         self._watched[rel.relation_id] = (names, key_positions(rel, names), refs)
         for chunk in self._open():
             if (chunk.relation_id == rel.relation_id and chunk.low_lsn is not None
-                    and chunk.outcome is None and not _same_relation(chunk.schema, rel)):
+                    and chunk.outcome is None and not same_relation(chunk.schema, rel)):
                 chunk.problem = chunk.problem or "its table's schema changed in its window"
 
     def _remember(self, xid: int, recent: _Recent) -> None:
@@ -505,23 +505,5 @@ def _keep(unit: StoredTransaction) -> bool:
     return bool(unit.change_count or unit.schema_frames)
 
 
-def _add(keys: set[Key], key: Key | None) -> bool:
-    if key is None:
-        return False
-    keys.add(key)
-    return True
-
-
 def _size(recent: _Recent) -> int:
     return 1 + sum(len(k) for k in recent.keys.values())
-
-
-def _same_relation(schema: tuple[bytes, ...], rel: RelationMessage) -> bool:
-    for message in schema:
-        if message[:1] == b"R":
-            ours = decode(message)
-            assert isinstance(ours, RelationMessage)
-            if ours.relation_id == rel.relation_id:
-                return (ours.columns == rel.columns and ours.replica_identity == rel.replica_identity
-                        and (ours.namespace, ours.relation_name) == (rel.namespace, rel.relation_name))
-    return False
