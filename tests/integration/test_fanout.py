@@ -153,3 +153,36 @@ def _check_fast_path(service: Service, name: str, conn: psycopg.Connection[Any])
         big = client.get(url + "&wait=0&limit=0")
         assert big.status_code == 400
         assert answered._value.get() == counted + 1
+
+
+def test_replaying_readers_share_each_page(make_served_feed: FeedFactory, pg_dsn: str) -> None:
+    """Readers replaying the log from the same cursor with the same page size get every change
+    once, in order, from one read and encoding of each page (not one each)."""
+    readers, rows, limit = 8, 2_000, 100
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS replay; CREATE TABLE replay (id int PRIMARY KEY)")
+        name = make_served_feed(pg_dsn, tables=("public.replay",))
+        conn.execute("INSERT INTO replay SELECT g FROM generate_series(0, %s) g", (rows - 1,))
+    make_served_feed.caught_up(name, pg_dsn)
+    service = make_served_feed.service
+    reader = service.supervisor.reader(name)  # every request's (one a feed): count its reads
+    page, calls = reader.page, []
+    reader.page = lambda *a, **kw: calls.append(a) or page(*a, **kw)  # type: ignore[method-assign]
+    got: list[list[int]] = [[] for _ in range(readers)]
+    start = threading.Barrier(readers)
+
+    def replay(ids: list[int]) -> None:
+        with FeedClient(service.http_url) as client:
+            start.wait()
+            ids.extend(c.after["id"] for c in client.iter_changes(name, limit=limit))
+
+    threads = [threading.Thread(target=replay, args=(ids,)) for ids in got]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert all(ids == list(range(rows)) for ids in got)
+    # One read a page (the first one too: the readers ask for it at the same moment), and at most
+    # one read-ahead past the last.
+    del reader.page
+    assert len(calls) <= rows // limit + 1, len(calls)
