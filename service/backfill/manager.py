@@ -20,7 +20,7 @@ import psycopg
 
 from service.assembler.model import BackfillProgress
 from service.backfill import source
-from service.backfill.model import (
+from service.changelog.backfills import (
     MAX_CHUNK_ROWS,
     MAX_PARALLEL,
     BackfillPart,

@@ -16,7 +16,7 @@ import psycopg
 
 from service.assembler.relations import RelationCatalog
 from service.backfill.manager import BackfillManager
-from service.backfill.model import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
+from service.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
 from service.backfill.window import WindowTracker
 from service.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from service.dsn import mask_dsn, scrub
