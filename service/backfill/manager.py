@@ -20,13 +20,13 @@ import psycopg
 
 from service.assembler.model import BackfillProgress
 from service.backfill import source
+from service.backfill.window import Chunk, WindowTracker
 from service.changelog.backfills import (
     MAX_CHUNK_ROWS,
     MAX_PARALLEL,
     BackfillPart,
     BackfillRecord,
 )
-from service.backfill.window import Chunk, WindowTracker
 from service.changelog.base import ChangeLog
 from service.dsn import scrub
 from service.errors import BackfillError, PgfeedError

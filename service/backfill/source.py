@@ -18,13 +18,12 @@ from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from service.backfill.rows import copy_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
 from service.backfill.window import Entry
 from service.errors import BackfillError
-from service.replication.session import connection_options
+from service.replication.connect import conninfo
 
 WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
@@ -89,17 +88,12 @@ def _unquote(part: str) -> str:
 
 
 def connect(dsn: str) -> psycopg.Connection:
-    """A normal (not replication) autocommit connection with the replication session's settings."""
-    params = conninfo_to_dict(dsn)
+    """A normal (not replication) autocommit connection with the replication session's settings
+    (``replication.connect``'s policy). psycopg errors stay psycopg errors: the manager retries."""
     # synchronous_commit on: a watermark's commit flushes WAL, so the stream gets it at once
     # (FIELD-NOTES: with it off, decoding waits for a later flush)
-    options = connection_options(params.get("options")) + " -c synchronous_commit=on"
-    extra: dict[str, str | int] = {"options": options}
-    if "connect_timeout" not in params:
-        extra["connect_timeout"] = 10
-    if "application_name" not in params:
-        extra["application_name"] = "pgfeed-backfill"
-    return psycopg.connect(make_conninfo(dsn, **extra), autocommit=True)
+    return psycopg.connect(conninfo(dsn, "pgfeed-backfill", options="-c synchronous_commit=on"),
+                           autocommit=True)
 
 
 def describe(conn: psycopg.Connection, publication: str, table: str, *,
