@@ -83,7 +83,7 @@ def _view(changes: list[dict], count: int, cursor: str, urls: list[str]) -> Grou
 def _plain(base: str, urls: list[str], end: float | None) -> int:
     """The demo without a terminal: the addresses, then one flushed line per change (the same
     lines as ``pgfeed tail``); returns how many changes were shown."""
-    from service.tail import event_line
+    from service.tail_cli import event_line
 
     print("\n".join(urls), flush=True)
     count, cursor = 0, "earliest"

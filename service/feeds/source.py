@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from service.backfill.manager import BackfillSource
 from service.errors import SourceError
 from service.feeds.model import FeedSpec
 from service.replication import slots
@@ -16,7 +17,7 @@ from service.replication.commands import source_refusal
 from service.replication.connect import admin_connection
 from service.replication.stream import create_slot
 
-__all__ = ["capture_config", "drop", "free_slot", "prepare", "probe", "published_tables", "set_tables"]
+__all__ = ["backfill_source", "capture_config", "drop", "free_slot", "prepare", "probe", "published_tables", "set_tables"]
 
 
 def capture_config(spec: FeedSpec) -> CaptureConfig:
@@ -26,6 +27,11 @@ def capture_config(spec: FeedSpec) -> CaptureConfig:
                          publication=spec.publication_name, streaming=options.streaming,
                          messages=options.messages, two_phase=options.two_phase,
                          heartbeat_seconds=options.heartbeat_seconds)
+
+
+def backfill_source(spec: FeedSpec) -> BackfillSource:
+    """What the feed's backfills need to know of it."""
+    return BackfillSource(spec.name, spec.dsn, spec.publication_name, spec.options.messages)
 
 
 def prepare(spec: FeedSpec) -> FeedSpec:

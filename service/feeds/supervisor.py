@@ -133,7 +133,8 @@ class Supervisor:
         changelog = self._store.open_log(spec.name)
         stats = CaptureStats(state="paused" if paused else "starting")
         feed = _Feed(spec, changelog, HeadNotifier(changelog.head()), stats, paused)
-        feed.backfills = BackfillManager(lambda: feed.spec, changelog, feed.tracker)
+        feed.backfills = BackfillManager(lambda: source.backfill_source(feed.spec), changelog,
+                                         feed.tracker)
         return feed
 
     def _start_capture(self, feed: _Feed) -> None:

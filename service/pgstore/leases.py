@@ -9,7 +9,6 @@ replica has taken over, the old holder can no longer write, however late it wake
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -18,7 +17,7 @@ from psycopg import sql
 
 from service.pgstore.schema import channel, table
 
-__all__ = ["Lease", "ReplicaBeat", "acquire", "fair_share", "heartbeat", "leases", "release", "renew",
+__all__ = ["Lease", "ReplicaBeat", "acquire", "heartbeat", "leases", "release", "renew",
            "replicas"]
 
 
@@ -97,7 +96,3 @@ def replicas(conn: psycopg.Connection, schema: str) -> list[ReplicaBeat]:
                         .format(table(schema, "replica"))).fetchall()
     return [ReplicaBeat(*row) for row in rows]
 
-
-def fair_share(feeds: int, live_replicas: int) -> int:
-    """How many feeds one replica should lead: leases spread the feeds over the live replicas."""
-    return math.ceil(feeds / max(1, live_replicas))
