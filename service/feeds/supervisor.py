@@ -26,6 +26,7 @@ from service.feeds.model import (
     ADOPTED_TABLES,
     NAME_RE,
     FeedSpec,
+    FeedState,
     FeedStatus,
     Leader,
     ReplicaInfo,
@@ -501,7 +502,7 @@ class Supervisor:
     def status(self, name: str, *, probe_source: bool = True) -> FeedStatus:
         feed = self._get(name)
         spec, stats = feed.spec, feed.stats
-        state = stats.state
+        state: FeedState = stats.state
         if state in ("starting", "running") and feed.backfills is not None \
                 and feed.backfills.initial_running():
             state = "snapshotting"

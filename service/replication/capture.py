@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import psycopg
 
@@ -62,13 +63,14 @@ class CaptureConfig:
 
 
 Batch = list[StoredTransaction]
+CaptureState = Literal["starting", "running", "paused", "failed"]  # a subset of feeds' FeedState
 
 
 @dataclass
 class CaptureStats:
     """Live counters of one feed's capture, written by its thread, read by status calls."""
 
-    state: str = "starting"
+    state: CaptureState = "starting"
     last_error: str | None = None
     changes: int = 0
     bytes: int = 0
