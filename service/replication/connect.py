@@ -23,7 +23,7 @@ from service.replication import session
 
 __all__ = ["CONNECT_TIMEOUT", "admin_connection", "connect", "conninfo", "one_line"]
 
-CONNECT_TIMEOUT = 10  # seconds, unless the DSN says otherwise
+CONNECT_TIMEOUT = 5  # seconds, unless the DSN says otherwise: status probes (and /metrics) wait on it
 
 
 def one_line(text: str) -> str:
