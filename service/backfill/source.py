@@ -107,7 +107,7 @@ def describe(conn: psycopg.Connection, publication: str, table: str, *,
                             code="table_not_found")
     oid, ident, relkind, reltuples = row
     modern = conn.info.server_version >= 150000
-    published = conn.execute(sql.SQL(_PUBLISHED.format(  # type: ignore[arg-type]
+    published = conn.execute(sql.SQL(_PUBLISHED.format(
         row_filter="pt.rowfilter, pt.attnames" if modern else "NULL::text, NULL::text[]")),
         (publication, schema, name)).fetchone()
     if published is None:
@@ -249,7 +249,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
                              "SET LOCAL lock_timeout = '10s'; LOCK TABLE {} IN ACCESS SHARE MODE")
                      .format(sql.Identifier(schema, name)))
         oid = known.oid if known is not None else 0
-        row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),  # type: ignore[arg-type]
+        row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
                            {"oid": oid, "pub": publication, "schema": schema, "name": name}).fetchone()
         assert row is not None
         digest, xids = row
@@ -257,7 +257,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
         plan = known
         if plan is None or digest != fingerprint:
             plan = describe(conn, publication, table, estimate=False)
-            again = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),  # type: ignore[arg-type]
+            again = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
                                  {"oid": plan.oid, "pub": publication, "schema": schema,
                                   "name": name}).fetchone()
             digest = again[0] if again else None
@@ -281,7 +281,7 @@ def _chunk_query(plan: TablePlan, after: list[str] | None, upper: list[str] | No
     conditions: list[sql.Composable] = []
     if plan.row_filter:
         # the publication's own WHERE clause as the server printed it (pg_get_expr), not input
-        conditions.append(sql.SQL("({})").format(sql.SQL(plan.row_filter)))  # type: ignore[arg-type]
+        conditions.append(sql.SQL("({})").format(sql.SQL(plan.row_filter)))
     row = key if len(plan.key) == 1 else sql.SQL("ROW({})").format(key)
     if after is not None:
         conditions.append(sql.SQL("{} > {}").format(row, _literals(after)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -42,7 +43,7 @@ class ReplicaBeat:
 _RETURNING = sql.SQL(" RETURNING feed, holder, epoch, since, expires_at, expires_at > now()")
 
 
-def _lease(row: tuple | None) -> Lease | None:
+def _lease(row: tuple[Any, ...] | None) -> Lease | None:
     return None if row is None else Lease(*row)
 
 
