@@ -187,13 +187,18 @@ def _names_a_definition(path: Path, package: str) -> bool:
     return False
 
 
+def _upward(unit: str, other: str) -> bool:
+    """Whether an import from ``unit`` into ``other`` breaks the floors (up, or sideways)."""
+    return other != unit and FLOOR[other] >= FLOOR[unit]
+
+
 def _layer_violations() -> list[str]:
     found = []
     for path in _source_files():
         unit = _unit(path)
         for target in _targets(path):
             other = _unit(target)
-            if other != unit and FLOOR[other] >= FLOOR[unit]:
+            if _upward(unit, other):
                 found.append(f"{path.relative_to(ROOT)} (floor {FLOOR[unit]}) imports "
                              f"{target.relative_to(ROOT)} (floor {FLOOR[other]})")
     return found
@@ -259,6 +264,10 @@ def test_layer_checker_sees_a_cycle_and_an_upward_import(tmp_path: Path) -> None
     """The checkers above fail on what they guard against: an import up the floors, a loop."""
     assert FLOOR["service.replication"] < FLOOR["service.feeds"]  # capture sits below the feeds
     assert FLOOR["service.changelog"] < FLOOR["service.backfill"]
+    assert _upward("service.replication", "service.feeds")  # capture reaching into feeds
+    assert _upward("service.changelog", "service.encoding")  # same floor, another unit
+    assert not _upward("service.feeds", "service.replication")
+    assert not _upward("service.feeds", "service.feeds")
     capture = ROOT / "service/replication/capture.py"
     assert _unit(capture) == "service.replication" and _unit(ROOT / "service/__init__.py") == "service"
     assert ROOT / "service/feeds/model.py" not in _targets(capture)
