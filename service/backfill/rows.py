@@ -24,8 +24,8 @@ _UNESCAPE = {ord("b"): b"\b", ord("f"): b"\f", ord("n"): b"\n", ord("r"): b"\r",
              ord("v"): b"\v"}
 
 
-def _copy_text_rows(block: bytes | memoryview, header: bytes, positions: tuple[int, ...],
-                    out: list[Any]) -> int:
+def _copy_text_rows(block: bytes | bytearray | memoryview, header: bytes, positions: tuple[int, ...],
+                    out: list[tuple[tuple[Any, ...], bytes]]) -> int:
     """Append ``(key, >I length + header + TupleData)`` for each row of COPY text format in
     ``block`` (rows end with a newline, fields are tab-separated, ``\\N`` is NULL, a backslash
     before b f n r t v is that control character and before anything else that character):

@@ -15,20 +15,19 @@ streaming from the confirmed position: ~LEASE_SECONDS + TICK_SECONDS + a connect
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
 
 from service.changelog.base import ChangeLogError
 from service.errors import PgfeedError
 from service.feeds.model import Leader, ReplicaInfo
-from service.pgstore.leases import Lease, fair_share
 
-if TYPE_CHECKING:
-    from service.feeds.supervisor import Supervisor
-    from service.pgstore.store import PgStore
-
-__all__ = ["LEASE_SECONDS", "Leadership", "SupervisorEvents", "replica_infos"]
+__all__ = ["LEASE_SECONDS", "Leadership", "LeaseStore", "Led", "SupervisorEvents", "fair_share",
+           "replica_infos"]
 
 log = logging.getLogger("pgfeed.leadership")
 
@@ -39,8 +38,63 @@ REPLICA_ALIVE_SECONDS = 3 * LEASE_SECONDS  # a replica whose heartbeat is older 
 REBALANCE_SECONDS = 10.0
 
 
+class Lease(Protocol):
+    """A feed's lease as the shared store reads it (``pgstore.leases.Lease``)."""
+
+    @property
+    def holder(self) -> str: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def live(self) -> bool: ...
+
+
+class ReplicaBeat(Protocol):
+    """A replica's heartbeat as the shared store reads it (``pgstore.leases.ReplicaBeat``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def started_at(self) -> datetime: ...
+    @property
+    def heartbeat_at(self) -> datetime: ...
+    @property
+    def age_seconds(self) -> float: ...
+
+
+class LeaseStore(Protocol):
+    """What leadership asks of a shared store (``pgstore.store.PgStore``): leases, heartbeats."""
+
+    @property
+    def replica_id(self) -> str: ...
+    def heartbeat(self) -> None: ...
+    def acquire(self, feed: str, ttl: float) -> Lease | None: ...
+    def renew(self, feed: str, epoch: int, ttl: float) -> Lease | None: ...
+    def release(self, feed: str, epoch: int) -> None: ...
+    def leases(self) -> Mapping[str, Lease]: ...
+    def replicas(self) -> Sequence[ReplicaBeat]: ...
+
+
+class Led(Protocol):
+    """What leadership asks of the supervisor whose feeds it leads (``feeds.supervisor``)."""
+
+    @property
+    def leadership(self) -> Leadership | None: ...
+    def sync(self) -> None: ...
+    def feed_flags(self) -> list[tuple[str, bool]]: ...
+    def lead(self, name: str, epoch: int) -> None: ...
+    def stand_down(self, name: str) -> None: ...
+    def ensure_capture(self, name: str) -> None: ...
+    def wake(self, name: str, head: int) -> None: ...
+
+
+def fair_share(feeds: int, live_replicas: int) -> int:
+    """How many feeds one replica should lead: leases spread the feeds over the live replicas."""
+    return math.ceil(feeds / max(1, live_replicas))
+
+
 class Leadership:
-    def __init__(self, supervisor: Supervisor, store: PgStore, *, lease_seconds: float = LEASE_SECONDS,
+    def __init__(self, supervisor: Led, store: LeaseStore, *, lease_seconds: float = LEASE_SECONDS,
                  tick_seconds: float = TICK_SECONDS) -> None:
         self._supervisor = supervisor
         self._store = store
@@ -141,7 +195,7 @@ class Leadership:
                     supervisor.lead(name, got.epoch)
             self._rebalance(current, {r.id for r in beats if r.age_seconds < REPLICA_ALIVE_SECONDS}, share)
 
-    def _rebalance(self, current: dict[str, Lease], live: set[str], share: int) -> None:
+    def _rebalance(self, current: Mapping[str, Lease], live: set[str], share: int) -> None:
         """Give one lease up (at most every REBALANCE_SECONDS) while this replica leads more than
         its share and another live replica leads less: feeds spread over replicas that joined
         late. The other replica takes it at its next tick (the release is notified)."""
@@ -161,7 +215,7 @@ class Leadership:
 class SupervisorEvents:
     """What a shared store's listener reports, turned into this supervisor's actions."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: Led) -> None:
         self._supervisor = supervisor
 
     def head(self, feed: str, head: int) -> None:
@@ -182,7 +236,7 @@ class SupervisorEvents:
             leadership.kick()
 
 
-def replica_infos(store: PgStore, leaders: dict[str, Leader]) -> list[ReplicaInfo]:
+def replica_infos(store: LeaseStore, leaders: dict[str, Leader]) -> list[ReplicaInfo]:
     """Every replica that has used the store, alive while its heartbeat is recent, with the
     feeds it leads."""
     return [ReplicaInfo(r.id, r.started_at.timestamp(), r.heartbeat_at.timestamp(), r.age_seconds,
