@@ -338,6 +338,9 @@ class BackfillManager:
                     for c, _ in pending:  # read after it: redone with it
                         tracker.cancel(token=c.token)
                     pending.clear()
+                    if chunk.result is not None:  # pieces of it were stored: go on after them
+                        stored = state[0] = chunk.result
+                        self._count(run, chunk.stored_rows)
                     redos += 1
                     run.redos += 1
                     self.chunks_redone += 1
@@ -351,13 +354,7 @@ class BackfillManager:
                 redos = 0
                 assert chunk.result is not None
                 stored = state[0] = chunk.result
-                if run.count(chunk.stored_rows):
-                    log.info("backfill %s: %d rows in %d chunks, %.0f rows/s", run.record.id,
-                             run.rows, run.chunks, run.rate(),
-                             extra={"event": "backfill_progress", "backfill": run.record.id,
-                                    "rows": run.rows, "chunks": run.chunks})
-                self.rows_stored += chunk.stored_rows
-                self.chunks_stored += 1
+                self._count(run, chunk.stored_rows)
                 if was_last:
                     return
         finally:
@@ -365,7 +362,7 @@ class BackfillManager:
             # capture already stored count, so a retry does not read them again.
             for c, _ in pending:
                 tracker.cancel(token=c.token)
-                if c.outcome == "stored" and c.result is not None:
+                if c.result is not None:  # stored, or pieces of it before a cancel
                     state[0] = c.result
             tracker.unwatch(plan.oid)
 
@@ -397,6 +394,15 @@ class BackfillManager:
             tracker.cancel(token=token)
             raise
         return chunk, last, read.exhausted
+
+    def _count(self, run: _Run, rows: int) -> None:
+        if run.count(rows):
+            log.info("backfill %s: %d rows in %d chunks, %.0f rows/s", run.record.id,
+                     run.rows, run.chunks, run.rate(),
+                     extra={"event": "backfill_progress", "backfill": run.record.id,
+                            "rows": run.rows, "chunks": run.chunks})
+        self.rows_stored += rows
+        self.chunks_stored += 1
 
     def _fail(self, run: _Run, error: str) -> None:
         log.error("backfill %s failed: %s", run.record.id, error)

@@ -88,7 +88,8 @@ class MemoryChangeLog:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
+    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None, *,
+               sync: bool = True) -> None:
         check_batch(transactions, confirmed_lsn)
         with self._open():
             for t in transactions:

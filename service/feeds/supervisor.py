@@ -147,7 +147,7 @@ class Supervisor:
                           spill_dir=self._store.spill_dir(feed.spec.name),
                           on_durable=feed.notifier.publish,
                           before_start=(lambda: self._take_slot(feed)) if self._store.shared else None,
-                          process=feed.tracker.process)
+                          hook=feed.tracker)
         feed.thread = threading.Thread(target=capture.run, args=(feed.stop_event,),
                                        name=f"capture-{feed.spec.name}", daemon=True)
         feed.thread.start()

@@ -164,7 +164,8 @@ class PgChangeLog(ConsumersAndRetention):
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
+    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None, *,
+               sync: bool = True) -> None:
         check_batch(transactions, confirmed_lsn)
         epoch = self._epoch
         with self._write_lock, self._connection() as conn, conn.transaction():

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import psycopg
 
@@ -45,6 +45,7 @@ ASSEMBLER_MEMORY = 16 << 20
 # Batches up to this size are appended on the capture thread when the writer thread is idle (live
 # commits: no hand-over on their way to subscribers); bigger ones overlap with receiving.
 INLINE_APPEND_BYTES = 256 << 10
+HOLDING_POLL = 0.002  # seconds a read waits while backfill chunks wait for the writer to be idle
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,23 @@ class CaptureConfig:
 
 
 Batch = list[StoredTransaction]
+
+
+class BatchHook(Protocol):
+    """What capture asks of the feed's batch hook (the feed's backfill ``WindowTracker``,
+    service/backfill/window.py): ``process`` sees every assembled batch, in commit order, before
+    it is written (watermarks become chunks, held for later); while ``holding``, capture reads
+    its stream often and, whenever the log's writer is idle, appends what ``release`` hands back
+    (positioned after everything passed on so far); ``restart`` begins a session."""
+
+    @property
+    def holding(self) -> bool: ...
+
+    def process(self, batch: Batch) -> Batch: ...
+
+    def release(self) -> Batch: ...
+
+    def restart(self) -> None: ...
 CaptureState = Literal["starting", "running", "paused", "failed"]  # a subset of feeds' FeedState
 
 
@@ -115,15 +133,15 @@ class Capture:
     def __init__(self, config: CaptureConfig, changelog: ChangeLog, stats: CaptureStats, *,
                  spill_dir: Path, on_durable: Callable[[int], None] | None = None,
                  batch_messages: int = 20_000, before_start: Callable[[], None] | None = None,
-                 process: Callable[[Batch], Batch] | None = None) -> None:
+                 hook: BatchHook | None = None) -> None:
         """``on_durable(head)`` runs once the change log holds every commit up to ``head`` (on the
         writer's or the capture thread; the feed layer wakes its readers there).
         ``before_start`` runs before each START_REPLICATION (a shared store's leader checks its
-        lease there and frees the slot from a previous leader's walsender). ``process`` sees
-        every assembled batch, in commit order, before it is written: the feed's backfill
-        watermarks become chunks' read transactions there (service/backfill/window.py)."""
+        lease there and frees the slot from a previous leader's walsender). ``hook`` sees every
+        assembled batch, in commit order, before it is written, and hands back units it held
+        when the writer is idle (``BatchHook``)."""
         self.config = config
-        self.process = process
+        self.hook = hook
         self.changelog = changelog
         self.on_durable = on_durable
         self.stats = stats
@@ -190,7 +208,9 @@ class Capture:
         assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir),
                                          memory_limit=ASSEMBLER_MEMORY)
         feed_batch = assembler.feed_batch
-        process = self.process or _unchanged
+        hook = self.hook or _NO_HOOK
+        hook.restart()
+        process = hook.process
         writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.config.name}",
                            inline_bytes=INLINE_APPEND_BYTES)
         submitted = received = writer.durable_lsn  # highest position handed to the writer
@@ -199,7 +219,9 @@ class Capture:
         heartbeat = _Heartbeat(self.config)
         try:
             while not stop.is_set():
-                frames, keepalives = stream.read_batch(self.batch_messages, timeout=0.2)
+                # held backfill chunks go to the writer as soon as it is idle: look often
+                frames, keepalives = stream.read_batch(
+                    self.batch_messages, timeout=HOLDING_POLL if hook.holding else 0.2)
                 stored = process(feed_batch(frames))
                 if frames:
                     received = max(received, frames[-1][0])
@@ -214,11 +236,18 @@ class Capture:
                 hold = assembler.hold_lsn
                 if hold is not None:
                     target = min(target, hold - 1)
+                # Backfill chunks judged and held: positioned after `stored`, appended in the gap
+                # a live commit does not need the writer (service/backfill/window.py).
+                pieces = hook.release() if hook.holding and writer.idle else []
                 if stored or target > submitted:
                     # The writer stores the batch (fsync'd) before it records `target`: only then
                     # does durable_lsn, the one position ever reported as flushed, move.
                     writer.submit(stored, target)
                     submitted = max(submitted, target)
+                if pieces:
+                    # not flushed by itself: lost on a power failure, a piece is read again
+                    # (its progress goes with it), and the next live commit's flush covers it
+                    writer.submit(pieces, submitted, background=True, sync=False)
                 writer.raise_if_failed()
                 durable = writer.durable_lsn
                 now = time.monotonic()
@@ -246,8 +275,20 @@ class Capture:
             self.on_durable(stored[-1].commit_lsn)
 
 
-def _unchanged(batch: Batch) -> Batch:
-    return batch
+class _NoHook:
+    holding = False
+
+    def process(self, batch: Batch) -> Batch:
+        return batch
+
+    def release(self) -> Batch:
+        return []
+
+    def restart(self) -> None:
+        return None
+
+
+_NO_HOOK = _NoHook()
 
 
 class _Heartbeat:
