@@ -33,6 +33,9 @@ class FeedOptions:
     partition_root: bool = True
     heartbeat_seconds: float = 10.0
     retention: Retention = field(default_factory=Retention)
+    # The slot is created with FAILOVER (PostgreSQL 17+): standbys with sync_replication_slots
+    # keep a copy, so capture resumes on a promoted standby (docs/failover.md).
+    failover: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeedOptions:
@@ -85,6 +88,37 @@ class SlotRisk:
 
 
 @dataclass(frozen=True, slots=True)
+class StandbySlot:
+    """A physical slot named in the source's ``synchronized_standby_slots``: a standby the
+    logical walsender waits for, so a promoted one never lacks what the feed was sent."""
+
+    name: str
+    exists: bool
+    active: bool  # a standby streams from it now
+    restart_lsn: int | None
+    caught_up: bool  # the standby has the WAL up to the feed slot's confirmed position
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFailover:
+    """What the source (PostgreSQL 17+) says about the feed slot's failover readiness.
+
+    ``enabled``: ``pg_replication_slots.failover``. ``synced``: the slot is a standby's
+    synchronized copy (only true when the DSN reached a standby). The primary cannot see whether
+    a standby has copied the slot (``synced`` is a column of the standby's view); what it can
+    show is ``synchronized_standby_slots`` and the state of those physical slots. ``ready``:
+    enabled, at least one standby slot, and every one active and caught up. ``note`` says what
+    is missing when not ready.
+    """
+
+    enabled: bool
+    synced: bool
+    standby_slots: tuple[StandbySlot, ...] = ()
+    ready: bool = False
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Leader:
     """The replica capturing a feed (shared store): its id, lease epoch and since when (Unix s)."""
 
@@ -127,3 +161,4 @@ class FeedStatus:
     slot_risk: SlotRisk = field(default_factory=SlotRisk)
     source: str = ""  # DSN with the password masked; never the secret
     leader: Leader | None = None  # shared store only
+    failover: SlotFailover | None = None  # PostgreSQL 17+ sources, when probed

@@ -22,8 +22,9 @@ from service.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from service.dsn import mask_dsn, scrub
 from service.encoding.to_proto import JsonColumnCache
 from service.errors import BackfillError, FeedExists, FeedNotFound, SourceError
+from service.feeds import probe
 from service.feeds.leadership import Leadership, SupervisorEvents, replica_infos
-from service.feeds.model import ADOPTED_TABLES, NAME_RE, FeedSpec, FeedStatus, Leader, ReplicaInfo, SlotRisk
+from service.feeds.model import ADOPTED_TABLES, NAME_RE, FeedSpec, FeedStatus, Leader, ReplicaInfo
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
 from service.feeds.store import FeedStore, LocalStore
@@ -35,7 +36,7 @@ from service.replication.commands import source_refusal
 
 log = logging.getLogger("pgfeed.supervisor")
 
-_SOURCE_TIMEOUT = 5  # seconds for admin queries against the source
+_SOURCE_TIMEOUT = probe.SOURCE_TIMEOUT
 _T = TypeVar("_T")
 
 
@@ -226,7 +227,8 @@ class Supervisor:
         owns_slot = spec.slot is None
         try:
             with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase)
+                refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase,
+                                         failover=spec.options.failover)
                 if refusal:
                     raise SourceError(refusal)
                 if owns_pub:
@@ -240,13 +242,19 @@ class Supervisor:
                                           "the source")
                     spec = replace(spec, all_tables=held[0], tables=held[1])
                 exists = slots.slot_exists(conn, spec.slot_name)
+                adopted_failover = slots.failover_info(conn, spec.slot_name) if exists else None
             if owns_slot and exists:
                 raise SourceError(f"replication slot {spec.slot_name!r} already exists on the source; "
                                   "name it as 'slot' to adopt it")
             if not owns_slot and not exists:
                 raise SourceError(f"replication slot {spec.slot_name!r} does not exist on the source")
+            if not owns_slot and spec.options.failover and not (adopted_failover and adopted_failover.enabled):
+                raise SourceError(f"replication slot {spec.slot_name!r} is not a failover slot: make it "
+                                  "one on the source (ALTER_REPLICATION_SLOT ... (FAILOVER true)) or "
+                                  "leave option failover off")
             if owns_slot:
-                create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase)
+                create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase,
+                            failover=spec.options.failover)
         except psycopg.Error as exc:
             raise SourceError(f"source refused feed setup: {scrub(str(exc).strip(), spec.dsn)}") from None
         return replace(spec, owns_slot=owns_slot, owns_publication=owns_pub)
@@ -563,22 +571,7 @@ class Supervisor:
             if not feed.paused and not capturing and status.leader is not None:
                 status.state = "running"  # captured by the replica named in ``leader``
         if probe_source:
-            try:
-                with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                    info = slots.slot_info(conn, spec.slot_name)
-                    held = None if spec.owns_publication else slots.publication_tables(
-                        conn, spec.publication_name)
-            except psycopg.Error as exc:
-                info = held = None
-                status.last_error = status.last_error or f"source unreachable: {scrub(str(exc).strip(), spec.dsn)}"
-            if held is not None:  # an adopted publication changes on the source, not through pgfeed
-                status.all_tables, status.tables = held[0], list(held[1])
-            if info:
-                status.server_lsn = info.get("server_lsn")
-                status.slot_risk = SlotRisk(info.get("wal_status"), info.get("safe_wal_size"),
-                                            info.get("retained_bytes"))
-                if status.server_lsn is not None:
-                    status.lag_bytes = max(0, status.server_lsn - status.confirmed_lsn)
+            probe.probe_source(spec, status)
         if stats.last_commit_ts:
             caught_up = status.lag_bytes is not None and status.lag_bytes < 64 * 1024
             status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - stats.last_commit_unix())
