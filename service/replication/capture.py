@@ -39,6 +39,9 @@ FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sende
 # commits a second cost both this loop and the walsender CPU, and moved the slot no sooner.
 ADVANCE_INTERVAL = 0.01
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# A failover feed waits for a standby's promotion: it retries at least this often, so it resumes
+# within seconds of the promotion however long that took.
+FAILOVER_BACKOFF_MAX = 5.0
 # In-memory buffers of open transactions before the largest spills to disk; a spilled transaction
 # goes to the change log piece by piece, so this bounds capture's memory whatever the size of a
 # transaction (a 1M-row one: bench/RESULTS.md, Capture).
@@ -127,6 +130,8 @@ class Capture:
                 self.stats.last_error = scrub(str(exc), self.spec.dsn)
                 self.stats.reconnects += 1
                 delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
+                if self.spec.options.failover:
+                    delay = min(delay, FAILOVER_BACKOFF_MAX)
                 attempt += 1
                 log.warning("feed %s: %s; reconnecting in %.1f s", self.spec.name, self.stats.last_error, delay,
                             extra={"feed": self.spec.name, "event": "reconnect",
