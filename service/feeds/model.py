@@ -162,3 +162,8 @@ class FeedStatus:
     source: str = ""  # DSN with the password masked; never the secret
     leader: Leader | None = None  # shared store only
     failover: SlotFailover | None = None  # PostgreSQL 17+ sources, when probed
+    # Whose capture counters (rate, totals, proto_version, streaming_in_use) these are: this
+    # replica's id when it captures, else the replica that last reported them to the store
+    # (shared store; None when nobody has yet).
+    counters_from: str | None = None
+    counters_at: float | None = None  # when they were reported (Unix s); None: live, this replica

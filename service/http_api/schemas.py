@@ -430,6 +430,13 @@ class FeedPublic(BaseModel):
     log: LogOut | None = None
     consumers: list[ConsumerOut] = Field(default_factory=list)
     leader: LeaderOut | None = None
+    counters_from: str | None = Field(
+        None, description="Whose capture counters (`changes_per_second`, `changes_captured`, "
+                          "`bytes_captured`, `proto_version`, `streaming_in_use`) these are "
+                          "(PostgreSQL store): the answering replica's id when it captures the "
+                          "feed, else the replica that last reported them to the store")
+    counters_at: str | None = Field(None, description="When `counters_from` reported them (ISO "
+                                                      "8601 UTC); null: live, this replica's")
     backfills: list[BackfillOut] = Field(default_factory=list, description="Running backfills")
 
 

@@ -67,7 +67,8 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         proto_version=status_.proto_version, streaming_in_use=status_.streaming_in_use,
         slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,
                               retained_bytes=risk.retained_bytes),
-        failover=_failover_out(status_.failover),
+        failover=_failover_out(status_.failover), counters_from=status_.counters_from,
+        counters_at=None if status_.counters_at is None else iso_time(status_.counters_at),
         log=log_out, consumers=consumers, backfills=_running_backfills(supervisor, status_.name),
         leader=None if status_.leader is None else LeaderOut(
             replica=status_.leader.replica, epoch=status_.leader.epoch, since=iso_time(status_.leader.since)))
