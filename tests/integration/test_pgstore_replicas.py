@@ -1,35 +1,52 @@
 """Replicas on the PostgreSQL store, what a user sees through any of them: the leader and its
 capture counters in every replica's status (HTTP and gRPC), a capture that fails on its leader
 handed to another replica (and not bounced back), a backfill started through a replica that does
-not capture it run by the leader. In process, on PostgreSQL 15 and 18, as test_pgstore.py.
+not capture it run by the leader; ``pgfeed serve`` on the store with no data dir, and the
+three-replica compose file. In process, on PostgreSQL 15 and 18, as test_pgstore.py.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import httpx
 import psycopg
 import pytest
+import yaml
 from pgfeed.v1 import feed_pb2, feed_pb2_grpc
 
+from service.cli import build_parser
 from service.feeds.supervisor import Supervisor
+from service.localpg import LocalCluster, free_port
 from service.pgstore.store import PgStore
-from tests.fixtures.fix_pgstore import SCHEMA
+from tests.fixtures.fix_pg import create_database, drop_slots
+from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.fixtures.fix_service import run_service, wait_until
-from tests.integration.test_pgstore import (  # noqa: F401 - fixtures
-    create_feed,
-    feed_json,
-    insert,
-    read_ids,
-    replica,
-    source,
-    store,
-    wait_ids,
-)
+from tests.integration.test_pgstore import create_feed, feed_json, insert, replica, wait_ids
 
 pytestmark = pytest.mark.pg
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def source(pg_cluster: LocalCluster) -> Iterator[str]:
+    dsn = create_database(pg_cluster, prefix="src")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    yield dsn
+    drop_slots(pg_cluster, dsn)
+
+
+@pytest.fixture
+def store(pg_cluster: LocalCluster) -> str:
+    return store_dsn(pg_cluster)
 
 
 def leader_of(service, feed: str = "f") -> str | None:
@@ -123,3 +140,63 @@ def test_a_backfill_started_on_a_replica_that_does_not_capture_runs_on_the_leade
             assert read == [1, *range(1001, 1501)]
             assert a.supervisor.backfills("f").rows_stored == 501
             assert b.supervisor.backfills("f").rows_stored == 0
+
+
+def test_serve_on_the_store_needs_no_data_dir(tmp_path, store, source):
+    """``pgfeed serve --store`` as a process whose data dir cannot exist (under a regular file)
+    and whose working directory must stay empty: it captures and serves, and leaves nothing
+    behind (its spill directory, under TMPDIR, is removed at exit)."""
+    work, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    work.mkdir()
+    tmp.mkdir()
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'protos'}", "PGFEED_STORE": store,
+           "PGFEED_DATA_DIR": "/dev/null/pgfeed-data", "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "service", "serve", "--data-dir", "/dev/null/x",
+                             "--replica-id", "solo", "--http-port", str(port), "--grpc-port",
+                             str(free_port())], cwd=work, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def ready():
+            try:
+                return httpx.get(f"{url}/readyz").status_code == 200
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
+                return False
+
+        wait_until(ready, 30, "pgfeed serve to be ready")
+        r = httpx.post(f"{url}/v1/feeds", json={"name": "f", "dsn": source, "tables": ["public.t"]})
+        assert r.status_code == 201, r.text
+        insert(source, 1, 5)
+        wait_until(lambda: [c["after"]["id"] for c in httpx.get(f"{url}/v1/feeds/f/changes").json()["changes"]]
+                   == [1, 2, 3, 4, 5], 30, "the changes served")
+        assert list(tmp.iterdir()) != []  # the replica's spill root: a temporary directory
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        proc.stderr.close()  # type: ignore[union-attr]
+    assert proc.returncode == 0
+    assert list(work.iterdir()) == [] and list(tmp.iterdir()) == []
+
+
+def test_the_compose_file_runs_three_stateless_replicas_behind_the_balancer():
+    """deploy/compose.yaml: three ``pgfeed serve`` commands the CLI accepts, on the store,
+    without a data dir, read-only, each behind both nginx upstreams (HTTP and gRPC)."""
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    nginx = (ROOT / "deploy" / "nginx.conf").read_text()
+    replicas = {name: svc for name, svc in compose["services"].items() if name.startswith("pgfeed-")}
+    assert len(replicas) == 3
+    ids = set()
+    for name, svc in replicas.items():
+        assert svc["command"][:2] == ["pgfeed", "serve"]
+        args = build_parser().parse_args(svc["command"][1:])
+        assert args.data_dir is None and args.replica_id == name
+        ids.add(args.replica_id)
+        assert svc["read_only"] is True and svc["tmpfs"] == ["/tmp"]
+        assert svc["environment"]["PGFEED_STORE"].startswith("postgresql://")
+        assert f"server {name}:{args.http_port} " in nginx and f"server {name}:{args.grpc_port} " in nginx
+    assert len(ids) == 3
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "deploy/compose.yaml" in dockerfile
