@@ -14,11 +14,11 @@ __all__ = ["SOURCE_TIMEOUT", "probe_source"]
 SOURCE_TIMEOUT = 5  # seconds for admin queries against the source
 
 
-def probe_source(spec: FeedSpec, status: FeedStatus) -> None:
+def probe_source(spec: FeedSpec, status: FeedStatus, *, timeout: float = SOURCE_TIMEOUT) -> None:
     """Fill ``status`` with what the source says; an unreachable source sets ``last_error``
     (unless one is set) and leaves the rest as it was."""
     try:
-        with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=SOURCE_TIMEOUT) as conn:
+        with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=timeout) as conn:
             info = slots.slot_info(conn, spec.slot_name)
             held = None if spec.owns_publication else slots.publication_tables(
                 conn, spec.publication_name)

@@ -605,7 +605,7 @@ class Supervisor:
             if lease is not None and not capturing:  # the leader's counters, as last reported
                 last_commit = merge_report(status, lease.stats, live=lease.live, paused=feed.paused)
         if probe_source:
-            probe.probe_source(spec, status)
+            probe.probe_source(spec, status, timeout=_SOURCE_TIMEOUT)
         if last_commit:
             caught_up = status.lag_bytes is not None and status.lag_bytes < 64 * 1024
             status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - last_commit)
