@@ -14,7 +14,7 @@ __all__ = ["SOURCE_TIMEOUT", "probe_source"]
 SOURCE_TIMEOUT = 5  # seconds for admin queries against the source
 
 
-def probe_source(spec: FeedSpec, status: FeedStatus, *, timeout: float = SOURCE_TIMEOUT) -> None:
+def probe_source(spec: FeedSpec, status: FeedStatus, *, timeout: int = SOURCE_TIMEOUT) -> None:
     """Fill ``status`` with what the source says; an unreachable source sets ``last_error``
     (unless one is set) and leaves the rest as it was."""
     try:
