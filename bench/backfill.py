@@ -39,16 +39,9 @@ sys.path.insert(0, str(BENCH))
 
 import psycopg
 from _results import write_section
-from serve import (
-    FEED,
-    TICKS,
-    Cpu,
-    Server,
-    Subscriber,
-    pgbench,
-    pgfeed_serve,
-    tree_cpu,
-)
+from _serve_cpu import Cpu, tree_cpu
+from _serve_phases import TICKS, Subscriber, pgbench
+from _serve_servers import FEED, Server, pgfeed_serve
 
 from service.localpg import LocalCluster
 

@@ -23,8 +23,8 @@ _u32 = struct.Struct(">I").pack
 _T = [b"t" + struct.pack(">i", n) for n in range(4096)]
 
 
-def _copy_rows(block: bytes | memoryview, header: bytes, nkeys: int,
-               out: list[tuple[tuple[bytes | None, ...], bytes]]) -> int:
+def _copy_rows(block: bytes | bytearray | memoryview, header: bytes, nkeys: int,
+               out: list[tuple[tuple[Any, ...], bytes]]) -> int:
     """Append ``(key, >I length + header + TupleData)`` for each tuple of ``block`` to ``out``:
     ``key`` the first ``nkeys`` fields, the TupleData of the others. A block may start with COPY's
     signature header and may hold its -1 trailer. Returns the tuples appended."""

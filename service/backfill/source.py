@@ -18,13 +18,12 @@ from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from service.backfill.rows import copy_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
 from service.backfill.window import Entry
 from service.errors import BackfillError
-from service.replication.session import connection_options
+from service.replication.connect import conninfo
 
 WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
@@ -89,17 +88,12 @@ def _unquote(part: str) -> str:
 
 
 def connect(dsn: str) -> psycopg.Connection:
-    """A normal (not replication) autocommit connection with the replication session's settings."""
-    params = conninfo_to_dict(dsn)
+    """A normal (not replication) autocommit connection with the replication session's settings
+    (``replication.connect``'s policy). psycopg errors stay psycopg errors: the manager retries."""
     # synchronous_commit on: a watermark's commit flushes WAL, so the stream gets it at once
     # (FIELD-NOTES: with it off, decoding waits for a later flush)
-    options = connection_options(params.get("options")) + " -c synchronous_commit=on"
-    extra: dict[str, str | int] = {"options": options}
-    if "connect_timeout" not in params:
-        extra["connect_timeout"] = 10
-    if "application_name" not in params:
-        extra["application_name"] = "pgfeed-backfill"
-    return psycopg.connect(make_conninfo(dsn, **extra), autocommit=True)
+    return psycopg.connect(conninfo(dsn, "pgfeed-backfill", options="-c synchronous_commit=on"),
+                           autocommit=True)
 
 
 def describe(conn: psycopg.Connection, publication: str, table: str, *,
@@ -113,7 +107,7 @@ def describe(conn: psycopg.Connection, publication: str, table: str, *,
                             code="table_not_found")
     oid, ident, relkind, reltuples = row
     modern = conn.info.server_version >= 150000
-    published = conn.execute(sql.SQL(_PUBLISHED.format(  # type: ignore[arg-type]
+    published = conn.execute(sql.SQL(_PUBLISHED.format(
         row_filter="pt.rowfilter, pt.attnames" if modern else "NULL::text, NULL::text[]")),
         (publication, schema, name)).fetchone()
     if published is None:
@@ -255,7 +249,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
                              "SET LOCAL lock_timeout = '10s'; LOCK TABLE {} IN ACCESS SHARE MODE")
                      .format(sql.Identifier(schema, name)))
         oid = known.oid if known is not None else 0
-        row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),  # type: ignore[arg-type]
+        row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
                            {"oid": oid, "pub": publication, "schema": schema, "name": name}).fetchone()
         assert row is not None
         digest, xids = row
@@ -263,7 +257,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
         plan = known
         if plan is None or digest != fingerprint:
             plan = describe(conn, publication, table, estimate=False)
-            again = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),  # type: ignore[arg-type]
+            again = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
                                  {"oid": plan.oid, "pub": publication, "schema": schema,
                                   "name": name}).fetchone()
             digest = again[0] if again else None
@@ -287,7 +281,7 @@ def _chunk_query(plan: TablePlan, after: list[str] | None, upper: list[str] | No
     conditions: list[sql.Composable] = []
     if plan.row_filter:
         # the publication's own WHERE clause as the server printed it (pg_get_expr), not input
-        conditions.append(sql.SQL("({})").format(sql.SQL(plan.row_filter)))  # type: ignore[arg-type]
+        conditions.append(sql.SQL("({})").format(sql.SQL(plan.row_filter)))
     row = key if len(plan.key) == 1 else sql.SQL("ROW({})").format(key)
     if after is not None:
         conditions.append(sql.SQL("{} > {}").format(row, _literals(after)))

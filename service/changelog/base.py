@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 from clients._cursor import Cursor
 from service.assembler.model import BackfillProgress, StoredTransaction
-from service.backfill.model import BackfillPart, BackfillRecord
+from service.changelog.backfills import BackfillPart, BackfillRecord
 from service.errors import PgfeedError, RetentionError
 
 log = logging.getLogger("pgfeed.changelog")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction
-from service.backfill.model import BackfillPart, BackfillRecord
+from service.changelog.backfills import BackfillPart, BackfillRecord
 from service.changelog.base import (
     ChangeLogError,
     ConsumerState,

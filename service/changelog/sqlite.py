@@ -37,7 +37,7 @@ from typing import Any
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction, payload_pieces
-from service.backfill.model import BackfillPart, BackfillRecord
+from service.changelog.backfills import BackfillPart, BackfillRecord
 from service.changelog.base import (
     CHUNK_BYTES,
     MAX_LSN,

@@ -11,7 +11,7 @@ A capture that fails here (state ``failed``) gives its lease up so another repli
 this replica does not take that feed again for FAILED_BACKOFF seconds (doubling at each failure
 in a row, up to FAILED_BACKOFF_MAX): a feed that fails everywhere is retried slowly instead of
 bouncing between replicas. The leader's capture counters go to the store at each renewal, so
-every replica's status shows them.
+every replica's status shows them (``merge_report``).
 
 Timing (a leader SIGKILLed): its lease expires at most LEASE_SECONDS after its last renewal, the
 next tick of another replica (<= TICK_SECONDS) takes it, ends the old walsender and starts
@@ -21,22 +21,19 @@ streaming from the confirmed position: ~LEASE_SECONDS + TICK_SECONDS + a connect
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
 
 from service.changelog.base import ChangeLogError
 from service.errors import PgfeedError
 from service.feeds.model import FeedStatus, Leader, ReplicaInfo
-from service.pgstore.leases import Lease, fair_share
 
-if TYPE_CHECKING:
-    from service.feeds.supervisor import Supervisor
-    from service.pgstore.store import PgStore
-    from service.replication.capture import CaptureStats
-
-__all__ = ["LEASE_SECONDS", "Leadership", "SupervisorEvents", "capture_report", "merge_report",
-           "replica_infos"]
+__all__ = ["LEASE_SECONDS", "Leadership", "LeaseStore", "Led", "SupervisorEvents", "fair_share",
+           "merge_report", "replica_infos"]
 
 log = logging.getLogger("pgfeed.leadership")
 
@@ -50,8 +47,69 @@ FAILED_BACKOFF_MAX = 600.0
 HEALTHY_SECONDS = 60.0  # a lease held this long without a failure resets the backoff
 
 
+class Lease(Protocol):
+    """A feed's lease as the shared store reads it (``pgstore.leases.Lease``)."""
+
+    @property
+    def holder(self) -> str: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def live(self) -> bool: ...
+    @property
+    def stats(self) -> dict[str, Any] | None: ...
+
+
+class ReplicaBeat(Protocol):
+    """A replica's heartbeat as the shared store reads it (``pgstore.leases.ReplicaBeat``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def started_at(self) -> datetime: ...
+    @property
+    def heartbeat_at(self) -> datetime: ...
+    @property
+    def age_seconds(self) -> float: ...
+
+
+class LeaseStore(Protocol):
+    """What leadership asks of a shared store (``pgstore.store.PgStore``): leases, heartbeats."""
+
+    @property
+    def replica_id(self) -> str: ...
+    def heartbeat(self) -> None: ...
+    def acquire(self, feed: str, ttl: float) -> Lease | None: ...
+    def renew(self, feed: str, epoch: int, ttl: float,
+              stats: dict[str, Any] | None = None) -> Lease | None: ...
+    def release(self, feed: str, epoch: int) -> None: ...
+    def leases(self) -> Mapping[str, Lease]: ...
+    def replicas(self) -> Sequence[ReplicaBeat]: ...
+
+
+class Led(Protocol):
+    """What leadership asks of the supervisor whose feeds it leads (``feeds.supervisor``)."""
+
+    @property
+    def leadership(self) -> Leadership | None: ...
+    def sync(self) -> None: ...
+    def feed_flags(self) -> list[tuple[str, bool]]: ...
+    def lead(self, name: str, epoch: int) -> None: ...
+    def stand_down(self, name: str) -> None: ...
+    def ensure_capture(self, name: str) -> None: ...
+    def wake(self, name: str, head: int) -> None: ...
+    def failed(self, name: str) -> bool: ...
+    def capture_report(self, name: str) -> dict[str, Any] | None: ...
+    def backfills_changed(self, name: str) -> None: ...
+
+
+def fair_share(feeds: int, live_replicas: int) -> int:
+    """How many feeds one replica should lead: leases spread the feeds over the live replicas."""
+    return math.ceil(feeds / max(1, live_replicas))
+
+
 class Leadership:
-    def __init__(self, supervisor: Supervisor, store: PgStore, *, lease_seconds: float = LEASE_SECONDS,
+    def __init__(self, supervisor: Led, store: LeaseStore, *, lease_seconds: float = LEASE_SECONDS,
                  tick_seconds: float = TICK_SECONDS, failed_backoff: float = FAILED_BACKOFF) -> None:
         self._supervisor = supervisor
         self._store = store
@@ -187,7 +245,7 @@ class Leadership:
                     supervisor.lead(name, got.epoch)
             self._rebalance(current, {r.id for r in beats if r.age_seconds < REPLICA_ALIVE_SECONDS}, share)
 
-    def _rebalance(self, current: dict[str, Lease], live: set[str], share: int) -> None:
+    def _rebalance(self, current: Mapping[str, Lease], live: set[str], share: int) -> None:
         """Give one lease up (at most every REBALANCE_SECONDS) while this replica leads more than
         its share and another live replica leads less: feeds spread over replicas that joined
         late. The other replica takes it at its next tick (the release is notified)."""
@@ -207,7 +265,7 @@ class Leadership:
 class SupervisorEvents:
     """What a shared store's listener reports, turned into this supervisor's actions."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: Led) -> None:
         self._supervisor = supervisor
 
     def head(self, feed: str, head: int) -> None:
@@ -232,21 +290,13 @@ class SupervisorEvents:
         self._supervisor.backfills_changed(feed)
 
 
-def capture_report(replica: str, stats: CaptureStats) -> dict[str, Any]:
-    """A replica's capture counters of one feed as the store keeps them (JSON)."""
-    return {"replica": replica, "at": time.time(), "state": stats.state,
-            "changes_per_second": round(stats.rate(), 1), "changes_captured": stats.changes,
-            "bytes_captured": stats.bytes, "last_error": stats.last_error,
-            "proto_version": stats.proto_version, "streaming_in_use": stats.streaming_in_use,
-            "last_commit_unix": stats.last_commit_unix() if stats.last_commit_ts else None}
-
-
 def merge_report(status: FeedStatus, report: dict[str, Any] | None, *, live: bool,
                  paused: bool) -> float | None:
     """Fill the status of a feed this replica does not capture with its leader's counters, as
-    last reported to the store (``counters_from``/``counters_at`` say whose, and when). The state
-    is the leader's while its lease is live; a capture that failed and gave its lease up shows
-    ``failed`` until another replica takes it. Returns the newest commit's time (Unix s)."""
+    last reported to the store (``CaptureStats.report``; ``counters_from``/``counters_at`` say
+    whose, and when). The state is the leader's while its lease is live; a capture that failed
+    and gave its lease up shows ``failed`` until another replica takes it. Returns the newest
+    commit's time (Unix s)."""
     if not paused and live:
         status.state = "running"  # captured by the replica named in ``leader``
     if report is None:
@@ -263,10 +313,11 @@ def merge_report(status: FeedStatus, report: dict[str, Any] | None, *, live: boo
         if state in ("starting", "running", "failed"):
             status.state = state
         status.last_error = report.get("last_error")
-    return report.get("last_commit_unix")
+    last: float | None = report.get("last_commit_unix")
+    return last
 
 
-def replica_infos(store: PgStore, leaders: dict[str, Leader]) -> list[ReplicaInfo]:
+def replica_infos(store: LeaseStore, leaders: dict[str, Leader]) -> list[ReplicaInfo]:
     """Every replica that has used the store, alive while its heartbeat is recent, with the
     feeds it leads."""
     return [ReplicaInfo(r.id, r.started_at.timestamp(), r.heartbeat_at.timestamp(), r.age_seconds,

@@ -6,6 +6,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from service.replication.slots import SlotFailover
+
 FeedState = Literal["starting", "snapshotting", "running", "paused", "failed"]
 ToastMode = Literal["omit", "placeholder", "reselect"]
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")
@@ -85,37 +87,6 @@ class SlotRisk:
     wal_status: str | None = None
     safe_wal_size: int | None = None
     retained_bytes: int | None = None  # bytes between restart_lsn and the server's current LSN
-
-
-@dataclass(frozen=True, slots=True)
-class StandbySlot:
-    """A physical slot named in the source's ``synchronized_standby_slots``: a standby the
-    logical walsender waits for, so a promoted one never lacks what the feed was sent."""
-
-    name: str
-    exists: bool
-    active: bool  # a standby streams from it now
-    restart_lsn: int | None
-    caught_up: bool  # the standby has the WAL up to the feed slot's confirmed position
-
-
-@dataclass(frozen=True, slots=True)
-class SlotFailover:
-    """What the source (PostgreSQL 17+) says about the feed slot's failover readiness.
-
-    ``enabled``: ``pg_replication_slots.failover``. ``synced``: the slot is a standby's
-    synchronized copy (only true when the DSN reached a standby). The primary cannot see whether
-    a standby has copied the slot (``synced`` is a column of the standby's view); what it can
-    show is ``synchronized_standby_slots`` and the state of those physical slots. ``ready``:
-    enabled, at least one standby slot, and every one active and caught up. ``note`` says what
-    is missing when not ready.
-    """
-
-    enabled: bool
-    synced: bool
-    standby_slots: tuple[StandbySlot, ...] = ()
-    ready: bool = False
-    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

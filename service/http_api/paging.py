@@ -123,8 +123,9 @@ async def serve_page(supervisor: Supervisor, feed: str, request: PageRequest,
             return answer
     reading = _Reading(supervisor, feed, request)
     after, head = await run_in_threadpool(reading.resolve)
-    out = await read_ahead.take(reading.key(after)) if read_ahead is not None else None
-    if out is None:
+    if read_ahead is not None:  # shared with readers asking for the same page
+        out = await read_ahead.read(reading.key(after), lambda: reading.read(after))
+    else:
         out = await run_in_threadpool(reading.read, after)
     while True:
         page = out.page

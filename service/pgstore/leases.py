@@ -9,7 +9,6 @@ replica has taken over, the old holder can no longer write, however late it wake
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from service.pgstore.schema import channel, table
 
-__all__ = ["Lease", "ReplicaBeat", "acquire", "fair_share", "heartbeat", "leases", "release", "renew",
+__all__ = ["Lease", "ReplicaBeat", "acquire", "heartbeat", "leases", "release", "renew",
            "replicas"]
 
 
@@ -46,7 +45,7 @@ class ReplicaBeat:
 _RETURNING = sql.SQL(" RETURNING feed, holder, epoch, since, expires_at, expires_at > now(), stats")
 
 
-def _lease(row: tuple | None) -> Lease | None:
+def _lease(row: tuple[Any, ...] | None) -> Lease | None:
     return None if row is None else Lease(*row)
 
 
@@ -103,7 +102,3 @@ def replicas(conn: psycopg.Connection, schema: str) -> list[ReplicaBeat]:
                         .format(table(schema, "replica"))).fetchall()
     return [ReplicaBeat(*row) for row in rows]
 
-
-def fair_share(feeds: int, live_replicas: int) -> int:
-    """How many feeds one replica should lead: leases spread the feeds over the live replicas."""
-    return math.ceil(feeds / max(1, live_replicas))

@@ -142,7 +142,7 @@ def ensure_schema(conn: psycopg.Connection, schema: str) -> int:
                 f"understands ({SCHEMA_VERSION}): upgrade pgfeed, or use another schema")
         for version in range(found, SCHEMA_VERSION):
             for statement in _MIGRATIONS[version]:
-                conn.execute(sql.SQL(statement).format(s=s))  # type: ignore[arg-type]
+                conn.execute(sql.SQL(statement).format(s=s))
         if found == 0:
             conn.execute(sql.SQL("INSERT INTO {}.meta VALUES (1, %s)").format(s), (SCHEMA_VERSION,))
         elif found < SCHEMA_VERSION:

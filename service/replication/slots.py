@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -15,7 +16,6 @@ from psycopg import sql
 
 from clients._cursor import parse_lsn
 from service.errors import SourceError
-from service.feeds.model import SlotFailover, StandbySlot
 from service.replication.commands import FAILOVER_SERVER
 
 __all__ = [
@@ -30,6 +30,37 @@ __all__ = [
     "slot_info",
     "split_table_name",
 ]
+
+@dataclass(frozen=True, slots=True)
+class StandbySlot:
+    """A physical slot named in the source's ``synchronized_standby_slots``: a standby the
+    logical walsender waits for, so a promoted one never lacks what the feed was sent."""
+
+    name: str
+    exists: bool
+    active: bool  # a standby streams from it now
+    restart_lsn: int | None
+    caught_up: bool  # the standby has the WAL up to the feed slot's confirmed position
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFailover:
+    """What the source (PostgreSQL 17+) says about the feed slot's failover readiness.
+
+    ``enabled``: ``pg_replication_slots.failover``. ``synced``: the slot is a standby's
+    synchronized copy (only true when the DSN reached a standby). The primary cannot see whether
+    a standby has copied the slot (``synced`` is a column of the standby's view); what it can
+    show is ``synchronized_standby_slots`` and the state of those physical slots. ``ready``:
+    enabled, at least one standby slot, and every one active and caught up. ``note`` says what
+    is missing when not ready.
+    """
+
+    enabled: bool
+    synced: bool
+    standby_slots: tuple[StandbySlot, ...] = ()
+    ready: bool = False
+    note: str | None = None
+
 
 DROP_WAIT = 5.0  # seconds drop_slot waits for a terminated walsender to let go of its slot
 

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from clients._cursor import format_lsn
 from service.dsn import mask_dsn, scrub
 from service.errors import PgfeedError, SourceError
-from service.feeds.model import FeedOptions, FeedSpec, FeedStatus, Retention, SlotFailover
+from service.feeds.model import FeedOptions, FeedSpec, FeedStatus, Retention
 from service.feeds.supervisor import Supervisor
 from service.http_api.deps import AdminScope, StatusScope, SupervisorDep
 from service.http_api.errors import ApiError
@@ -32,6 +32,7 @@ from service.http_api.schemas import (
     SlotRiskOut,
     StandbySlotOut,
 )
+from service.replication.slots import SlotFailover
 
 log = logging.getLogger("pgfeed.http")
 
