@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from service.feeds.leadership import capture_report, merge_report
+from service.feeds.leadership import merge_report
 from service.feeds.model import FeedStatus
 from service.replication.capture import CaptureStats
 
@@ -18,7 +18,7 @@ def _report(**changes: object) -> dict[str, object]:
     stats.count(10, 1000)
     stats.count(5, 500)
     stats.last_commit_ts = 123_000_000
-    return {**capture_report("a", stats), **changes}
+    return {**stats.report("a"), **changes}
 
 
 def test_a_live_leaders_report_fills_the_status() -> None:
