@@ -89,9 +89,9 @@ def test_a_capture_that_fails_on_its_leader_moves_to_another_replica(tmp_path, s
     with run_service(tmp_path / "unused-a", supervisor) as a:
         create_feed(a, source)
         insert(source, 1, 10)
-        failed = wait_until(lambda: (s := feed_json(a))["state"] == "failed" and s, 20,
-                            "a's capture to fail and give the lease up")
-        assert "not-a-dir" in failed["last_error"] and failed["leader"] is None
+        failed = wait_until(lambda: (s := feed_json(a))["state"] == "failed" and s["leader"] is None
+                            and s, 20, "a's capture to fail and give the lease up")
+        assert "not-a-dir" in failed["last_error"]
         assert failed["counters_from"] == "a"
         assert a.supervisor.leadership.benched("f") > 0
         with replica(tmp_path, store, "b") as b:
