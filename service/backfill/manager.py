@@ -208,13 +208,32 @@ class BackfillManager:
         """Capture runs: start workers for every backfill the log says is running."""
         with self._lock:
             self._running = True
-            for record in self._changelog.backfills():
-                if record.state != "running":
-                    continue
-                run = self._runs.get(record.id)
-                if run is None or not any(t.is_alive() for t in run.threads):
-                    run = self._runs[record.id] = _Run(record)
-                    self._launch(run)
+            self._launch_stored(self._changelog.backfills())
+
+    def _launch_stored(self, records: Sequence[BackfillRecord]) -> None:
+        """Under the lock: workers for every running record that has none alive here."""
+        for record in records:
+            if record.state != "running":
+                continue
+            run = self._runs.get(record.id)
+            if run is None or not any(t.is_alive() for t in run.threads):
+                run = self._runs[record.id] = _Run(record)
+                self._launch(run)
+
+    def refresh(self) -> None:
+        """The store says this feed's backfills changed (a replica that does not capture it
+        started or cancelled one): while capture runs here, workers start for the new ones and
+        stop for those no longer running, without a capture restart."""
+        records = self._changelog.backfills()
+        states = {r.id: r.state for r in records}
+        with self._lock:
+            if not self._running:
+                return
+            ended = [self._runs.pop(i) for i in list(self._runs)
+                     if states.get(i, "running") != "running"]
+            self._launch_stored(records)
+        for run in ended:
+            self._halt(run)
 
     def stop_workers(self) -> None:
         """Capture stops (pause, delete, shutdown): workers stop; records stay ``running``."""

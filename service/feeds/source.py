@@ -26,7 +26,7 @@ def capture_config(spec: FeedSpec) -> CaptureConfig:
     return CaptureConfig(name=spec.name, dsn=spec.dsn, slot=spec.slot_name,
                          publication=spec.publication_name, streaming=options.streaming,
                          messages=options.messages, two_phase=options.two_phase,
-                         heartbeat_seconds=options.heartbeat_seconds)
+                         heartbeat_seconds=options.heartbeat_seconds, failover=options.failover)
 
 
 def backfill_source(spec: FeedSpec) -> BackfillSource:
@@ -40,7 +40,8 @@ def prepare(spec: FeedSpec) -> FeedSpec:
     owns_pub = spec.publication is None
     owns_slot = spec.slot is None
     with admin_connection(spec.dsn, "source refused feed setup") as conn:
-        refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase)
+        refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase,
+                                 failover=spec.options.failover)
         if refusal:
             raise SourceError(refusal)
         if owns_pub:
@@ -53,13 +54,19 @@ def prepare(spec: FeedSpec) -> FeedSpec:
                 raise SourceError(f"publication {spec.publication_name!r} does not exist on the source")
             spec = replace(spec, all_tables=held[0], tables=held[1])
         exists = slots.slot_exists(conn, spec.slot_name)
+        adopted = slots.failover_info(conn, spec.slot_name) if exists else None
     if owns_slot and exists:
         raise SourceError(f"replication slot {spec.slot_name!r} already exists on the source; "
                           "name it as 'slot' to adopt it")
     if not owns_slot and not exists:
         raise SourceError(f"replication slot {spec.slot_name!r} does not exist on the source")
+    if not owns_slot and spec.options.failover and not (adopted and adopted.enabled):
+        raise SourceError(f"replication slot {spec.slot_name!r} is not a failover slot: make it one "
+                          "on the source (ALTER_REPLICATION_SLOT ... (FAILOVER true)) or leave "
+                          "option failover off")
     if owns_slot:
-        create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase)
+        create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase,
+                    failover=spec.options.failover)
     return replace(spec, owns_slot=owns_slot, owns_publication=owns_pub)
 
 
@@ -90,10 +97,13 @@ def free_slot(spec: FeedSpec) -> None:
         slots.free_slot(conn, spec.slot_name)
 
 
-def probe(spec: FeedSpec) -> tuple[dict[str, Any] | None, tuple[bool, tuple[str, ...]] | None]:
-    """The slot's position and risk (``slots.slot_info``), and for an adopted publication what it
-    publishes now (``(all_tables, tables)``; None for one pgfeed owns)."""
+def probe(spec: FeedSpec) -> tuple[dict[str, Any] | None, tuple[bool, tuple[str, ...]] | None,
+                                   slots.SlotFailover | None]:
+    """The slot's position and risk (``slots.slot_info``), for an adopted publication what it
+    publishes now (``(all_tables, tables)``; None for one pgfeed owns), and the slot's failover
+    state (PostgreSQL 17+; ``slots.failover_info``)."""
     with admin_connection(spec.dsn, "source unreachable") as conn:
         info = slots.slot_info(conn, spec.slot_name)
         held = None if spec.owns_publication else slots.publication_tables(conn, spec.publication_name)
-    return info, held
+        failover = slots.failover_info(conn, spec.slot_name)
+    return info, held, failover

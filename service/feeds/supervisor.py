@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from service.assembler.relations import RelationCatalog
 from service.backfill.manager import BackfillManager
@@ -21,7 +21,7 @@ from service.dsn import mask_dsn
 from service.encoding.to_proto import JsonColumnCache
 from service.errors import BackfillError, FeedExists, FeedNotFound, SourceError
 from service.feeds import source
-from service.feeds.leadership import Leadership, SupervisorEvents, replica_infos
+from service.feeds.leadership import Leadership, SupervisorEvents, merge_report, replica_infos
 from service.feeds.model import (
     ADOPTED_TABLES,
     NAME_RE,
@@ -314,6 +314,8 @@ class Supervisor:
 
     def resume(self, name: str) -> FeedStatus:
         feed = self._get(name)
+        if self._leadership is not None:
+            self._leadership.forgive(name)
         with self._lock:
             feed.paused = False
             self._store.put(feed.spec, False)
@@ -353,6 +355,9 @@ class Supervisor:
         for name in held + [feed.spec.name for feed in gone]:
             if self._leadership is not None:
                 self._leadership.drop(name)
+        for feed in list(self._feeds.values()):  # backfills started elsewhere (lost notifications)
+            if feed.backfills is not None:
+                feed.backfills.refresh()
         for feed in gone:  # deleted by another replica: no source work here
             self._join(feed)
             feed.changelog.close()
@@ -397,6 +402,24 @@ class Supervisor:
             if (feed is not None and not feed.paused and feed.stats.state != "failed"
                     and (feed.thread is None or not feed.thread.is_alive())):
                 self._start_capture(feed)
+
+    def failed(self, name: str) -> bool:
+        """The feed's capture here ended in state ``failed`` (leadership gives its lease up)."""
+        with self._lock:
+            feed = self._feeds.get(name)
+        return (feed is not None and feed.stats.state == "failed"
+                and (feed.thread is None or not feed.thread.is_alive()))
+
+    def capture_report(self, name: str) -> dict[str, Any] | None:
+        """This replica's capture counters of ``name``, for the store (leadership renewals)."""
+        feed = self._feeds.get(name)
+        return None if feed is None else feed.stats.report(self.replica_id)
+
+    def backfills_changed(self, name: str) -> None:
+        """A backfill of ``name`` was started or cancelled somewhere: follow it if capturing."""
+        feed = self._feeds.get(name)
+        if feed is not None and feed.backfills is not None:
+            feed.backfills.refresh()
 
     def _take_slot(self, feed: _Feed) -> None:
         """Before START_REPLICATION on a shared store: check the lease is still ours, then end a
@@ -515,17 +538,22 @@ class Supervisor:
             proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
             source=mask_dsn(spec.dsn),
         )
+        last_commit = stats.last_commit_unix() if stats.last_commit_ts else None
         if self._store.shared:
-            try:
-                status.leader = self.leaders().get(name)
-            except ChangeLogError as exc:
-                status.last_error = status.last_error or str(exc)
             capturing = feed.thread is not None and feed.thread.is_alive()
-            if not feed.paused and not capturing and status.leader is not None:
-                status.state = "running"  # captured by the replica named in ``leader``
+            status.counters_from = self.replica_id if capturing else None
+            try:
+                lease = self._store.leases().get(name)  # type: ignore[attr-defined]
+            except ChangeLogError as exc:
+                lease = None
+                status.last_error = status.last_error or str(exc)
+            if lease is not None and lease.live:
+                status.leader = Leader(lease.holder, lease.epoch, lease.since.timestamp())
+            if lease is not None and not capturing:  # the leader's counters, as last reported
+                last_commit = merge_report(status, lease.stats, live=lease.live, paused=feed.paused)
         if probe_source:
             try:
-                info, held = source.probe(spec)
+                info, held, status.failover = source.probe(spec)
             except SourceError as exc:
                 info = held = None
                 status.last_error = status.last_error or str(exc)
@@ -537,9 +565,9 @@ class Supervisor:
                                             info.get("retained_bytes"))
                 if status.server_lsn is not None:
                     status.lag_bytes = max(0, status.server_lsn - status.confirmed_lsn)
-        if stats.last_commit_ts:
+        if last_commit:
             caught_up = status.lag_bytes is not None and status.lag_bytes < 64 * 1024
-            status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - stats.last_commit_unix())
+            status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - last_commit)
         return status
 
 

@@ -277,6 +277,8 @@ class PgChangeLog(ConsumersAndRetention):
                                         "%s, %s) ON CONFLICT DO NOTHING").format(self._t["backfill_part"]),
                                 [(self.feed, record.id, p.part, p.table, p.lower, p.upper, p.estimate,
                                   p.last_key, p.rows, p.chunks, p.done) for p in record.parts])
+            # A backfill started or cancelled on any replica: the leader's workers follow.
+            conn.execute("SELECT pg_notify(%s, %s)", (self._channel, f"b {self.feed}"))
 
     def backfills(self) -> list[BackfillRecord]:
         with self._connection() as conn:

@@ -14,7 +14,7 @@ from service.changelog.base import ChangeLogError
 
 __all__ = ["SCHEMA_VERSION", "channel", "ensure_schema", "table"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Each migration brings the store from the version before it to its index + 1. Statements use
 # {s} for the schema identifier.
@@ -108,6 +108,11 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             chunks bigint NOT NULL,
             done boolean NOT NULL,
             PRIMARY KEY (feed, backfill_id, part))""",
+    ),
+    # The leader's capture counters (rate, totals, state, last error), written at each renewal
+    # and kept when the lease goes: every replica's status shows them (leadership.capture_report).
+    (
+        "ALTER TABLE {s}.lease ADD COLUMN stats jsonb",
     ),
 )
 

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import psycopg
 
@@ -38,6 +38,9 @@ FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sende
 # commits a second cost both this loop and the walsender CPU, and moved the slot no sooner.
 ADVANCE_INTERVAL = 0.01
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# A failover feed waits for a standby's promotion: it retries at least this often, so it resumes
+# within seconds of the promotion however long that took.
+FAILOVER_BACKOFF_MAX = 5.0
 # In-memory buffers of open transactions before the largest spills to disk; a spilled transaction
 # goes to the change log piece by piece, so this bounds capture's memory whatever the size of a
 # transaction (a 1M-row one: bench/RESULTS.md, Capture).
@@ -61,6 +64,7 @@ class CaptureConfig:
     messages: bool = True
     two_phase: bool = False
     heartbeat_seconds: float = 10.0
+    failover: bool = False  # a failover slot: retry at least every FAILOVER_BACKOFF_MAX seconds
 
 
 Batch = list[StoredTransaction]
@@ -122,6 +126,15 @@ class CaptureStats:
     def last_commit_unix(self) -> float:
         return PG_EPOCH_UNIX + self.last_commit_ts / 1e6
 
+    def report(self, replica: str) -> dict[str, Any]:
+        """These counters as JSON for a shared store, where replicas that do not capture the
+        feed read them (``feeds.leadership.merge_report``)."""
+        return {"replica": replica, "at": time.time(), "state": self.state,
+                "changes_per_second": round(self.rate(), 1), "changes_captured": self.changes,
+                "bytes_captured": self.bytes, "last_error": self.last_error,
+                "proto_version": self.proto_version, "streaming_in_use": self.streaming_in_use,
+                "last_commit_unix": self.last_commit_unix() if self.last_commit_ts else None}
+
 
 class Capture:
     """Captures one feed until its stop event is set; reconnects with backoff on source errors.
@@ -165,6 +178,8 @@ class Capture:
                 self.stats.last_error = scrub(str(exc), self.config.dsn)
                 self.stats.reconnects += 1
                 delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
+                if self.config.failover:
+                    delay = min(delay, FAILOVER_BACKOFF_MAX)
                 attempt += 1
                 log.warning("feed %s: %s; reconnecting in %.1f s", self.config.name, self.stats.last_error, delay,
                             extra={"feed": self.config.name, "event": "reconnect",

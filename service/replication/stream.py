@@ -293,8 +293,8 @@ class ReplicationStream:
         self.close()
 
 
-def create_slot(dsn: str, slot: str, *, snapshot: str = "nothing",
-                two_phase: bool = False) -> tuple[int, str | None]:
+def create_slot(dsn: str, slot: str, *, snapshot: str = "nothing", two_phase: bool = False,
+                failover: bool = False) -> tuple[int, str | None]:
     """Create a pgoutput logical slot; return (consistent point LSN, exported snapshot name).
 
     The connection is closed on return, so with ``snapshot="export"`` the returned snapshot name
@@ -302,7 +302,8 @@ def create_slot(dsn: str, slot: str, *, snapshot: str = "nothing",
     the slot's consistent snapshot, use ``exported_slot`` instead. Blocks until transactions
     running on the source have ended (the slot needs a consistent point).
     """
-    with _created_slot(dsn, slot, snapshot=snapshot, two_phase=two_phase) as created:
+    with _created_slot(dsn, slot, snapshot=snapshot, two_phase=two_phase,
+                       failover=failover) as created:
         return created
 
 
@@ -329,11 +330,12 @@ def exported_slot(dsn: str, slot: str, *, two_phase: bool = False) -> Iterator[t
 
 
 @contextlib.contextmanager
-def _created_slot(dsn: str, slot: str, *, snapshot: str,
-                  two_phase: bool) -> Iterator[tuple[int, str | None]]:
+def _created_slot(dsn: str, slot: str, *, snapshot: str, two_phase: bool,
+                  failover: bool = False) -> Iterator[tuple[int, str | None]]:
     conn = _connect(dsn)
     try:
         cmd = commands.create_replication_slot(slot, snapshot=snapshot, two_phase=two_phase,
+                                               failover=failover,
                                                server_version=conn.info.server_version)
         try:
             row = conn.execute(cmd).fetchone()
