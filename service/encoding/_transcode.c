@@ -17,9 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* value kinds; transcode.py passes them as one byte per column (its _KIND_CODES) */
-enum { K_TEXT, K_BOOL, K_BYTEA, K_INT, K_JSON, K_FLOAT, K_NUMERIC, K_DATE, K_TIME,
-       K_TIMESTAMP, K_TIMESTAMPTZ, K_COUNT };
+/* value kinds, one byte per column: generated from the type registry (service/types) */
+#include "_kinds.h"
 
 /* fallback: not a shape the fast path writes; the caller loads the change instead */
 #define FALLBACK (-1)
@@ -829,5 +828,15 @@ PyMODINIT_FUNC PyInit__transcode(void) {
         Py_DECREF(m);
         return NULL;
     }
+    PyObject *names = PyTuple_New(K_COUNT);
+    if (names == NULL) { Py_DECREF(m); return NULL; }
+    for (int i = 0; i < K_COUNT; i++) {
+        PyObject *name = PyUnicode_FromString(KIND_NAMES[i]);
+        if (name == NULL) { Py_DECREF(names); Py_DECREF(m); return NULL; }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    int rc = PyModule_AddObjectRef(m, "KIND_NAMES", names);
+    Py_DECREF(names);
+    if (rc < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

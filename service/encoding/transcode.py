@@ -10,7 +10,7 @@ The replication session pins ``DateStyle=ISO``, ``TimeZone=UTC`` and ``extra_flo
 
 Each relation version gets a generated function per format that walks TupleData (pgoutput's
 ``'n'``/``'t'`` columns) and converts every column inline. Anything outside the fast path raises:
-a type not listed in ``_KINDS``, a ``'u'`` (unchanged TOAST) or ``'b'`` (binary) column, a value
+a type without a fast kind in the type registry (``service/types``), a ``'u'`` (unchanged TOAST) or ``'b'`` (binary) column, a value
 ISO 8601 cannot hold (``infinity``, BC, years past 9999), an odd layout. The caller then loads the
 change the reference way (``RawChange.load``) and encodes that, so both paths give the same
 events; ``tests/unit/encoding/test_transcode.py`` holds them to it.
@@ -35,7 +35,7 @@ import orjson
 
 from service.assembler.changes import RawChange, _Plan
 from service.assembler.model import Op
-from service.assembler.values import TEXT_OID, loader_oid
+from service.types.registry import FAST_KINDS, fast_kind
 from service.encoding.protowire import SMALL as _SMALL
 from service.encoding.protowire import VC as _VC
 from service.encoding.protowire import V as _V
@@ -68,10 +68,6 @@ IMPLEMENTATION = "c" if _compiled is not None else "python"
 _u16_at = struct.Struct(">H").unpack_from
 _u32_at = struct.Struct(">I").unpack_from
 
-# value kinds the fast path handles, by the loader OID the reference path would use
-_KINDS = {TEXT_OID: "text", 16: "bool", 17: "bytea", 20: "int", 21: "int", 23: "int",
-          114: "json", 3802: "json", 700: "float", 701: "float", 1700: "numeric",
-          1082: "date", 1083: "time", 1114: "timestamp", 1184: "timestamptz"}
 
 _INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
 _NEW, _KEY, _OLD = ord("N"), ord("K"), ord("O")
@@ -84,7 +80,7 @@ class _Unsupported(Exception):
 def _kinds(plan: _Plan) -> list[str]:
     kinds = []
     for col in plan.schema.columns:
-        kind = _KINDS.get(loader_oid(col.value_oid))
+        kind = fast_kind(col.value_oid)
         if kind is None:
             raise _Unsupported(col.name)
         kinds.append(kind)
@@ -328,13 +324,11 @@ def _as_read(written: bytes) -> bytes | None:
     return None
 
 
-# The C encoder takes the kinds as one byte each, in _transcode.c's enum order.
-_KIND_CODES = {kind: code for code, kind in enumerate(
-    ("text", "bool", "bytea", "int", "json", "float", "numeric", "date", "time", "timestamp",
-     "timestamptz"))}
-if _compiled is not None and _compiled.KINDS != len(_KIND_CODES):  # a stale build
-    raise ImportError("service/encoding/_transcode.c knows other kinds than transcode.py: rebuild "
-                      "it (pip install -e .)")
+# The C encoder takes the kinds as one byte each, in the registry's order (its _kinds.h).
+_KIND_CODES = {kind: code for code, kind in enumerate(FAST_KINDS)}
+if _compiled is not None and getattr(_compiled, "KIND_NAMES", None) != FAST_KINDS:  # a stale build
+    raise ImportError("service/encoding/_transcode.c knows other kinds than the type registry: "
+                      "rebuild it (pip install -e .)")
 
 
 def _json_float(t: bytes) -> bytes:

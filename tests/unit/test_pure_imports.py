@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE_PACKAGES = ("service/pgoutput", "service/assembler")
+PURE_PACKAGES = ("service/pgoutput", "service/assembler", "service/types")
 FORBIDDEN = ("psycopg", "asyncio", "sqlite3", "grpc", "fastapi", "socket", "threading")
-# Type loading reuses psycopg's text loaders (psycopg.adapt.Transformer): that file, and only
-# that file, may import psycopg. The other forbidden modules stay forbidden there too.
-PSYCOPG_ALLOWED = {"service/assembler/values.py"}
+# Type loading reuses psycopg's text loaders (psycopg.adapt: no connection): the row loader and
+# the type registry's modules that declare loaders, and only those, may import psycopg. The
+# other forbidden modules stay forbidden there too.
+PSYCOPG_ALLOWED = {"service/assembler/values.py", *(f"service/types/{name}.py" for name in (
+    "family", "registry", "floating", "json", "interval", "datetime"))}
 FIRST_PARTY = ("service", "clients")
 
 

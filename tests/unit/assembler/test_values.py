@@ -10,18 +10,14 @@ from typing import Any
 import pytest
 
 from service.assembler.relations import TypeName, resolve_value_oid
-from service.assembler.values import (
-    Interval,
-    JsonText,
-    SpecialFloat,
-    TimeTz,
-    load_value,
-    loader_oid,
-    parse_array,
-    parse_interval,
-    row_loader,
-)
+from service.assembler.values import load_value, row_loader
 from service.pgoutput.messages import UNCHANGED_TOAST
+from service.types.array import parse_array
+from service.types.datetime import TimeTz
+from service.types.floating import SpecialFloat
+from service.types.interval import Interval, parse_interval
+from service.types.json import JsonText
+from service.types.registry import loader_oid
 
 # (type oid, pgoutput text, expected Python value)
 CASES: list[tuple[int, str, Any]] = [

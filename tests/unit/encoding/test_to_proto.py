@@ -11,13 +11,16 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from pgfeed.v1 import feed_pb2
 
 from clients._cursor import Cursor
 from clients._grpc import from_value
-from pgfeed.v1 import feed_pb2
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, JsonText, SpecialFloat, TimeTz
 from service.encoding.to_proto import Framer, change_bytes, transaction_frames, value_bytes
+from service.types.datetime import TimeTz
+from service.types.floating import SpecialFloat
+from service.types.interval import Interval
+from service.types.json import JsonText
 
 
 def parsed(v: Any, kind: str | None = None) -> feed_pb2.Value:
@@ -37,7 +40,7 @@ CASES: list[tuple[Any, str, Any, Any]] = [
     ("x" * 20_000, "string_value", "x" * 20_000, "x" * 20_000),  # length past a 2-byte varint
     (b"\x00\xff", "bytes_value", b"\x00\xff", b"\x00\xff"),
     (Decimal("12.50"), "numeric_value", "12.50", Decimal("12.50")),
-    (Decimal("1E+3"), "numeric_value", "1000", Decimal("1000")),
+    (Decimal("1E+3"), "numeric_value", "1000", Decimal(1000)),
     (Decimal("-0.0000001"), "numeric_value", "-0.0000001", Decimal("-0.0000001")),
     (Decimal("NaN"), "numeric_value", "NaN", None),  # checked below: NaN != NaN
     (date(2026, 11, 22), "date_value", "2026-11-22", date(2026, 11, 22)),
