@@ -16,6 +16,7 @@ from psycopg import adapt
 from psycopg.pq import Format
 
 from clients.pgtypes import TEXT_OID
+from service.codegen import define
 from service.types.array import ELEMENT_OID, load_leniently
 from service.types.registry import ADAPTERS, loader_oid
 
@@ -119,8 +120,7 @@ def _compile_row(value_oids: tuple[int, ...], names: tuple[str, ...]) -> RowLoad
     ]
     env: dict[str, Any] = {f"n{i}": name for i, name in enumerate(names)}
     env.update(load_sequence=tx.load_sequence, slow=slow)
-    exec("\n".join(lines), env)  # noqa: S102 - generated from OIDs and indices only
-    fn: RowLoader = env["load_row"]
+    fn: RowLoader = define("load_row", lines, env, ", ".join(names))
     return fn
 
 

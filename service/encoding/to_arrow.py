@@ -41,6 +41,7 @@ from clients.pgtypes import ColumnType, column_type, element_is_json, is_json
 from service.assembler.model import Change, Op, Transaction
 from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import dumps
+from service.pgoutput.messages import PG_EPOCH_UNIX_US
 from service.types.floating import SpecialFloat
 from service.types.interval import Interval
 from service.types.json import JsonText
@@ -58,7 +59,6 @@ __all__ = [
     "typed_schema",
 ]
 
-PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 UTC in µs since the Unix epoch
 
 _TS_UTC = pa.timestamp("us", tz="UTC")
 _STRINGS = pa.list_(pa.field("element", pa.string()))
@@ -336,7 +336,7 @@ def _metadata(transactions: Sequence[Transaction], changes: list[Change],
         pa.array([c.lsn for c in changes], pa.int64()),
         pa.array([c.seq for c in changes], pa.int64()),
         pa.array(_repeated(transactions, lambda t: t.commit_lsn), pa.int64()),
-        pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_US), pa.int64()).cast(_TS_UTC),
+        pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_UNIX_US), pa.int64()).cast(_TS_UTC),
         pa.array(_repeated(transactions, lambda t: t.xid), pa.int64()),
         pa.array(toast_lists, _STRINGS),
     ]
@@ -353,7 +353,7 @@ def generic_batch(transactions: Sequence[Transaction]) -> pa.RecordBatch:
         pa.array([c.lsn for c in changes], pa.int64()),
         pa.array([c.seq for c in changes], pa.int64()),
         pa.array(_repeated(transactions, lambda t: t.commit_lsn), pa.int64()),
-        pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_US), pa.int64()).cast(_TS_UTC),
+        pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_UNIX_US), pa.int64()).cast(_TS_UTC),
         pa.array(_repeated(transactions, lambda t: t.xid), pa.int64()),
         pa.array([c.op.value for c in changes], pa.string()),
         pa.array([c.schema for c in changes], pa.string()),

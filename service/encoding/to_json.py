@@ -6,7 +6,7 @@ Values come from ``assembler.values``; what orjson cannot write natively goes th
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -17,18 +17,18 @@ from clients._json import MAX_EMBEDDED_DEPTH
 from service.assembler.changes import RawChange
 from service.assembler.model import Change, Op, Transaction
 from service.encoding.transcode import json_writers, transcoded
+from service.pgoutput.messages import PG_EPOCH
 from service.types.registry import json_writers as value_writers
 
 __all__ = ["MAX_EMBEDDED_DEPTH", "change_events", "change_to_dict", "commit_ts_iso", "dumps",
            "transaction_json", "transaction_to_dict"]
 
-_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _b64 = base64.b64encode
 
 
 def commit_ts_iso(commit_ts: int) -> str:
     """Microseconds since 2000-01-01 UTC (PostgreSQL's epoch) -> ``2026-11-22T10:00:00.123456+00:00``."""
-    return (_PG_EPOCH + timedelta(microseconds=commit_ts)).isoformat(timespec="microseconds")
+    return (PG_EPOCH + timedelta(microseconds=commit_ts)).isoformat(timespec="microseconds")
 
 
 @lru_cache(maxsize=4096)

@@ -17,9 +17,10 @@ from decimal import Decimal
 from typing import Any
 
 from clients._cursor import Cursor, format_lsn
-from service.assembler.changes import RawChange, _Plan
+from service.assembler.changes import RawChange
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
+from service.codegen import define
 from service.encoding.protowire import HEADS as _HEADS
 from service.encoding.protowire import SMALL as _SMALL
 from service.encoding.protowire import VALUE, ld_field, text_field, varint
@@ -31,9 +32,10 @@ from service.encoding.protowire import timestamp_field as _timestamp
 from service.encoding.to_json import dumps as json_dumps
 from service.encoding.transcode import proto_writers as change_writers
 from service.encoding.transcode import transcoded
+from service.pgoutput.messages import PG_EPOCH_UNIX
 from service.types.interval import Interval
 from service.types.json import JsonText, proto_json
-from service.types.registry import proto_writers
+from service.types.registry import json_kind, proto_writers
 
 __all__ = [
     "FRAME_BYTES",
@@ -52,10 +54,8 @@ __all__ = [
 FRAME_BYTES = 1 << 20
 FRAME_CHANGES = 10_000
 
-# json/jsonb (114, 3802) and arrays of them (199, 3807): a column of one of these is "json" or
-# "json[]"; every other column is typed by its values.
-_JSON_OIDS = frozenset({114, 3802})
-_JSON_ARRAY_OIDS = frozenset({199, 3807})
+# a json/jsonb column or an array of them is "json" or "json[]" (registry.json_kind); every
+# other column is typed by its values
 ColumnKinds = Mapping[tuple[str, str], Mapping[str, str]]  # (schema, table) -> {column: kind}
 
 # -- Value: the type registry's writers (service/types), lists and null here --------------------------
@@ -197,8 +197,8 @@ class _RowEncoder:
                           "    else:",
                           f"        e{i} = G{i}(v)"]
         lines.append(f"    out += ({''.join(f'e{i}, ' for i in range(len(self.names)))})")
-        exec("\n".join(lines), env)  # noqa: S102 - generated from column positions only
-        self.encode: Callable[[dict[str, Any], list[bytes]], None] = env["encode"]
+        self.encode: Callable[[dict[str, Any], list[bytes]], None] = define(
+            "encode", lines, env, f"{len(self.names)} columns: {', '.join(self.names)}"[:200])
 
 
 def _generic(col: _Column, kind: str | None) -> Callable[[Any], bytes]:
@@ -324,9 +324,9 @@ def _header(txn: Transaction) -> bytes:
         out += b"\x10" + varint(txn.commit_lsn)
     if txn.end_lsn:
         out += b"\x18" + varint(txn.end_lsn)
-    # commit_ts: microseconds since 2000-01-01 UTC (PostgreSQL's epoch) = 946684800 s after 1970
+    # commit_ts: microseconds since PostgreSQL's epoch
     seconds, micros = divmod(txn.commit_ts, 1_000_000)
-    out += _timestamp(b"\x22", seconds + 946_684_800, micros)
+    out += _timestamp(b"\x22", seconds + PG_EPOCH_UNIX, micros)
     if txn.origin is not None:
         out += text_field(b"\x2a", txn.origin)
     if txn.backfill is not None:
@@ -371,7 +371,7 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
             if fast is not None:
                 body, change = fast, None
             else:
-                table_kinds = _plan_kinds(change.plan)
+                table_kinds = change.plan.json_kinds or None
                 change = change.load()
         elif kinds:
             table_kinds = kinds.get((change.schema or "", change.table or "")) or None
@@ -396,12 +396,6 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
     return frames
 
 
-def _plan_kinds(plan: _Plan) -> dict[str, str] | None:
-    """The json/jsonb columns of a change's own relation version (``json_columns``' rule)."""
-    found = plan.cache.get("json_kinds")
-    if found is None:
-        found = plan.cache["json_kinds"] = _json_kinds(plan.schema.columns)
-    return found or None
 
 
 @dataclass(slots=True)
@@ -484,10 +478,4 @@ class JsonColumnCache:
 
 
 def _json_kinds(columns: Iterable[Any]) -> dict[str, str]:
-    kinds = {}
-    for col in columns:
-        if col.value_oid in _JSON_OIDS:
-            kinds[col.name] = "json"
-        elif col.value_oid in _JSON_ARRAY_OIDS:
-            kinds[col.name] = "json[]"
-    return kinds
+    return {col.name: kind for col in columns if (kind := json_kind(col.value_oid))}

@@ -35,6 +35,7 @@ __all__ = [
     "FAST_KINDS",
     "family_of",
     "fast_kind",
+    "json_kind",
     "json_writers",
     "loader_oid",
     "proto_writers",
@@ -95,6 +96,16 @@ def fast_kind(value_oid: int) -> str | None:
     if found is not None:
         return found[1].fast
     return "text" if loader_oid(value_oid) == TEXT_OID else None
+
+
+def json_kind(value_oid: int) -> str | None:
+    """"json" for a json/jsonb column, "json[]" for an array of them, else None: their values
+    are documents whatever Python type they load as (the encoders write them as JSON)."""
+    if value_oid in json.FAMILY.oids:
+        return "json"
+    if array.ELEMENT_OID.get(value_oid) in json.FAMILY.oids:
+        return "json[]"
+    return None
 
 
 def json_writers() -> dict[type, Callable[[Any], Any]]:

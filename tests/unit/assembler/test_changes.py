@@ -379,10 +379,11 @@ TYPED_ROWS = [
 
 @pytest.mark.parametrize("values", TYPED_ROWS)
 def test_fast_and_reference_paths_agree(values: tuple[str | None, ...]) -> None:
-    from service.assembler.changes import _fast_rows, _Plan, _slow_rows
+    from service.assembler.changes import _fast_rows, _slow_rows
+    from service.assembler.plan import RelationPlan
     from service.pgoutput.decode import decode
 
-    plan = _Plan(catalog((0x10, TYPED)).at(ORDERS, 0x11))
+    plan = RelationPlan.of(catalog((0x10, TYPED)).at(ORDERS, 0x11))
     for msg in (ins(*values), upd(*values, old=values, kind=O), dele(*values, kind=K)):
         buf = encode(msg)
         ref = _slow_rows(decode(buf), plan.load)  # type: ignore[arg-type]

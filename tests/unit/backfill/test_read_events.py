@@ -19,7 +19,7 @@ from service.encoding.to_proto import transaction_frames
 from tests.unit.backfill.test_window import read, start, watermark
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
+@pytest.fixture(autouse=True, params=["c", "reference"])
 def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "c" and transcode._compiled is None:
         pytest.fail("the compiled transcoder is not built")

@@ -4,8 +4,8 @@ events, whichever path a change takes. Values are written as PostgreSQL's output
 them (DateStyle ISO, TimeZone UTC), plus the shapes the fast path must hand over: infinity, BC,
 years past 9999, 24:00:00, unchanged TOAST, binary columns, types it does not know.
 
-Every test runs against both implementations of the fast path: the generated Python functions
-(the specification) and the compiled ``_transcode`` module."""
+The fast path is the compiled ``_transcode`` module (the reference path is the specification);
+without it (``IMPLEMENTATION == "reference"``) every change is loaded, then encoded."""
 
 from __future__ import annotations
 
@@ -36,13 +36,13 @@ RELID = 16400
 COMMIT = 0x5000_0000
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
-def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+@pytest.fixture(autouse=True)
+def implementation(monkeypatch: pytest.MonkeyPatch) -> str:
     # scripts/bootstrap installs a C compiler and builds the module: its absence is a failure
-    assert request.param == "python" or transcode._compiled is not None, \
+    assert transcode._compiled is not None, \
         "the compiled transcoder is not built: run ./scripts/bootstrap (needs gcc)"
-    monkeypatch.setattr(transcode, "IMPLEMENTATION", request.param)
-    return str(request.param)
+    monkeypatch.setattr(transcode, "IMPLEMENTATION", "c")
+    return "c"
 
 
 def test_compiled_transcoder_is_built() -> None:
@@ -255,6 +255,25 @@ def test_postgresql_shaped_rows_take_the_fast_path(shape: str) -> None:
         assert row["ts"].local_timestamp_value.nanos == 1000
         assert row["amount"].numeric_value == "12.340" and row["flag"].bool_value is True
         assert row["jb"].json_value == '{"b": 1e-400}'  # as PostgreSQL wrote it: exact
+
+
+@settings(max_examples=50, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_without_the_compiled_encoder_every_change_takes_the_reference_path(
+        data: st.DataObject, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The no-compiler fallback (``PGFEED_IMPL=reference``): no writers, the same events."""
+    columns = data.draw(tables())
+    payload = data.draw(st.lists(messages(columns), min_size=1, max_size=4))
+    dec = decoder(columns)
+    reference = dec.decode(stored(payload))
+    lazy = dec.decode(stored(payload), lazy=True)
+    monkeypatch.setattr(transcode, "IMPLEMENTATION", "reference")
+    assert transcode.json_writers(lazy.changes[0].plan) == {}  # type: ignore[attr-defined]
+    assert transcode.proto_writers(lazy.changes[0].plan) == {}  # type: ignore[attr-defined]
+    assert change_events(lazy) == [dumps(change_to_dict(c, reference)) for c in reference.changes]
+    assert _parsed(transaction_frames(lazy)) == _parsed(
+        transaction_frames(reference, kinds=json_columns(dec.catalog)))
 
 
 def _unix(at: datetime) -> int:
