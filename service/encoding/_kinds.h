@@ -2,6 +2,6 @@
  * do not edit. transcode.py passes each column's kind as one byte of this enum. */
 #ifndef PGFEED_KINDS_H
 #define PGFEED_KINDS_H
-enum { K_TEXT, K_BOOL, K_BYTEA, K_INT, K_JSON, K_FLOAT, K_NUMERIC, K_DATE, K_TIME, K_TIMESTAMP, K_TIMESTAMPTZ, K_COUNT };
-static const char *const KIND_NAMES[K_COUNT] = {"text", "bool", "bytea", "int", "json", "float", "numeric", "date", "time", "timestamp", "timestamptz"};
+enum { K_TEXT, K_BOOL, K_BYTEA, K_INT, K_JSON, K_FLOAT, K_NUMERIC, K_DATE, K_TIME, K_TIMESTAMP, K_TIMESTAMPTZ, K_MONEY, K_COUNT };
+static const char *const KIND_NAMES[K_COUNT] = {"text", "bool", "bytea", "int", "json", "float", "numeric", "date", "time", "timestamp", "timestamptz", "money"};
 #endif

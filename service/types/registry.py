@@ -23,6 +23,7 @@ from service.types import (
     integer,
     interval,
     json,
+    money,
     numeric,
     text,
     uuid,
@@ -44,7 +45,7 @@ __all__ = [
 
 FAMILIES: tuple[TypeFamily, ...] = (
     text.FAMILY, boolean.FAMILY, bytea.FAMILY, integer.FAMILY, json.FAMILY, floating.FAMILY,
-    numeric.FAMILY, datetime.FAMILY, interval.FAMILY, uuid.FAMILY, array.FAMILY,
+    numeric.FAMILY, datetime.FAMILY, interval.FAMILY, uuid.FAMILY, array.FAMILY, money.FAMILY,
 )
 
 _BY_OID: dict[int, tuple[TypeFamily, PgType]] = {

@@ -16,7 +16,7 @@ FORBIDDEN = ("psycopg", "asyncio", "sqlite3", "grpc", "fastapi", "socket", "thre
 # the type registry's modules that declare loaders, and only those, may import psycopg. The
 # other forbidden modules stay forbidden there too.
 PSYCOPG_ALLOWED = {"service/assembler/values.py", *(f"service/types/{name}.py" for name in (
-    "family", "registry", "floating", "json", "interval", "datetime"))}
+    "family", "registry", "floating", "json", "interval", "datetime", "money"))}
 FIRST_PARTY = ("service", "clients")
 
 

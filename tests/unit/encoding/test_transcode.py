@@ -79,6 +79,12 @@ _json = st.recursive(st.none() | st.booleans() | st.integers(-10**20, 10**20) | 
                      lambda inner: st.lists(inner, max_size=3)
                      | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
 _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
+def _money(cents: int) -> str:
+    """money as PostgreSQL prints it with lc_monetary C: -$1,234.56."""
+    sign, cents = ("-" if cents < 0 else ""), abs(cents)
+    return f"{sign}${cents // 100:,}.{cents % 100:02d}"
+
+
 _datetimes = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31))
 
 # type OID -> values as PostgreSQL's output function writes them
@@ -105,6 +111,7 @@ VALUES: dict[int, st.SearchStrategy[str]] = {
     | st.sampled_from(["infinity", "-infinity", "0044-03-15 12:00:00 BC", "10000-01-01 00:00:00"]),
     1184: _datetimes.map(lambda d: f"{_date(d)} {_time(d.time())}+00")
     | st.sampled_from(["infinity", "0044-03-15 12:00:00+00 BC", "10000-01-01 00:00:00+00"]),
+    790: st.integers(-2**63, 2**63 - 1).map(_money) | st.sampled_from(["1.000,00 €", "$1000.00"]),
     1186: st.sampled_from(["1 day 02:00:00", "-00:00:01", "1 year"]),  # interval: not fast
     1009: st.sampled_from(["{a,b}", "{}", "{NULL,\"x y\"}"]),  # text[]: not fast
 }
@@ -216,11 +223,11 @@ ALL_FAST = [("id", 20, True), ("small", 21, False), ("n", 23, False), ("flag", 1
             ("f8", 701, False), ("f4", 700, False), ("amount", 1700, False), ("name", 25, False),
             ("v", 1043, False), ("u", 2950, False), ("j", 114, False), ("jb", 3802, False),
             ("raw", 17, False), ("d", 1082, False), ("t", 1083, False), ("ts", 1114, False),
-            ("tstz", 1184, False)]
+            ("tstz", 1184, False), ("cash", 790, False)]
 ROW = ["9000000000", "-7", "0", "t", "1e+100", "-0", "12.340", 'say "hi"\n', "héllo",
        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", '{"a": [1, 2.50, null]}', '{"b": 1e-400}',
        "\\x00ff10", "0099-01-02", "12:00:00.5", "2026-11-22 10:00:00.000001",
-       "2026-11-22 10:00:00+00"]
+       "2026-11-22 10:00:00+00", "-$1,234,567.89"]
 
 
 @pytest.mark.parametrize("shape", ["I", "UN", "UK", "UO", "DK", "DO"])
@@ -247,6 +254,7 @@ def test_postgresql_shaped_rows_take_the_fast_path(shape: str) -> None:
         assert row["tstz"] == "2026-11-22T10:00:00+00:00" and row["ts"] == "2026-11-22T10:00:00.000001"
         assert row["amount"] == "12.340" and row["raw"] == "AP8Q" and row["j"] == {"a": [1, 2.5, None]}
         assert row["t"] == "12:00:00.500000" and row["f4"] == 0.0 and row["id"] == 9_000_000_000
+        assert row["cash"] == "-1234567.89"
     parsed = feed_pb2.Change.FromString(proto_change(change))
     assert parsed.key["id"].int_value == 9_000_000_000
     if shape != "DK":
@@ -255,6 +263,7 @@ def test_postgresql_shaped_rows_take_the_fast_path(shape: str) -> None:
         assert row["ts"].local_timestamp_value.nanos == 1000
         assert row["amount"].numeric_value == "12.340" and row["flag"].bool_value is True
         assert row["jb"].json_value == '{"b": 1e-400}'  # as PostgreSQL wrote it: exact
+        assert row["cash"].numeric_value == "-1234567.89"
 
 
 @settings(max_examples=50, deadline=None,

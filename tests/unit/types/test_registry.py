@@ -59,6 +59,7 @@ def test_every_family_declares_real_types_fields_and_columns() -> None:
     (1266, "datetime", 1266, None, "time_value"),
     (1186, "interval", 1186, None, "interval_value"),
     (2950, "uuid", TEXT_OID, "text", "string_value"),
+    (790, "money", 790, "money", "numeric_value"),
     (1007, "array", 1007, None, "list_value"),  # int4[]: element by element
     (1041, "array", TEXT_ARRAY_OID, None, "list_value"),  # inet[]: text elements
     (1020, "text", TEXT_OID, "text", "string_value"),  # box[]: ";"-delimited, stays text
@@ -68,3 +69,32 @@ def test_lookups_by_oid(oid: int, family: str, loads_as: int, kind: str | None, 
     assert loader_oid(oid) == loads_as
     assert fast_kind(oid) == kind
     assert type_of(oid).proto == proto
+
+
+# texts PostgreSQL prints that a kind's shape matches, and texts it must hand to the reference path
+SHAPES: dict[int, tuple[list[str], list[str]]] = {
+    790: (["$0.00", "-$1,234.56", "$999.99", "-$92,233,720,368,547,758.08"],
+          ["1.000,00 €", "$1000.00", "$1,00.00", "$1.5", "USD 1.00", "$,100.00", "-$"]),
+    1700: (["1.5", "-0", "NaN", "-Infinity", "12345678901234567890.000001"], ["1e5", "1.", ".5", "+1"]),
+    16: (["t", "f"], ["true", "x", ""]),
+    20: (["0", "-9223372036854775808"], ["1.0", "x"]),
+    1082: (["2026-01-02", "0001-01-01"], ["infinity", "0044-03-15 BC", "10000-01-01"]),
+    1184: (["2026-01-02 03:04:05.5+00"], ["2026-01-02 03:04:05.50+00", "infinity", "2026-01-02 24:00:00+00"]),
+}
+
+
+@pytest.mark.parametrize("oid", sorted(SHAPES))
+def test_a_compiled_kind_writes_exactly_the_texts_its_shape_matches(oid: int) -> None:
+    """The registry's text shape is the compiled kind's contract: what it matches the C encoder
+    writes, what it does not is handed to the reference path (which keeps it exact)."""
+    from tests.unit.encoding.test_transcode import RELID, decoder, stored, tuple_data
+
+    shape = re.compile(type_of(oid).shape or b".*")
+    dec = decoder([("id", 23, True), ("v", oid, False)])
+    header = b"I" + RELID.to_bytes(4, "big") + b"N"
+    good, bad = SHAPES[oid]
+    for text, written in [(t, True) for t in good] + [(t, False) for t in bad]:
+        assert bool(shape.fullmatch(text.encode())) is written, text
+        (change,) = dec.decode(stored([header + tuple_data(["1", text])]), lazy=True).changes
+        fast = transcode.transcoded(transcode.json_writers(change.plan), change, b"", b"}")
+        assert (fast is not None) is written, text
