@@ -42,6 +42,9 @@ from service.pgoutput.messages import (
     TypeMessage,
     UpdateMessage,
 )
+from service.pgoutput.messages import TUPLE_KEY as _KEY
+from service.pgoutput.messages import TUPLE_NEW as _NEW
+from service.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 
 __all__ = ["DEFAULT_PLACEHOLDER", "Fills", "RawChange", "ToastMode", "TransactionDecoder"]
 
@@ -55,11 +58,6 @@ _OPS = {TAG_INSERT: Op.INSERT, TAG_UPDATE: Op.UPDATE, TAG_DELETE: Op.DELETE,
         TAG_TRUNCATE: Op.TRUNCATE, TAG_MESSAGE: Op.MESSAGE}
 _READ_OPS = {**_OPS, TAG_INSERT: Op.READ}
 _ROW_TAGS = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE})
-_OLD_ROW = ord("O")
-_KEY = ord("K")
-_NEW = ord("N")
-_KIND_TEXT = ord("t")
-_KIND_NULL = ord("n")
 _CHANGE_TAGS = frozenset(_OPS)
 _frame_at = FRAME.unpack_from
 _FRAME_SIZE = FRAME.size

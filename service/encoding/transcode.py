@@ -31,6 +31,7 @@ from service.assembler.changes import RawChange
 from service.assembler.model import Op
 from service.assembler.plan import RelationPlan
 from service.encoding.protowire import ld_field, varint
+from service.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
 from service.types.registry import FAST_KINDS
 
 __all__ = ["IMPLEMENTATION", "json_event", "json_writers", "proto_change", "proto_writers",
@@ -63,7 +64,7 @@ if _compiled is not None and getattr(_compiled, "KIND_NAMES", None) != FAST_KIND
     raise ImportError("service/encoding/_transcode.c knows other kinds than the type registry: "
                       "rebuild it (pip install -e .)")
 
-_INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
+_INSERT, _UPDATE, _DELETE = TAG_INSERT, TAG_UPDATE, TAG_DELETE
 Writers = dict[int, Any]  # message tag -> write(data, lsn, seq, middle, tail) -> bytes
 _NONE: Writers = {}
 # per relation version: its compiled writers, JSON and protobuf (empty: no fast kind for a column)

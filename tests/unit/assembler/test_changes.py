@@ -23,7 +23,7 @@ from service.pgoutput.messages import (
     TypeMessage,
     UpdateMessage,
 )
-from tests.unit.pgoutput.encoder import encode
+from service.pgoutput.encode import encode
 
 U = UNCHANGED_TOAST
 ORDERS = 16384

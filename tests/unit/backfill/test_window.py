@@ -18,7 +18,7 @@ from service.pgoutput.messages import (
     TupleData,
     UpdateMessage,
 )
-from tests.unit.pgoutput.encoder import encode
+from service.pgoutput.encode import encode
 
 REL = 16400
 TABLE = PublishedTable(REL, "public", "t", "d", (("id", 20, -1, True), ("v", 25, -1, False)), (), None)

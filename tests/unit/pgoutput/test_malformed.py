@@ -9,7 +9,7 @@ import pytest
 from service.errors import DecodeError
 from service.pgoutput import decode, message_tag_name
 from service.pgoutput.messages import Message, StreamAbortMessage
-from tests.unit.pgoutput.encoder import encode
+from service.pgoutput.encode import encode
 from tests.unit.pgoutput.samples import SAMPLES
 
 

@@ -1,5 +1,8 @@
-"""Test-only pgoutput encoder: message object -> wire bytes, written from PostgreSQL's
-"Logical Replication Message Formats" page (independently of the decoder, so tests cross-check it).
+"""PURE: pgoutput message objects -> wire bytes, written from PostgreSQL's "Logical Replication
+Message Formats" page (independently of ``decode.py``, so tests cross-check the two).
+
+The one encoder of pgoutput bytes: backfills write their rows as Insert messages
+(``insert_head``), tests and benches build messages with ``encode``.
 """
 
 from __future__ import annotations
@@ -7,6 +10,26 @@ from __future__ import annotations
 import struct
 
 from service.pgoutput.messages import (
+    TAG_BEGIN,
+    TAG_BEGIN_PREPARE,
+    TAG_COMMIT,
+    TAG_COMMIT_PREPARED,
+    TAG_DELETE,
+    TAG_INSERT,
+    TAG_MESSAGE,
+    TAG_ORIGIN,
+    TAG_PREPARE,
+    TAG_RELATION,
+    TAG_ROLLBACK_PREPARED,
+    TAG_STREAM_ABORT,
+    TAG_STREAM_COMMIT,
+    TAG_STREAM_PREPARE,
+    TAG_STREAM_START,
+    TAG_STREAM_STOP,
+    TAG_TRUNCATE,
+    TAG_TYPE,
+    TAG_UPDATE,
+    TUPLE_NEW,
     UNCHANGED_TOAST,
     BeginMessage,
     BeginPrepareMessage,
@@ -27,9 +50,16 @@ from service.pgoutput.messages import (
     StreamStopMessage,
     TruncateMessage,
     TupleData,
+    TupleKind,
     TypeMessage,
     UpdateMessage,
 )
+
+__all__ = ["encode", "insert_head", "tuple_data"]
+
+_NEW = bytes((TUPLE_NEW,))
+_NULL, _TOAST = bytes((TupleKind.NULL,)), bytes((TupleKind.UNCHANGED_TOAST,))
+_TEXT, _BINARY = bytes((TupleKind.TEXT,)), bytes((TupleKind.BINARY,))
 
 
 def int8(v: int) -> bytes:
@@ -61,20 +91,35 @@ def string(s: str) -> bytes:
 
 
 def tuple_data(t: TupleData) -> bytes:
+    """TupleData: column count, then per column its kind byte and, for text and binary, the
+    length and the bytes."""
     out = [int16(len(t.values))]
     for v in t.values:
         if v is None:
-            out.append(b"n")
+            out.append(_NULL)
         elif v is UNCHANGED_TOAST:
-            out.append(b"u")
+            out.append(_TOAST)
         elif isinstance(v, str):
             raw = v.encode()
-            out.append(b"t" + sint32(len(raw)) + raw)
+            out.append(_TEXT + sint32(len(raw)) + raw)
         elif isinstance(v, bytes):
-            out.append(b"b" + sint32(len(v)) + v)
+            out.append(_BINARY + sint32(len(v)) + v)
         else:
             raise TypeError(f"not a TupleData value: {v!r}")
     return b"".join(out)
+
+
+_TAG = {tag: bytes((tag,)) for tag in (
+    TAG_BEGIN, TAG_COMMIT, TAG_ORIGIN, TAG_RELATION, TAG_TYPE, TAG_INSERT, TAG_UPDATE, TAG_DELETE,
+    TAG_TRUNCATE, TAG_MESSAGE, TAG_STREAM_START, TAG_STREAM_STOP, TAG_STREAM_COMMIT,
+    TAG_STREAM_ABORT, TAG_BEGIN_PREPARE, TAG_PREPARE, TAG_COMMIT_PREPARED, TAG_ROLLBACK_PREPARED,
+    TAG_STREAM_PREPARE)}
+
+
+def insert_head(relation_id: int, columns: int) -> bytes:
+    """The bytes of an Insert message before its columns: tag, relation, new-tuple marker and
+    column count (each column then follows as in ``tuple_data``)."""
+    return _TAG[TAG_INSERT] + int32(relation_id) + _NEW + int16(columns)
 
 
 def _xid(xid: int | None, in_stream: bool) -> bytes:
@@ -91,65 +136,65 @@ def encode(m: Message, *, in_stream: bool = False) -> bytes:
     """The wire bytes of ``m``; ``in_stream`` puts the streamed xid on R/Y/I/U/D/T/M (v2+)."""
     match m:
         case BeginMessage():
-            return b"B" + lsn(m.final_lsn) + ts(m.commit_ts) + int32(m.xid)
+            return _TAG[TAG_BEGIN] + lsn(m.final_lsn) + ts(m.commit_ts) + int32(m.xid)
         case CommitMessage():
-            return b"C" + int8(m.flags) + lsn(m.commit_lsn) + lsn(m.end_lsn) + ts(m.commit_ts)
+            return _TAG[TAG_COMMIT] + int8(m.flags) + lsn(m.commit_lsn) + lsn(m.end_lsn) + ts(m.commit_ts)
         case OriginMessage():
-            return b"O" + lsn(m.commit_lsn) + string(m.name)
+            return _TAG[TAG_ORIGIN] + lsn(m.commit_lsn) + string(m.name)
         case RelationMessage():
             cols = b"".join(int8(c.flags) + string(c.name) + int32(c.type_oid)
                             + sint32(c.type_modifier) for c in m.columns)
-            return (b"R" + _xid(m.xid, in_stream) + int32(m.relation_id) + string(m.namespace)
+            return (_TAG[TAG_RELATION] + _xid(m.xid, in_stream) + int32(m.relation_id) + string(m.namespace)
                     + string(m.relation_name) + int8(m.replica_identity)
                     + int16(len(m.columns)) + cols)
         case TypeMessage():
-            return (b"Y" + _xid(m.xid, in_stream) + int32(m.type_oid) + string(m.namespace)
+            return (_TAG[TAG_TYPE] + _xid(m.xid, in_stream) + int32(m.type_oid) + string(m.namespace)
                     + string(m.name))
         case InsertMessage():
-            return (b"I" + _xid(m.xid, in_stream) + int32(m.relation_id) + b"N"
+            return (_TAG[TAG_INSERT] + _xid(m.xid, in_stream) + int32(m.relation_id) + _NEW
                     + tuple_data(m.new_tuple))
         case UpdateMessage():
             old = b""
             if m.old_kind is not None:
                 assert m.old_tuple is not None
                 old = int8(m.old_kind) + tuple_data(m.old_tuple)
-            return (b"U" + _xid(m.xid, in_stream) + int32(m.relation_id) + old + b"N"
+            return (_TAG[TAG_UPDATE] + _xid(m.xid, in_stream) + int32(m.relation_id) + old + _NEW
                     + tuple_data(m.new_tuple))
         case DeleteMessage():
-            return (b"D" + _xid(m.xid, in_stream) + int32(m.relation_id) + int8(m.old_kind)
+            return (_TAG[TAG_DELETE] + _xid(m.xid, in_stream) + int32(m.relation_id) + int8(m.old_kind)
                     + tuple_data(m.old_tuple))
         case TruncateMessage():
-            return (b"T" + _xid(m.xid, in_stream) + sint32(len(m.relation_ids)) + int8(m.options)
+            return (_TAG[TAG_TRUNCATE] + _xid(m.xid, in_stream) + sint32(len(m.relation_ids)) + int8(m.options)
                     + b"".join(int32(r) for r in m.relation_ids))
         case LogicalMessage():
-            return (b"M" + _xid(m.xid, in_stream) + int8(m.flags) + lsn(m.lsn) + string(m.prefix)
+            return (_TAG[TAG_MESSAGE] + _xid(m.xid, in_stream) + int8(m.flags) + lsn(m.lsn) + string(m.prefix)
                     + sint32(len(m.content)) + m.content)
         case StreamStartMessage():
-            return b"S" + int32(m.xid) + int8(1 if m.first_segment else 0)
+            return _TAG[TAG_STREAM_START] + int32(m.xid) + int8(1 if m.first_segment else 0)
         case StreamStopMessage():
-            return b"E"
+            return _TAG[TAG_STREAM_STOP]
         case StreamCommitMessage():
-            return (b"c" + int32(m.xid) + int8(m.flags) + lsn(m.commit_lsn) + lsn(m.end_lsn)
+            return (_TAG[TAG_STREAM_COMMIT] + int32(m.xid) + int8(m.flags) + lsn(m.commit_lsn) + lsn(m.end_lsn)
                     + ts(m.commit_ts))
         case StreamAbortMessage():
-            out = b"A" + int32(m.xid) + int32(m.subxid)
+            out = _TAG[TAG_STREAM_ABORT] + int32(m.xid) + int32(m.subxid)
             if m.abort_lsn is not None or m.abort_ts is not None:  # streaming = parallel (v4)
                 assert m.abort_lsn is not None and m.abort_ts is not None
                 out += lsn(m.abort_lsn) + ts(m.abort_ts)
             return out
         case BeginPrepareMessage():
-            return (b"b" + lsn(m.prepare_lsn) + lsn(m.end_lsn) + ts(m.prepare_ts) + int32(m.xid)
+            return (_TAG[TAG_BEGIN_PREPARE] + lsn(m.prepare_lsn) + lsn(m.end_lsn) + ts(m.prepare_ts) + int32(m.xid)
                     + string(m.gid))
         case PrepareMessage():
-            return (b"P" + int8(m.flags) + lsn(m.prepare_lsn) + lsn(m.end_lsn) + ts(m.prepare_ts)
+            return (_TAG[TAG_PREPARE] + int8(m.flags) + lsn(m.prepare_lsn) + lsn(m.end_lsn) + ts(m.prepare_ts)
                     + int32(m.xid) + string(m.gid))
         case CommitPreparedMessage():
-            return (b"K" + int8(m.flags) + lsn(m.commit_lsn) + lsn(m.end_lsn) + ts(m.commit_ts)
+            return (_TAG[TAG_COMMIT_PREPARED] + int8(m.flags) + lsn(m.commit_lsn) + lsn(m.end_lsn) + ts(m.commit_ts)
                     + int32(m.xid) + string(m.gid))
         case RollbackPreparedMessage():
-            return (b"r" + int8(m.flags) + lsn(m.prepare_end_lsn) + lsn(m.rollback_end_lsn)
+            return (_TAG[TAG_ROLLBACK_PREPARED] + int8(m.flags) + lsn(m.prepare_end_lsn) + lsn(m.rollback_end_lsn)
                     + ts(m.prepare_ts) + ts(m.rollback_ts) + int32(m.xid) + string(m.gid))
         case StreamPrepareMessage():
-            return (b"p" + int8(m.flags) + lsn(m.prepare_lsn) + lsn(m.end_lsn) + ts(m.prepare_ts)
+            return (_TAG[TAG_STREAM_PREPARE] + int8(m.flags) + lsn(m.prepare_lsn) + lsn(m.end_lsn) + ts(m.prepare_ts)
                     + int32(m.xid) + string(m.gid))
     raise TypeError(f"not a pgoutput message: {m!r}")
