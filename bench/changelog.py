@@ -27,7 +27,8 @@ sys.path.insert(0, str(BENCH))
 from _results import write_section
 
 from clients._cursor import EARLIEST, Cursor
-from service.assembler.model import FRAME, StoredTransaction
+from service.assembler.framing import FRAME
+from service.assembler.model import StoredTransaction
 from service.changelog.sqlite import SqliteChangeLog
 from service.pgoutput.encode import encode
 from service.pgoutput.messages import InsertMessage, TupleData

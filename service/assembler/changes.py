@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from clients._cursor import format_lsn
+from service.assembler.framing import FRAME
 from service.assembler.model import (
     BACKFILL_ORIGIN,
-    FRAME,
     Change,
     Op,
     StoredTransaction,

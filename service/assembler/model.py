@@ -6,18 +6,16 @@ decoding; decoding happens on read (see ``assembler.changes``). Field names foll
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from service.assembler.framing import FRAME, chunk_bounds
+
 if TYPE_CHECKING:
     from service.assembler.spill import SpilledPayload
-
-# One framed message inside StoredTransaction.payload: WAL position (XLogData dataStart), length.
-FRAME = struct.Struct(">QI")
 
 # In memory, or (a transaction that outgrew the assembler's memory) read back from the spill store.
 Payload: TypeAlias = "bytes | bytearray | SpilledPayload"
@@ -115,36 +113,6 @@ def end_position(end_lsn: int) -> int:
     other unit's, and it sorts after every commit before the record and before the next one.
     """
     return end_lsn - 1
-
-
-def frame(lsn: int, message: bytes | memoryview) -> bytes:
-    return FRAME.pack(lsn, len(message)) + bytes(message)
-
-
-def chunk_bounds(payload: memoryview, limit: int) -> list[int]:
-    """Offsets cutting a framed payload into pieces of at most ``limit`` bytes, on frame boundaries
-    where a frame allows it: ``[0, ..., len(payload)]`` (``[0]`` for an empty payload)."""
-    size = len(payload)
-    if size <= limit:
-        return [0, size] if size else [0]
-    bounds = [0]
-    start = pos = 0
-    header, unpack = FRAME.size, FRAME.unpack_from
-    while size - start > limit:
-        if size - pos >= header:
-            nxt = min(pos + header + unpack(payload, pos)[1], size)
-        else:
-            nxt = size  # not a frame: keep the tail bytes as they are
-        if nxt - start > limit:
-            if pos > start:
-                bounds.append(pos)
-                start = pos
-            while nxt - start > limit:  # one frame larger than a chunk
-                start += limit
-                bounds.append(start)
-        pos = nxt
-    bounds.append(size)
-    return bounds
 
 
 def payload_pieces(payload: Payload, limit: int) -> Iterator[bytes | memoryview]:

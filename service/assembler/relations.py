@@ -18,7 +18,7 @@ from clients.pgtypes import (
     TEXT_OID,
     builtin_oid,
 )
-from service.assembler.model import FRAME
+from service.assembler.framing import FRAME
 from service.errors import SchemaError
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import RelationMessage, TypeMessage

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from functools import partial
 from itertools import chain
 
-from service.assembler.model import FRAME, Payload, StoredTransaction, end_position
+from service.assembler.framing import FRAME
+from service.assembler.model import Payload, StoredTransaction, end_position
 from service.assembler.spill import SpilledPayload, SpillStore
 from service.errors import AssemblyError
 from service.pgoutput.decode import decode, message_tag_name

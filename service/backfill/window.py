@@ -28,7 +28,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from service.assembler.model import BACKFILL_ORIGIN, FRAME, BackfillProgress, StoredTransaction
+from service.assembler.framing import FRAME
+from service.assembler.model import BACKFILL_ORIGIN, BackfillProgress, StoredTransaction
 from service.assembler.spill import SpilledPayload
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import (

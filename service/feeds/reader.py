@@ -15,9 +15,9 @@ from typing import Literal
 
 from clients._cursor import EARLIEST, Cursor, format_lsn
 from service.assembler.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
+from service.assembler.framing import FRAME
 from service.assembler.model import (
     BACKFILL_ORIGIN,
-    FRAME,
     Op,
     StoredTransaction,
     Transaction,

@@ -7,9 +7,11 @@ from decimal import Decimal
 import pytest
 
 from service.assembler.changes import TransactionDecoder
-from service.assembler.model import Op, StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import Op, StoredTransaction
 from service.assembler.relations import RelationCatalog
 from service.errors import PgfeedError, SchemaError
+from service.pgoutput.encode import encode
 from service.pgoutput.messages import (
     UNCHANGED_TOAST,
     DeleteMessage,
@@ -23,7 +25,6 @@ from service.pgoutput.messages import (
     TypeMessage,
     UpdateMessage,
 )
-from service.pgoutput.encode import encode
 
 U = UNCHANGED_TOAST
 ORDERS = 16384

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import struct
 
-from service.assembler.model import FRAME, BackfillProgress, StoredTransaction
+from service.assembler.framing import FRAME
+from service.assembler.model import BackfillProgress, StoredTransaction
 from service.assembler.spill import SpilledPayload
 from service.backfill.schema import PublishedTable, relation_message
 from service.backfill.window import Chunk, Entry, WindowTracker, precedes, tuple_key
+from service.pgoutput.encode import encode
 from service.pgoutput.messages import (
     DeleteMessage,
     InsertMessage,
@@ -18,7 +20,6 @@ from service.pgoutput.messages import (
     TupleData,
     UpdateMessage,
 )
-from service.pgoutput.encode import encode
 
 REL = 16400
 TABLE = PublishedTable(REL, "public", "t", "d", (("id", 20, -1, True), ("v", 25, -1, False)), (), None)

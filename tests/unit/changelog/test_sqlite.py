@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clients._cursor import EARLIEST, Cursor
-from service.assembler.model import FRAME, StoredTransaction, chunk_bounds, frame
+from service.assembler.framing import FRAME, chunk_bounds, frame
+from service.assembler.model import StoredTransaction
 from service.assembler.transactions import TransactionAssembler
 from service.changelog import ChangeLogError, open_changelog
 from service.changelog.base import ConsumerState, LogStats

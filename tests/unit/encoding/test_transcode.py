@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from pgfeed.v1 import feed_pb2
 
 from service.assembler.changes import RawChange, TransactionDecoder
-from service.assembler.model import Op, StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import Op, StoredTransaction
 from service.assembler.relations import RelationCatalog
 from service.encoding import transcode
 from service.encoding.protowire import varint

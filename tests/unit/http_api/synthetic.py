@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from service.assembler.model import StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import StoredTransaction
 from service.changelog.base import ChangeLog
 from service.pgoutput.encode import encode
 from service.pgoutput.encode import tuple_data as encode_tuple
