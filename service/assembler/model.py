@@ -1,7 +1,7 @@
 """Domain model: committed transactions as stored (wire-form changes) and as served (decoded Changes).
 
 Stored form keeps each change as the pgoutput message it arrived as, so capture does no per-row
-decoding; decoding happens on read (see ``assembler.changes``). Field names follow the contract.
+decoding; decoding happens on read (see ``decoding.changes``). Field names follow the contract.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def payload_pieces(payload: Payload, limit: int) -> Iterator[bytes | memoryview]
 class Change:
     """One decoded change, shaped like the contract's change event.
 
-    Row values are Python values (see ``assembler.values``); columns whose value was an unchanged
+    Row values are Python values (see ``decoding.values``); columns whose value was an unchanged
     TOAST datum are listed in ``unchanged_toast`` and handled per the feed's ``toast`` option.
     """
 

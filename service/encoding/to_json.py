@@ -1,6 +1,6 @@
 """Change and Transaction -> the contract's JSON (orjson): exact numerics, base64 bytes, ISO 8601 times.
 
-Values come from ``assembler.values``; what orjson cannot write natively goes through ``_default``.
+Values come from ``decoding.values``; what orjson cannot write natively goes through ``_default``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import orjson
 
 from clients._cursor import format_lsn
 from clients._json import MAX_EMBEDDED_DEPTH
-from service.assembler.changes import RawChange
 from service.assembler.model import Change, Op, Transaction
+from service.decoding.changes import RawChange
 from service.encoding.transcode import json_writers, transcoded
 from service.pgoutput.messages import PG_EPOCH
 from service.types.registry import json_writers as value_writers

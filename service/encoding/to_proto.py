@@ -17,10 +17,10 @@ from decimal import Decimal
 from typing import Any
 
 from clients._cursor import Cursor, format_lsn
-from service.assembler.changes import RawChange
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
 from service.codegen import define
+from service.decoding.changes import RawChange
 from service.encoding.protowire import HEADS as _HEADS
 from service.encoding.protowire import SMALL as _SMALL
 from service.encoding.protowire import VALUE, ld_field, text_field, varint

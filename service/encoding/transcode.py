@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 
-from service.assembler.changes import RawChange
 from service.assembler.model import Op
-from service.assembler.plan import RelationPlan
+from service.decoding.changes import RawChange
+from service.decoding.plan import RelationPlan
 from service.encoding.protowire import ld_field, varint
 from service.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
 from service.types.registry import FAST_KINDS

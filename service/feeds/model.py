@@ -6,7 +6,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from service.assembler.changes import ToastMode
+from service.decoding.changes import ToastMode
 
 FeedState = Literal["starting", "snapshotting", "running", "paused", "failed"]
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients._cursor import CURSOR_PATTERN
-from service.assembler.changes import ToastMode
+from service.decoding.changes import ToastMode
 from service.feeds.model import ADOPTED_TABLES, NAME_RE
 
 # -- errors ---------------------------------------------------------------------------------------

@@ -61,8 +61,8 @@ def read(tracker: WindowTracker, token: str, ids: tuple[int, ...], xip: tuple[in
 
 
 def stored_ids(unit: StoredTransaction) -> list[int]:
-    from service.assembler.changes import TransactionDecoder
     from service.assembler.relations import RelationCatalog
+    from service.decoding.changes import TransactionDecoder
     txn_ = TransactionDecoder(RelationCatalog()).decode(unit)
     assert all(c.op == "read" for c in txn_.changes) and txn_.origin == "pgfeed.backfill"
     assert txn_.backfill == "bf_1"

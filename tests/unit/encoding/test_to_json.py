@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import load_value
+from service.decoding.values import load_value
 from service.encoding.to_json import (
     MAX_EMBEDDED_DEPTH,
     change_to_dict,

@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgfeed.v1 import feed_pb2
 
-from service.assembler.changes import RawChange, TransactionDecoder
 from service.assembler.framing import frame
 from service.assembler.model import Op, StoredTransaction
 from service.assembler.relations import RelationCatalog
+from service.decoding.changes import RawChange, TransactionDecoder
 from service.encoding import transcode
 from service.encoding.protowire import varint
 from service.encoding.to_json import change_events, change_to_dict, dumps

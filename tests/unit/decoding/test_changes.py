@@ -6,10 +6,10 @@ from decimal import Decimal
 
 import pytest
 
-from service.assembler.changes import TransactionDecoder
 from service.assembler.framing import frame
 from service.assembler.model import Op, StoredTransaction
 from service.assembler.relations import RelationCatalog
+from service.decoding.changes import TransactionDecoder
 from service.errors import PgfeedError, SchemaError
 from service.pgoutput.encode import encode
 from service.pgoutput.messages import (
@@ -380,8 +380,8 @@ TYPED_ROWS = [
 
 @pytest.mark.parametrize("values", TYPED_ROWS)
 def test_fast_and_reference_paths_agree(values: tuple[str | None, ...]) -> None:
-    from service.assembler.changes import _fast_rows, _slow_rows
-    from service.assembler.plan import RelationPlan
+    from service.decoding.changes import _fast_rows, _slow_rows
+    from service.decoding.plan import RelationPlan
     from service.pgoutput.decode import decode
 
     plan = RelationPlan.of(catalog((0x10, TYPED)).at(ORDERS, 0x11))

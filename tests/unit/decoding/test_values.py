@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from service.assembler.relations import TypeName, resolve_value_oid
-from service.assembler.values import load_value, row_loader
+from service.decoding.values import load_value, row_loader
 from service.pgoutput.messages import UNCHANGED_TOAST
 from service.types.array import parse_array
 from service.types.datetime import TimeTz

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.assembler.relations import RelationSchema
-from service.assembler.values import RowLoader, row_loader, sequence_loader
 from service.codegen import define
+from service.decoding.values import RowLoader, row_loader, sequence_loader
 from service.types.registry import fast_kind, json_kind
 
 __all__ = ["KeyOf", "RelationPlan", "WireRow"]

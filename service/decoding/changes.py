@@ -20,9 +20,9 @@ from service.assembler.model import (
     Transaction,
     backfill_id_of,
 )
-from service.assembler.plan import RelationPlan, WireRow
 from service.assembler.relations import RelationCatalog, RelationSchema, TypeName
-from service.assembler.values import RowLoader
+from service.decoding.plan import RelationPlan, WireRow
+from service.decoding.values import RowLoader
 from service.errors import SchemaError
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import (
