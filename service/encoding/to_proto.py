@@ -21,18 +21,18 @@ from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
 from service.codegen import define
 from service.decoding.changes import RawChange
-from service.encoding.protowire import HEADS as _HEADS
-from service.encoding.protowire import SMALL as _SMALL
-from service.encoding.protowire import VALUE, ld_field, text_field, varint
-from service.encoding.protowire import VC as _VC
-from service.encoding.protowire import MapColumn as _Column
-from service.encoding.protowire import V as _V
-from service.encoding.protowire import map_column as _column
-from service.encoding.protowire import timestamp_field as _timestamp
 from service.encoding.to_json import dumps as json_dumps
 from service.encoding.transcode import proto_writers as change_writers
 from service.encoding.transcode import transcoded
 from service.pgoutput.messages import PG_EPOCH_UNIX
+from service.protowire import HEADS as _HEADS
+from service.protowire import SMALL as _SMALL
+from service.protowire import VALUE, ld_field, text_field, varint
+from service.protowire import VC as _VC
+from service.protowire import MapColumn as _Column
+from service.protowire import V as _V
+from service.protowire import map_column as _column
+from service.protowire import timestamp_field as _timestamp
 from service.types.interval import Interval
 from service.types.json import JsonText, proto_json
 from service.types.registry import json_kind, proto_writers

@@ -30,8 +30,8 @@ import orjson
 from service.assembler.model import Op
 from service.decoding.changes import RawChange
 from service.decoding.plan import RelationPlan
-from service.encoding.protowire import ld_field, varint
 from service.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
+from service.protowire import ld_field, varint
 from service.types.registry import FAST_KINDS
 
 __all__ = ["IMPLEMENTATION", "json_event", "json_writers", "proto_change", "proto_writers",

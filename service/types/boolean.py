@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.encoding.protowire import VALUE
+from service.protowire import VALUE
 from service.types.family import PgType, TypeFamily
 
 _TRUE, _FALSE = VALUE["bool_value"] + b"\x01", VALUE["bool_value"] + b"\x00"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from service.encoding.protowire import VALUE, ld_field
+from service.protowire import VALUE, ld_field
 from service.types.family import PgType, TypeFamily
 
 _BYTES = VALUE["bytes_value"]

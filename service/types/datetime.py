@@ -13,7 +13,7 @@ from psycopg import adapt, postgres
 from psycopg.abc import AdaptContext
 from psycopg.pq import Format
 
-from service.encoding.protowire import VALUE, text_field, timestamp_field
+from service.protowire import VALUE, text_field, timestamp_field
 from service.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "TimeTz"]

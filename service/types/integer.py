@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.encoding.protowire import SMALL, VALUE, V, text_field, varint
+from service.protowire import SMALL, VALUE, V, text_field, varint
 from service.types.family import PgType, TypeFamily
 
 _INT, _NUMERIC = VALUE["int_value"], VALUE["numeric_value"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from psycopg import adapt
 
-from service.encoding.protowire import VALUE, text_field
+from service.protowire import VALUE, text_field
 from service.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "Interval", "parse_interval"]

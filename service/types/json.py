@@ -11,7 +11,7 @@ import orjson
 from psycopg import adapt
 
 from clients._json import embeddable
-from service.encoding.protowire import VALUE, ld_field
+from service.protowire import VALUE, ld_field
 from service.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "JsonText", "json_document"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from service.encoding.protowire import VALUE, text_field
+from service.protowire import VALUE, text_field
 from service.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "plain"]

@@ -5,7 +5,7 @@ string_value, Arrow/Spark string. The registry's default (``registry.rule``)."""
 from __future__ import annotations
 
 from clients.pgtypes import TEXT_OID
-from service.encoding.protowire import VALUE, text_field
+from service.protowire import VALUE, text_field
 from service.types.family import PgType, TypeFamily
 
 _STRING = VALUE["string_value"]

@@ -27,10 +27,10 @@ from service.assembler.model import Op, StoredTransaction
 from service.assembler.relations import RelationCatalog
 from service.decoding.changes import RawChange, TransactionDecoder
 from service.encoding import transcode
-from service.encoding.protowire import varint
 from service.encoding.to_json import change_events, change_to_dict, dumps
 from service.encoding.to_proto import change_bytes, json_columns, transaction_frames
 from service.encoding.transcode import json_event, proto_change
+from service.protowire import varint
 from tests.unit.encoding.jsondocs import documents, jsonb_text
 
 RELID = 16400

@@ -11,7 +11,7 @@ from pgfeed.v1 import feed_pb2
 
 from clients.pgtypes import BUILTIN_TYPES, COLUMN_KINDS, TEXT_ARRAY_OID, TEXT_OID
 from service.encoding import _transcode, transcode
-from service.encoding.protowire import VALUE
+from service.protowire import VALUE
 from service.types import kinds_header
 from service.types.registry import FAMILIES, FAST_KINDS, family_of, fast_kind, loader_oid, type_of
 

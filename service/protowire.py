@@ -1,4 +1,5 @@
-"""Protobuf wire primitives shared by the encoders (``to_proto``, ``transcode``): varints,
+"""Protobuf wire primitives shared by the type registry's writers (``service/types``) and the
+encoders (``encoding/to_proto``, ``encoding/transcode``): varints,
 google.protobuf.Timestamp fields and precomputed ``map<string, Value>`` entry heads."""
 
 from __future__ import annotations
