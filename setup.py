@@ -7,6 +7,8 @@ from setuptools import Extension, setup
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
           "-Wno-missing-field-initializers"]
 
-setup(ext_modules=[Extension(name, [source], extra_compile_args=_FLAGS, optional=True)
-                   for name, source in (("service.encoding._transcode", "service/encoding/_transcode.c"),
-                                        ("service.backfill._rows", "service/backfill/_rows.c"))])
+setup(ext_modules=[Extension(name, [source], depends=depends, extra_compile_args=_FLAGS, optional=True)
+                   for name, source, depends in (
+                       ("service.encoding._transcode", "service/encoding/_transcode.c",
+                        ["service/encoding/_kinds.h"]),  # generated: service/types/kinds_header.py
+                       ("service.backfill._rows", "service/backfill/_rows.c", []))])

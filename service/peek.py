@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 
 from clients._cursor import format_lsn
-from service.assembler.changes import TransactionDecoder
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
 from service.assembler.transactions import TransactionAssembler
+from service.decoding.changes import TransactionDecoder
 from service.dsn import mask_dsn, scrub
 from service.encoding.to_json import change_to_dict, dumps
 from service.errors import PgfeedError, SourceError

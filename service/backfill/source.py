@@ -15,7 +15,6 @@ import itertools
 import json
 import re
 import select
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,14 +26,12 @@ from service.backfill.rows import copy_text_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
 from service.backfill.window import Entry
 from service.errors import BackfillError
+from service.pgoutput.encode import insert_head
 from service.replication.connect import conninfo
 
 WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
 _INT_TYPES = frozenset({20, 21, 23})
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
 
 _TABLE = """
 SELECT c.oid, c.relreplident, c.relkind, c.reltuples::bigint
@@ -302,7 +299,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
                                  {"oid": plan.oid, "pub": publication, "schema": schema,
                                   "name": name}).fetchone()
             digest = again[0] if again else None
-        header = b"I" + _U32.pack(plan.oid) + b"N" + _I16.pack(len(plan.columns))
+        header = insert_head(plan.oid, len(plan.columns))
         positions = plan.key_index
         entries: list[Entry] = []
         copy_out(conn, _chunk_query(plan, after, upper, limit),
