@@ -7,6 +7,10 @@ from setuptools import Extension, setup
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
           "-Wno-missing-field-initializers"]
 
-setup(ext_modules=[Extension(name, [source], extra_compile_args=_FLAGS, optional=True)
+# _transcode.c includes _transcode_arrow.c (typed Arrow rows share its text parsers)
+_DEPENDS = {"service/encoding/_transcode.c": ["service/encoding/_transcode_arrow.c"]}
+
+setup(ext_modules=[Extension(name, [source], extra_compile_args=_FLAGS, optional=True,
+                             depends=_DEPENDS.get(source, []))
                    for name, source in (("service.encoding._transcode", "service/encoding/_transcode.c"),
                                         ("service.backfill._rows", "service/backfill/_rows.c"))])
