@@ -324,7 +324,9 @@ class TransactionDecoder:
         plans: dict[int, _Plan] = {}  # relation_id -> plan in force at this point of the payload
         if sink is not None and not isinstance(payload, (bytes, bytearray)):
             sink = None  # a spilled payload: read in pieces, not one buffer
-        sink_flags = 0 if sink is None else sink.flags(backfill is not None, self.toast == "omit", ops)
+        # typed rows show unchanged TOAST as null unless filled (toast=reselect: the reference's)
+        sink_flags = 0 if sink is None else sink.flags(backfill is not None,
+                                                      self.toast != "reselect", ops)
         resume_key = (commit_lsn, end, first_seq)
         resume = self._resume.get(resume_key) if first_seq else None
         if resume is not None:  # the next page of a transaction read page by page

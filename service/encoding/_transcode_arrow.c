@@ -271,7 +271,7 @@ static int arrow_value(Column *c, Py_ssize_t row, int kind, Col v) {
 enum { M_OP, M_LSN, M_SEQ, M_COMMIT_LSN, M_COMMIT_TS, M_XID, M_TOAST_NAME, M_KEY_VALID, M_COUNT };
 
 #define F_READ 1       /* a backfill chunk: its inserts are rows read, op "read" */
-#define F_ALLOW_U 2    /* toast=omit: unchanged TOAST values are null and listed */
+#define F_ALLOW_U 2    /* unchanged TOAST values are null and listed (not toast=reselect) */
 #define F_WANT(op) (4 << (op)) /* op 0 insert, 1 update, 2 delete, 3 read */
 
 static const char *const OP_NAMES[] = {"insert", "update", "delete", "read"};

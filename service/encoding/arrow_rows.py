@@ -12,7 +12,7 @@ Same values as the reference, by construction of the rules (``_transcode_arrow.c
 takes the reference path: a whole relation version when a column's kind is not one the C code
 converts to that column's Arrow type (arrays, uuid, an older shape of the table, ...), one
 change when a value or layout is (infinity, BC, a year past 9999, NaN in a float-less place,
-unchanged TOAST under ``toast=placeholder``/``reselect``, binary columns, ...). Those changes
+unchanged TOAST under ``toast=reselect``, binary columns, ...). Those changes
 stay ``Change`` objects in the page; ``batches`` interleaves their reference rows with the
 compiled ones in change order.
 """
@@ -111,9 +111,9 @@ class ArrowSink:
         return bytes(transcode._KIND_CODES[k] for k in kinds)
 
     @staticmethod
-    def flags(backfill: bool, toast_omitted: bool, ops: set[Op] | None) -> int:
+    def flags(backfill: bool, toast_null: bool, ops: set[Op] | None) -> int:
         wanted = _ALL_OPS if ops is None else sum(_WANT[o] for o in ops if o in _WANT)
-        return wanted | (_READ if backfill else 0) | (_ALLOW_U if toast_omitted else 0)
+        return wanted | (_READ if backfill else 0) | (_ALLOW_U if toast_null else 0)
 
     def scan(self, payload: bytes | bytearray, pos: int, seq: int, stop: int, plan: Any,
              relation_id: int, stored: Any, flags: int) -> tuple[int, int, int] | None:
