@@ -12,7 +12,7 @@
 
 /* Arrow column kinds; arrow_rows.py passes one per output column (its _ARROW_CODES) */
 enum { A_INT16, A_INT32, A_INT64, A_FLOAT32, A_FLOAT64, A_BOOL, A_DECIMAL, A_DATE32,
-       A_TIMESTAMP, A_STRING, A_BINARY, A_COUNT };
+       A_TIMESTAMP, A_STRING, A_BINARY, A_LIST, A_COUNT };
 
 typedef struct { unsigned char *p; Py_ssize_t len, cap; } Grow;
 
@@ -47,20 +47,21 @@ static int bit_set(Grow *g, Py_ssize_t row, int on) {
     return 0;
 }
 
-typedef struct {
+typedef struct Column {
     int kind, width, precision, scale;
     Grow valid;  /* validity bitmap */
-    Grow values; /* fixed-width values, the bool bitmap, or int32 offsets */
+    Grow values; /* fixed-width values, the bool bitmap, or int32 offsets (strings, lists) */
     Grow data;   /* string/binary bytes */
-    Py_ssize_t nulls;
+    Py_ssize_t nulls, n;   /* n: values appended (a list's elements: the next one's index) */
+    struct Column *child; /* a list's elements */
 } Column;
 
-typedef struct { Py_ssize_t values, data, nulls; } Mark;
+typedef struct { Py_ssize_t values, data, nulls, n; } Mark;
 
-static int is_var(int kind) { return kind == A_STRING || kind == A_BINARY; }
+static int is_var(int kind) { return kind == A_STRING || kind == A_BINARY || kind == A_LIST; }
 
 static int column_init(Column *c, int kind, int precision, int scale) {
-    static const int widths[] = {2, 4, 8, 4, 8, 0, 16, 4, 8, 0, 0};
+    static const int widths[] = {2, 4, 8, 4, 8, 0, 16, 4, 8, 0, 0, 0};
     memset(c, 0, sizeof *c);
     c->kind = kind;
     c->width = widths[kind];
@@ -79,8 +80,10 @@ static void column_free(Column *c) {
 static int column_null(Column *c, Py_ssize_t row) {
     CHECK(bit_set(&c->valid, row, 0));
     c->nulls++;
+    c->n++;
     if (is_var(c->kind)) {
-        int32_t end = (int32_t)c->data.len;
+        int32_t end;
+        memcpy(&end, c->values.p + c->values.len - 4, 4); /* the previous value's end */
         return grow_put(&c->values, &end, 4);
     }
     if (c->kind == A_BOOL) return bit_set(&c->values, row, 0);
@@ -92,14 +95,17 @@ static int column_null(Column *c, Py_ssize_t row) {
 
 static int column_fixed(Column *c, Py_ssize_t row, const void *v) {
     CHECK(bit_set(&c->valid, row, 1));
+    c->n++;
     return grow_put(&c->values, v, c->width);
 }
 
 /* ends a string/binary value whose bytes were appended to c->data */
 static int column_end_var(Column *c, Py_ssize_t row) {
-    if (c->data.len > INT32_MAX) return FALLBACK; /* a page past int32 offsets: the reference */
+    Py_ssize_t at = c->kind == A_LIST ? c->child->n : c->data.len;
+    if (at > INT32_MAX) return FALLBACK; /* a page past int32 offsets: the reference */
     CHECK(bit_set(&c->valid, row, 1));
-    int32_t end = (int32_t)c->data.len;
+    c->n++;
+    int32_t end = (int32_t)at;
     return grow_put(&c->values, &end, 4);
 }
 
@@ -165,8 +171,10 @@ static int stamp_micros(const unsigned char *t, Py_ssize_t n, int64_t *out) {
     return 0;
 }
 
-/* one column text (kind: transcode's K_*) into an Arrow column; NULL and unchanged TOAST are
- * null */
+static int arrow_list(Column *c, Py_ssize_t row, int kind, Col v);
+
+/* one column text (kind: transcode's K_*; a list's: its elements') into an Arrow column; NULL
+ * and unchanged TOAST are null */
 static int arrow_value(Column *c, Py_ssize_t row, int kind, Col v) {
     const unsigned char *t = v.p;
     Py_ssize_t n = v.n;
@@ -199,6 +207,7 @@ static int arrow_value(Column *c, Py_ssize_t row, int kind, Col v) {
     case A_BOOL:
         if (kind != K_BOOL || n != 1 || (t[0] != 't' && t[0] != 'f')) return FALLBACK;
         CHECK(bit_set(&c->valid, row, 1));
+        c->n++;
         return bit_set(&c->values, row, t[0] == 't');
     case A_DECIMAL: {
         __int128 x;
@@ -262,8 +271,70 @@ static int arrow_value(Column *c, Py_ssize_t row, int kind, Col v) {
         c->data.len = b.len;
         return column_end_var(c, row);
     }
+    case A_LIST:
+        return arrow_list(c, row, kind, v);
     }
     return FALLBACK;
+}
+
+/* A one-dimensional array's text, ``{a,NULL,"b \"c\""}`` (the default bounds: no ``[l:u]=``
+ * prefix), its elements converted as a column of their kind's would be. Anything else (more
+ * dimensions, other bounds) is the reference's: its typed value is null for those. */
+static int arrow_list(Column *c, Py_ssize_t row, int kind, Col v) {
+    const unsigned char *t = v.p;
+    Py_ssize_t n = v.n, i = 1;
+    if (n < 2 || t[0] != '{' || t[n - 1] != '}') return FALLBACK;
+    Column *e = c->child;
+    unsigned char stack[256];
+    Grow tmp = {NULL, 0, 0};
+    int rc = 0;
+    if (n == 2) return column_end_var(c, row); /* {} */
+    while (rc == 0) {
+        Col item;
+        if (i >= n - 1) { rc = FALLBACK; break; }
+        if (t[i] == '"') { /* quoted: backslash escapes */
+            tmp.len = 0;
+            i++;
+            while (i < n - 1 && t[i] != '"') {
+                if (t[i] == '\\') i++;
+                if (i >= n - 1) break;
+                if (tmp.p == NULL) { tmp.p = stack; tmp.cap = sizeof stack; }
+                if (tmp.len == tmp.cap) {
+                    unsigned char *p = PyMem_Malloc(tmp.cap * 2);
+                    if (p == NULL) { PyErr_NoMemory(); rc = ERROR; break; }
+                    memcpy(p, tmp.p, tmp.len);
+                    if (tmp.p != stack) PyMem_Free(tmp.p);
+                    tmp.p = p;
+                    tmp.cap *= 2;
+                }
+                tmp.p[tmp.len++] = t[i++];
+            }
+            if (rc) break;
+            if (i >= n - 1) { rc = FALLBACK; break; }
+            i++; /* the closing quote */
+            item.p = tmp.p == NULL ? stack : tmp.p;
+            item.n = tmp.len;
+        } else {
+            Py_ssize_t start = i;
+            while (i < n - 1 && t[i] != ',') {
+                if (t[i] == '{' || t[i] == '}' || t[i] == '"' || t[i] == '\\') { rc = FALLBACK; break; }
+                i++;
+            }
+            if (rc) break;
+            item.p = t + start;
+            item.n = i - start;
+            if (item.n == 0) { rc = FALLBACK; break; }
+            if (item.n == 4 && memcmp(item.p, "NULL", 4) == 0) item.n = -1;
+        }
+        rc = arrow_value(e, e->n, kind, item);
+        if (rc) break;
+        if (i == n - 1) break; /* the closing brace */
+        if (t[i] != ',') { rc = FALLBACK; break; }
+        i++;
+    }
+    if (tmp.p != NULL && tmp.p != stack) PyMem_Free(tmp.p);
+    if (rc) return rc;
+    return column_end_var(c, row);
 }
 
 /* -- ArrowRows --------------------------------------------------------------------------------- */
@@ -278,8 +349,9 @@ static const char *const OP_NAMES[] = {"insert", "update", "delete", "read"};
 
 typedef struct {
     PyObject_HEAD
-    Py_ssize_t ncols, nkeys, rows;
-    Column *cols;         /* ncols table columns, nkeys key struct fields, M_COUNT metadata */
+    Py_ssize_t ncols, nkeys, nlists, rows;
+    Column *cols;         /* ncols table columns, nkeys key struct fields, M_COUNT metadata,
+                             then the elements of each list column, in column order */
     Py_ssize_t *keys;     /* key columns, as table column indexes */
     Grow toast_offsets;   /* the _unchanged_toast list's int32 offsets */
     PyObject *names;      /* tuple of bytes: the table's column names (for _unchanged_toast) */
@@ -289,7 +361,9 @@ typedef struct {
 
 static Column *meta(ArrowRows *self, int m) { return &self->cols[self->ncols + self->nkeys + m]; }
 
-static Py_ssize_t total_columns(ArrowRows *self) { return self->ncols + self->nkeys + M_COUNT; }
+static Py_ssize_t total_columns(ArrowRows *self) {
+    return self->ncols + self->nkeys + M_COUNT + self->nlists;
+}
 
 static void ArrowRows_dealloc(ArrowRows *self) {
     if (self->cols != NULL)
@@ -303,7 +377,8 @@ static void ArrowRows_dealloc(ArrowRows *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* ArrowRows(columns: tuple[(arrow kind, precision, scale)], keys: tuple[int], names: tuple[bytes]) */
+/* ArrowRows(columns: tuple[(arrow kind, precision, scale, element kind)], keys: tuple[int],
+ *           names: tuple[bytes]); a list's precision and scale are its elements' */
 static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
     PyObject *specs, *keys, *names;
     if (!PyArg_ParseTuple(args, "O!O!O!:ArrowRows", &PyTuple_Type, &specs, &PyTuple_Type, &keys,
@@ -314,20 +389,41 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
     if (PyTuple_GET_SIZE(names) != n) { PyErr_SetString(PyExc_ValueError, "one name per column"); return -1; }
     self->ncols = n;
     self->nkeys = k;
-    self->cols = PyMem_Calloc(n + k + M_COUNT, sizeof(Column));
+    Py_ssize_t lists = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *spec = PyTuple_GET_ITEM(specs, i);
+        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4) {
+            PyErr_SetString(PyExc_ValueError, "a column spec is (kind, precision, scale, element kind)");
+            return -1;
+        }
+        lists += PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) == A_LIST;
+    }
+    if (PyErr_Occurred()) return -1;
+    self->nlists = lists;
+    self->cols = PyMem_Calloc(n + k + M_COUNT + lists, sizeof(Column));
     self->keys = PyMem_Calloc(k + 1, sizeof(Py_ssize_t));
     self->newc = PyMem_Calloc(2 * n + 2, sizeof(Col));
-    self->marks = PyMem_Calloc(n + k + M_COUNT + 1, sizeof(Mark));
+    self->marks = PyMem_Calloc(n + k + M_COUNT + lists + 1, sizeof(Mark));
     if (!self->cols || !self->keys || !self->newc || !self->marks) { PyErr_NoMemory(); return -1; }
     self->oldc = self->newc + n + 1;
+    Py_ssize_t child = n + k + M_COUNT;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int kind, precision, scale;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(specs, i), "iii", &kind, &precision, &scale)) return -1;
-        if (kind < 0 || kind >= A_COUNT || !PyBytes_Check(PyTuple_GET_ITEM(names, i))) {
+        int kind, precision, scale, element;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(specs, i), "iiii", &kind, &precision, &scale, &element))
+            return -1;
+        if (kind < 0 || kind >= A_COUNT || element < 0 || element >= A_LIST
+            || !PyBytes_Check(PyTuple_GET_ITEM(names, i))) {
             PyErr_SetString(PyExc_ValueError, "bad column spec or name");
             return -1;
         }
-        if (column_init(&self->cols[i], kind, precision, scale) < 0) return -1;
+        if (kind == A_LIST) {
+            if (column_init(&self->cols[i], A_LIST, 0, 0) < 0
+                || column_init(&self->cols[child], element, precision, scale) < 0)
+                return -1;
+            self->cols[i].child = &self->cols[child++];
+        } else if (column_init(&self->cols[i], kind, precision, scale) < 0) {
+            return -1;
+        }
     }
     for (Py_ssize_t j = 0; j < k; j++) {
         Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, j));
@@ -335,6 +431,7 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
         if (at < 0 || at >= n) { PyErr_SetString(PyExc_ValueError, "key index out of range"); return -1; }
         self->keys[j] = at;
         Column *src = &self->cols[at];
+        if (src->kind == A_LIST) { PyErr_SetString(PyExc_ValueError, "a list key column"); return -1; }
         if (column_init(&self->cols[n + j], src->kind, src->precision, src->scale) < 0) return -1;
     }
     static const int meta_kinds[] = {A_STRING, A_INT64, A_INT64, A_INT64, A_INT64, A_INT64,
@@ -351,7 +448,7 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
 static void mark(ArrowRows *self) {
     for (Py_ssize_t i = 0; i < total_columns(self); i++) {
         Column *c = &self->cols[i];
-        self->marks[i] = (Mark){c->values.len, c->data.len, c->nulls};
+        self->marks[i] = (Mark){c->values.len, c->data.len, c->nulls, c->n};
     }
     self->marks[total_columns(self)].values = self->toast_offsets.len;
 }
@@ -363,6 +460,7 @@ static void rollback(ArrowRows *self) {
         if (c->kind != A_BOOL) c->values.len = self->marks[i].values;
         c->data.len = self->marks[i].data;
         c->nulls = self->marks[i].nulls;
+        c->n = self->marks[i].n;
     }
     self->toast_offsets.len = self->marks[total_columns(self)].values;
 }
@@ -401,11 +499,11 @@ static int append_row(ArrowRows *self, const unsigned char *d, Py_ssize_t len,
         for (Py_ssize_t i = 0; i < n; i++)
             if (self->newc[i].n == UNCHANGED) {
                 PyObject *name = PyTuple_GET_ITEM(self->names, i);
-                CHECK(column_var(names, names->values.len / 4 - 1,
+                CHECK(column_var(names, names->n,
                                  (const unsigned char *)PyBytes_AS_STRING(name),
                                  PyBytes_GET_SIZE(name)));
             }
-    int32_t end = (int32_t)(names->values.len / 4 - 1);
+    int32_t end = (int32_t)names->n;
     CHECK(grow_put(&self->toast_offsets, &end, 4));
     const char *name = OP_NAMES[op];
     CHECK(column_var(meta(self, M_OP), row, (const unsigned char *)name, (Py_ssize_t)strlen(name)));
@@ -511,7 +609,8 @@ static PyObject *column_buffers(const Column *c, Py_ssize_t rows, int values) {
 }
 
 /* buffers() -> [table columns..., key fields..., op, lsn, seq, commit_lsn, commit_ts, xid,
- *               (toast list offsets), toast names, key validity] */
+ *               (toast list offsets), toast names, key validity, list elements...]; a list
+ *               column's own entry holds its validity and offsets */
 static PyObject *ArrowRows_buffers(ArrowRows *self, PyObject *unused) {
     if (self->cols == NULL) { PyErr_SetString(PyExc_TypeError, "ArrowRows not initialised"); return NULL; }
     PyObject *out = PyList_New(0);
@@ -524,13 +623,13 @@ static PyObject *ArrowRows_buffers(ArrowRows *self, PyObject *unused) {
             PyObject *offsets = grow_bytes(&self->toast_offsets, 4 * (rows + 1));
             if (offsets == NULL || PyList_Append(out, offsets) < 0) { Py_XDECREF(offsets); Py_DECREF(out); return NULL; }
             Py_DECREF(offsets);
-            item = column_buffers(c, c->values.len / 4 - 1, 1);
+            item = column_buffers(c, c->n, 1);
         } else if (c == meta(self, M_KEY_VALID)) {
             Column kv = *c;
             kv.nulls = self->nkeys ? 0 : rows;
             item = column_buffers(&kv, rows, 0);
         } else {
-            item = column_buffers(c, rows, 1);
+            item = column_buffers(c, i < self->ncols + self->nkeys + M_COUNT ? rows : c->n, 1);
         }
         if (item == NULL || PyList_Append(out, item) < 0) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
         Py_DECREF(item);

@@ -28,6 +28,8 @@ import pyarrow as pa
 from service.assembler.changes import Segment
 from service.assembler.model import Op, Transaction
 from service.encoding import transcode
+from service.assembler.relations import TEXT_ARRAY_OID
+from service.assembler.values import _ELEMENT_OID, loader_oid
 from service.encoding.to_arrow import KEY_FIELD, PG_EPOCH_US, ArrowColumn, typed_batch
 
 __all__ = ["ArrowSink", "sink_for"]
@@ -36,8 +38,8 @@ _compiled = transcode._compiled  # None: no compiled module (or PGFEED_IMPL=pyth
 
 # Arrow column kinds, in _transcode_arrow.c's enum order
 _A_INT16, _A_INT32, _A_INT64, _A_FLOAT32, _A_FLOAT64, _A_BOOL, _A_DECIMAL, _A_DATE32, \
-    _A_TIMESTAMP, _A_STRING, _A_BINARY = range(11)
-if _compiled is not None and getattr(_compiled, "ARROW_KINDS", None) != 11:  # a stale build
+    _A_TIMESTAMP, _A_STRING, _A_BINARY, _A_LIST = range(12)
+if _compiled is not None and getattr(_compiled, "ARROW_KINDS", None) != 12:  # a stale build
     _compiled = None
 
 _FIXED = {pa.int16(): _A_INT16, pa.int32(): _A_INT32, pa.int64(): _A_INT64,
@@ -62,13 +64,33 @@ _WANT = {Op.INSERT: 4, Op.UPDATE: 8, Op.DELETE: 16, Op.READ: 32}
 _ALL_OPS = sum(_WANT.values())
 
 
-def _spec(t: pa.DataType) -> tuple[int, int, int] | None:
+def _spec(t: pa.DataType) -> tuple[int, int, int, int] | None:
+    """(Arrow kind, precision, scale, element kind) of a column type, None if not one C writes."""
+    if pa.types.is_list(t):
+        element = _spec(t.value_type)
+        if element is None or element[0] == _A_LIST:
+            return None
+        return _A_LIST, element[1], element[2], element[0]
     if pa.types.is_decimal128(t):
-        return _A_DECIMAL, t.precision, t.scale
+        return _A_DECIMAL, t.precision, t.scale, 0
     if pa.types.is_timestamp(t):
-        return (_A_TIMESTAMP, 0, 0) if t.unit == "us" and t.tz in (None, "UTC") else None
+        return (_A_TIMESTAMP, 0, 0, 0) if t.unit == "us" and t.tz in (None, "UTC") else None
     code = _FIXED.get(t)
-    return None if code is None else (code, 0, 0)
+    return None if code is None else (code, 0, 0, 0)
+
+
+def _column_kind(value_oid: int) -> tuple[str, bool] | None:
+    """The transcode kind of a column's values (of its elements for an array the reference
+    splits), and whether it is an array; None for what the C code does not read."""
+    loader = loader_oid(value_oid)
+    kind = transcode._KINDS.get(loader)
+    if kind is not None:
+        return kind, False
+    if loader == TEXT_ARRAY_OID:
+        return "text", True
+    element = _ELEMENT_OID.get(loader)
+    kind = None if element is None else transcode._KINDS.get(loader_oid(element))
+    return None if kind is None or kind == "json" else (kind, True)
 
 
 class ArrowSink:
@@ -76,7 +98,7 @@ class ArrowSink:
     ``columns``)."""
 
     def __init__(self, columns: Sequence[ArrowColumn], schema: pa.Schema,
-                 specs: list[tuple[int, int, int]]) -> None:
+                 specs: list[tuple[int, int, int, int]]) -> None:
         assert _compiled is not None
         self.columns = tuple(columns)
         self.schema = schema
@@ -100,14 +122,18 @@ class ArrowSink:
         names = tuple(c.name for c in self.columns)
         if plan.column_names != names or tuple(plan.key_names) != self.key_names:
             return None
-        try:
-            kinds = transcode._kinds(plan)
-        except transcode._Unsupported:
-            return None
-        for kind, t in zip(kinds, self.types):
-            written = _WRITES.get(kind, frozenset())
-            if t not in written and not (pa.types.is_decimal128(t) and "decimal" in written):
+        kinds = []
+        for oid, t in zip(plan.value_oids, self.types):
+            found = _column_kind(oid)
+            if found is None or found[1] != pa.types.is_list(t):
                 return None
+            kind, is_list = found
+            value_type = t.value_type if is_list else t
+            written = _WRITES.get(kind, frozenset())
+            if value_type not in written and not (pa.types.is_decimal128(value_type)
+                                                  and "decimal" in written):
+                return None
+            kinds.append(kind)
         return bytes(transcode._KIND_CODES[k] for k in kinds)
 
     @staticmethod
@@ -131,7 +157,9 @@ class ArrowSink:
         bufs = self.rows.buffers()
         n = self.rows.rows
         width = len(self.columns)
-        arrays = [_array(t, n, b) for t, b in zip(self.types, bufs)]
+        elements = iter(bufs[width + len(self.key_names) + 9:])
+        arrays = [_list(t, n, b, next(elements)) if pa.types.is_list(t) else _array(t, n, b)
+                  for t, b in zip(self.types, bufs)]
         keys = bufs[width:width + len(self.key_names)]
         meta = bufs[width + len(self.key_names):]
         fields = list(self.schema)
@@ -184,6 +212,13 @@ def _buf(b: bytes | None) -> pa.Buffer | None:
     return None if b is None else pa.py_buffer(b)
 
 
+def _list(t: pa.ListType, n: int, b: tuple[Any, ...], elements: tuple[Any, ...]) -> pa.Array:
+    valid, offsets, _, nulls = b
+    count = int.from_bytes(offsets[-4:], "little", signed=True)  # the last list's end
+    child = _array(t.value_type, count, elements)
+    return pa.Array.from_buffers(t, n, [_buf(valid), _buf(offsets)], nulls, children=[child])
+
+
 def _array(t: pa.DataType, n: int, b: tuple[Any, ...]) -> pa.Array:
     valid, values, data, nulls = b
     buffers = [_buf(valid), _buf(values)] + ([_buf(data)] if data is not None else [])
@@ -196,6 +231,6 @@ def sink_for(columns: Sequence[ArrowColumn], schema: pa.Schema) -> ArrowSink | N
     if _compiled is None or not columns:
         return None
     specs = [_spec(schema.field(c.name).type) for c in columns]
-    if any(s is None for s in specs):
+    if any(s is None or (s[0] == _A_LIST and c.key) for s, c in zip(specs, columns)):
         return None
     return ArrowSink(columns, schema, specs)  # type: ignore[arg-type]

@@ -38,9 +38,32 @@ OTHER = RELID + 1  # a second table in the same transactions (the typed read fil
 NUMERIC_12_3 = ((12 << 16) | 3) + 4
 NUMERIC_38_3 = ((38 << 16) | 3) + 4
 _TYPE_NAMES = {**_OID_NAMES, 25: "text", 1043: "varchar", 2950: "uuid", 1186: "interval",
-               1083: "time"}
+               1083: "time", 1015: "_varchar", 1183: "_time"}
 
 Column = tuple[str, int, bool, int]  # name, type oid, key, typmod
+
+
+def _element(text: str | None) -> str:
+    """An array element as PostgreSQL's array_out writes it: quoted when it must be."""
+    if text is None:
+        return "NULL"
+    if text == "" or text.upper() == "NULL" or any(ch in text for ch in '{}",\\ \t\n'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def _array(element_oid: int) -> st.SearchStrategy[str]:
+    items = st.lists(st.none() | VALUES[element_oid], max_size=4)
+    return (items.map(lambda xs: "{" + ",".join(_element(x) for x in xs) + "}")
+            | st.sampled_from(["{{1,2},{3,4}}", "[0:1]={1,2}"]))  # the reference's: null
+
+
+# array type oid -> array texts of generated elements (and shapes the reference nulls)
+ARRAYS = {1007: _array(23), 1016: _array(20), 1005: _array(21), 1022: _array(701),
+          1021: _array(700), 1231: _array(1700), 1000: _array(16), 1009: _array(25),
+          1015: _array(1043), 1182: _array(1082), 1115: _array(1114), 1185: _array(1184),
+          1001: _array(17), 2951: _array(2950), 1183: _array(1083), 3807: _array(3802)}
+ALL_VALUES = {**VALUES, **ARRAYS}
 
 
 def relation(relid: int, table: str, columns: list[Column]) -> bytes:
@@ -95,10 +118,11 @@ def both(dec: TransactionDecoder, arrow: list[ArrowColumn], txn: StoredTransacti
 
 @st.composite
 def tables(draw: st.DrawFn) -> list[Column]:
-    oids = draw(st.lists(st.sampled_from(sorted(VALUES)), min_size=1, max_size=6))
-    keys = draw(st.lists(st.booleans(), min_size=len(oids), max_size=len(oids)))
+    oids = draw(st.lists(st.sampled_from(sorted(ALL_VALUES)), min_size=1, max_size=6))
+    keys = [draw(st.booleans()) and o not in ARRAYS for o in oids]
     # numeric(38,3) holds the generated values as they are, numeric(38,6) scales them up
-    typmods = [draw(st.sampled_from([-1, NUMERIC_38_3, ((38 << 16) | 6) + 4])) if o == 1700 else -1
+    typmods = [draw(st.sampled_from([-1, NUMERIC_38_3, ((38 << 16) | 6) + 4])) if o in (1700, 1231)
+               else -1
                for o in oids]
     return [(f"c{i}", o, k, m) for i, (o, k, m) in enumerate(zip(oids, keys, typmods))]
 
@@ -117,7 +141,7 @@ def messages(draw: st.DrawFn, columns: list[tuple[str, int, bool]]) -> bytes:
             elif choice == 1 and kind == "N":
                 values.append(b"u")
             else:
-                values.append(draw(VALUES[oid]))
+                values.append(draw(ALL_VALUES[oid]))
         return tuple_data(values)
 
     rel = struct.pack(">I", RELID)
@@ -234,3 +258,22 @@ def test_frames_past_a_page_budget_resume_where_the_sink_stopped() -> None:
     for first in range(0, 10, 3):
         expected, got, _ = both(dec, arrow, txn, first_seq=first, max_changes=3)
         assert got == expected and [r["id"] for r in got] == list(range(first, min(first + 3, 10)))
+
+
+def test_one_dimensional_arrays_are_compiled() -> None:
+    """Arrays of the kinds the C code writes, element by element (quoted, escaped, NULL and
+    "NULL", NaN, infinities, zones, bytea); a multi-dimensional one is the reference's (null)."""
+    columns = [("id", 20, True, -1), ("nums", 1007, False, -1), ("tags", 1009, False, -1),
+               ("ps", 1231, False, ((5 << 16) | 2) + 4), ("ts", 1185, False, -1),
+               ("raw", 1001, False, -1), ("fl", 1022, False, -1), ("b", 1000, False, -1)]
+    dec, arrow = setup(columns)
+    rel = struct.pack(">I", RELID)
+    plain = [["1", "{1,2,NULL}", '{a,NULL,"c d","e\\"f","NULL",""}', "{1.50,NaN}",
+              '{"2026-11-22 10:00:00+00"}', '{"\\\\x00ff"}', "{NaN,-Infinity,1.5}", "{t,f,NULL}"],
+             ["2", "{}", "{}", None, '{"2026-11-22 10:00:00.5+00",NULL}', "{}", "{}", "{}"]]
+    nested = ["3", "{{1,2},{3,4}}", "{x}", "{1}", None, None, None, None]
+    payload = [b"I" + rel + b"N" + tuple_data(r) for r in [*plain, nested]]  # type: ignore[arg-type]
+    expected, got, changes = both(dec, arrow, stored(payload))
+    assert got == expected and [type(c) for c in changes] == [Segment, Change]
+    assert got[0]["tags"] == ["a", None, "c d", 'e"f', "NULL", ""] and got[0]["raw"] == [b"\x00\xff"]
+    assert got[0]["nums"] == [1, 2, None] and got[1]["nums"] == [] and got[2]["nums"] is None
