@@ -47,12 +47,15 @@ SCALAR_ROWS = [
 ]
 ARRAYS_DDL = """
 CREATE TABLE {t} (id bigint PRIMARY KEY, nums int4[], tags text[], prices numeric(5,2)[],
-                  docs jsonb[], stamps timestamptz[])"""
-ARRAY_ROWS = [
-    "(1, '{1,2,3}', '{a,NULL,\"c d\"}', '{1.50,2.25}', ARRAY['{\"x\": 1e40}'::jsonb],"
-    " '{\"2026-11-22 10:00:00+00\",infinity}')",
-    "(2, '{{1,2},{3,4}}', '{}', NULL, NULL, NULL)",
+                  stamps timestamptz[], raws bytea[], flags bool[], floats float8[])"""
+ARRAY_ROWS = [  # raw strings: the SQL text as written (array input's quoting, bytea's \\x)
+    r"""(1, '{1,2,3}', '{a,NULL,"c d","e\"f",NULL}', '{1.50,2.25,NaN}',"""
+    r""" '{"2026-11-22 12:00:00+02",NULL}', '{"\\x00ff"}', '{t,NULL}', '{NaN,-Infinity}')""",
+    "(2, '{{1,2},{3,4}}', '{}', NULL, '{infinity}', '{}', NULL, '{-0}')",
+    """(3, '[0:1]={5,6}', '{"NULL",""}', '{0.01}', '{}', NULL, '{}', '{1e300}')""",
 ]
+JSON_ARRAYS_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, docs jsonb[], notes json[])"
+JSON_ARRAY_ROWS = ["(1, ARRAY['{\"x\": 1e40}'::jsonb, 'null'], ARRAY['[1.0]'::json])"]
 
 
 @pytest.fixture
@@ -159,13 +162,24 @@ def test_compiled_typed_rows_equal_the_json_path(feed: Feed, conn: Any, spark_se
     assert two["doc"] == '{"big": 123456789012345678901234567890, "small": 0.0000001}'  # jsonb's
 
 
-def test_a_table_with_arrays_agrees_through_the_reference(feed: Feed, conn: Any,
-                                                          spark_session: SparkSession,
-                                                          compiled_rows: list[int]) -> None:
+def test_arrays_agree(feed: Feed, conn: Any, spark_session: SparkSession,
+                      compiled_rows: list[int]) -> None:
+    """One-dimensional arrays are compiled; other bounds and more dimensions, and json arrays,
+    are the reference's."""
     table = f"public.wire_{uuid.uuid4().hex[:8]}"
     conn.execute(ARRAYS_DDL.format(t=table))
     conn.execute(f"INSERT INTO {table} VALUES {', '.join(ARRAY_ROWS)}")
     conn.execute(f"UPDATE {table} SET tags = '{{z}}' WHERE id = 1")
-    _wait(feed, table, 3)
+    _wait(feed, table, 4)
+    compiled_rows.clear()
     arrow, _ = _both(spark_session, feed, table)
-    assert len(arrow) == 3 and arrow[0]["nums"] == [1, 2, 3] and arrow[1]["nums"] is None
+    assert len(arrow) == 4 and arrow[0]["nums"] == [1, 2, 3] and arrow[1]["nums"] is None
+    assert arrow[0]["tags"] == ["a", None, "c d", 'e"f', None] and arrow[2]["tags"] == ["NULL", ""]
+    assert arrow[0]["raws"] == [bytearray(b"\x00\xff")]
+    assert sum(compiled_rows) >= 2, compiled_rows
+    docs = f"public.wire_{uuid.uuid4().hex[:8]}"
+    conn.execute(JSON_ARRAYS_DDL.format(t=docs))
+    conn.execute(f"INSERT INTO {docs} VALUES {', '.join(JSON_ARRAY_ROWS)}")
+    _wait(feed, docs, 1)
+    (row,), _ = _both(spark_session, feed, docs)
+    assert row["docs"][1] is None and row["notes"] == ["[1.0]"]  # the document null; a json array
