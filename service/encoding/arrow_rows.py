@@ -27,9 +27,9 @@ import pyarrow as pa
 
 from service.assembler.changes import Segment
 from service.assembler.model import Op, Transaction
-from service.encoding import transcode
 from service.assembler.relations import TEXT_ARRAY_OID
 from service.assembler.values import _ELEMENT_OID, loader_oid
+from service.encoding import transcode
 from service.encoding.to_arrow import KEY_FIELD, PG_EPOCH_US, ArrowColumn, typed_batch
 
 __all__ = ["ArrowSink", "sink_for"]
@@ -141,7 +141,7 @@ class ArrowSink:
         wanted = _ALL_OPS if ops is None else sum(_WANT[o] for o in ops if o in _WANT)
         return wanted | (_READ if backfill else 0) | (_ALLOW_U if toast_null else 0)
 
-    def scan(self, payload: bytes | bytearray, pos: int, seq: int, stop: int, plan: Any,
+    def scan(self, payload: Any, pos: int, seq: int, stop: int, plan: Any,
              relation_id: int, stored: Any, flags: int) -> tuple[int, int, int] | None:
         """Compiled rows from the frame at ``pos`` on: (pos, seq, rows) after them, or None
         when the frame there is the reference's."""

@@ -49,8 +49,8 @@ ARRAYS_DDL = """
 CREATE TABLE {t} (id bigint PRIMARY KEY, nums int4[], tags text[], prices numeric(5,2)[],
                   stamps timestamptz[], raws bytea[], flags bool[], floats float8[])"""
 ARRAY_ROWS = [  # raw strings: the SQL text as written (array input's quoting, bytea's \\x)
-    r"""(1, '{1,2,3}', '{a,NULL,"c d","e\"f",NULL}', '{1.50,2.25,NaN}',"""
-    r""" '{"2026-11-22 12:00:00+02",NULL}', '{"\\x00ff"}', '{t,NULL}', '{NaN,-Infinity}')""",
+    (r"""(1, '{1,2,3}', '{a,NULL,"c d","e\"f",NULL}', '{1.50,2.25,NaN}',"""
+    r""" '{"2026-11-22 12:00:00+02",NULL}', '{"\\x00ff"}', '{t,NULL}', '{NaN,-Infinity}')"""),
     "(2, '{{1,2},{3,4}}', '{}', NULL, '{infinity}', '{}', NULL, '{-0}')",
     """(3, '[0:1]={5,6}', '{"NULL",""}', '{0.01}', '{}', NULL, '{}', '{1e300}')""",
 ]
@@ -149,15 +149,15 @@ def test_compiled_typed_rows_equal_the_json_path(feed: Feed, conn: Any, spark_se
     assert len(arrow) == 9
     # rows 2 and 3 hold values the compiled rows hand to the reference (infinity, BC, 24:00:00)
     assert sum(compiled_rows) >= 7, compiled_rows
-    toast = [r for r in arrow if r["_op"] == "update" and r["i"] == 5][0]
+    toast = next(r for r in arrow if r["_op"] == "update" and r["i"] == 5)
     assert toast["blob"] is None and toast["_unchanged_toast"] == ["blob"]
-    moved = [r for r in arrow if r["id"] == 40][0]
+    moved = next(r for r in arrow if r["id"] == 40)
     assert moved["_key"]["id"] == 4 and moved["blob"] is None and moved["_unchanged_toast"] == ["blob"]
-    assert [r["blob"] for r in arrow if r["_op"] == "update"][0] == big  # the update that set it
-    one = [r for r in arrow if r["id"] == 1 and r["_op"] == "insert"][0]
+    assert next(r["blob"] for r in arrow if r["_op"] == "update") == big  # the update that set it
+    one = next(r for r in arrow if r["id"] == 1 and r["_op"] == "insert")
     assert one["big"] == "NaN" and math.isnan(one["f"]) and one["doc"] == '{"a": [1, 2.50]}'
     assert one["js"] == '[1.0000000000000000001, {"b" : null}]' and one["clock"] == "12:00:00.500000"
-    two = [r for r in arrow if r["id"] == 2][0]
+    two = next(r for r in arrow if r["id"] == 2)
     assert two["day"] is None and two["at_local"] is None and two["js"] is None
     assert two["doc"] == '{"big": 123456789012345678901234567890, "small": 0.0000001}'  # jsonb's
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.assembler.changes import Segment, TransactionDecoder
-from service.assembler.model import BACKFILL_ORIGIN, Change, Op, StoredTransaction, frame
+from service.assembler.model import BACKFILL_ORIGIN, Change, Op, StoredTransaction
 from service.assembler.relations import RelationCatalog
 from service.encoding import arrow_rows
 from service.encoding.to_arrow import _OID_NAMES, ArrowColumn, typed_batch, typed_schema
