@@ -7,10 +7,10 @@ from setuptools import Extension, setup
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
           "-Wno-missing-field-initializers"]
 
-# _transcode.c includes _transcode_arrow.c (typed Arrow rows share its text parsers)
-_DEPENDS = {"service/encoding/_transcode.c": ["service/encoding/_transcode_arrow.c"]}
-
-setup(ext_modules=[Extension(name, [source], extra_compile_args=_FLAGS, optional=True,
-                             depends=_DEPENDS.get(source, []))
-                   for name, source in (("service.encoding._transcode", "service/encoding/_transcode.c"),
-                                        ("service.backfill._rows", "service/backfill/_rows.c"))])
+setup(ext_modules=[Extension(name, [source], depends=depends, extra_compile_args=_FLAGS, optional=True)
+                   for name, source, depends in (
+                       ("service.encoding._transcode", "service/encoding/_transcode.c",
+                        # _kinds.h: generated (service/types/kinds_header.py); _transcode_arrow.c:
+                        # included (typed Arrow rows share the transcoder's text parsers)
+                        ["service/encoding/_kinds.h", "service/encoding/_transcode_arrow.c"]),
+                       ("service.backfill._rows", "service/backfill/_rows.c", []))])

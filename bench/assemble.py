@@ -6,7 +6,6 @@ Run: .venv/bin/python bench/assemble.py [--streamed]   (prints messages/s; targe
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 import time
 from pathlib import Path
@@ -15,17 +14,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.assembler.spill import MemorySpillStore
 from service.assembler.transactions import TransactionAssembler
+from service.pgoutput.encode import encode
+from service.pgoutput.messages import (
+    BeginMessage,
+    CommitMessage,
+    InsertMessage,
+    StreamCommitMessage,
+    StreamStartMessage,
+    StreamStopMessage,
+    TupleData,
+)
 
 TOTAL, PER_TXN = 1_000_000, 10_000
 
 
 def _insert(i: int, xid: int | None) -> bytes:
     # ~100 bytes like a real insert: relation id, 'N', 3 text columns.
-    cols = [str(i).encode(), b"customer-%08d" % i, b"x" * 60]
-    body = struct.pack(">H", len(cols))
-    body += b"".join(b"t" + struct.pack(">I", len(c)) + c for c in cols)
-    prefix = b"" if xid is None else struct.pack(">I", xid)
-    return b"I" + prefix + struct.pack(">I", 16384) + b"N" + body
+    row = TupleData((str(i), f"customer-{i:08d}", "x" * 60))
+    return encode(InsertMessage(xid, 16384, row), in_stream=xid is not None)
 
 
 def run(streamed: bool) -> float:
@@ -40,20 +46,20 @@ def run(streamed: bool) -> float:
     for t in range(txns):
         xid = 1000 + t
         if streamed:
-            feed(lsn, b"S" + struct.pack(">IB", xid, 1))
+            feed(lsn, encode(StreamStartMessage(xid, True)))
             rows = row_streamed
         else:
             commit_lsn = lsn + PER_TXN * 100
-            feed(lsn, b"B" + struct.pack(">QqI", commit_lsn, 0, xid))
+            feed(lsn, encode(BeginMessage(commit_lsn, 0, xid)))
             rows = row_plain
         for m in rows:
             lsn += 100
             feed(lsn, m)
         if streamed:
-            feed(lsn, b"E")
-            done = feed(lsn + 8, b"c" + struct.pack(">IBQQq", xid, 0, lsn, lsn + 8, 0))
+            feed(lsn, encode(StreamStopMessage()))
+            done = feed(lsn + 8, encode(StreamCommitMessage(xid, 0, lsn, lsn + 8, 0)))
         else:
-            done = feed(lsn + 8, b"C" + struct.pack(">BQQq", 0, commit_lsn, commit_lsn + 8, 0))
+            done = feed(lsn + 8, encode(CommitMessage(0, commit_lsn, commit_lsn + 8, 0)))
             lsn = commit_lsn
         lsn += 8
         emitted += len(done)

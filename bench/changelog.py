@@ -13,7 +13,6 @@ import argparse
 import platform
 import shutil
 import sqlite3
-import struct
 import sys
 import tempfile
 import time
@@ -28,8 +27,11 @@ sys.path.insert(0, str(BENCH))
 from _results import write_section
 
 from clients._cursor import EARLIEST, Cursor
-from service.assembler.model import FRAME, StoredTransaction
+from service.assembler.framing import FRAME
+from service.assembler.model import StoredTransaction
 from service.changelog.sqlite import SqliteChangeLog
+from service.pgoutput.encode import encode
+from service.pgoutput.messages import InsertMessage, TupleData
 
 RESULTS = BENCH / "RESULTS.md"
 TARGET = 300_000  # changes/s the capture path must sustain
@@ -40,9 +42,7 @@ MODE_SINGLES = 3000  # one-change transactions appended one by one, per mode
 
 def _insert(i: int) -> bytes:
     # ~100 bytes like a real insert (as bench/assemble.py): relation id, 'N', 3 text columns.
-    cols = [str(i).encode(), b"customer-%08d" % i, b"x" * 60]
-    body = struct.pack(">H", len(cols)) + b"".join(b"t" + struct.pack(">I", len(c)) + c for c in cols)
-    return b"I" + struct.pack(">I", 16384) + b"N" + body
+    return encode(InsertMessage(None, 16384, TupleData((str(i), f"customer-{i:08d}", "x" * 60))))
 
 
 def _payload(changes: int, first_lsn: int) -> bytes:

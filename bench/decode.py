@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.assembler.model import FRAME
+from service.assembler.framing import FRAME
 from service.pgoutput import decode
 
 BENCH = Path(__file__).resolve().parent

@@ -42,7 +42,7 @@ DSN = "host=/nonexistent port=1 dbname=bench"  # never connected: capture is off
 def fill(data_dir: Path, changes: int) -> None:
     from read_decode import RELID, build, relation  # noqa: F401  (bench/read_decode.py)
 
-    from service.assembler.model import frame
+    from service.assembler.framing import frame
     from service.changelog.sqlite import SqliteChangeLog
     from service.feeds.catalogue import Catalogue
     from service.feeds.model import FeedSpec

@@ -11,18 +11,28 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import struct
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.assembler.changes import TransactionDecoder
-from service.assembler.model import StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import StoredTransaction
 from service.assembler.relations import RelationCatalog
+from service.decoding.changes import TransactionDecoder
 from service.encoding.to_json import change_events, change_to_dict, dumps
 from service.encoding.to_proto import transaction_frames
+from service.pgoutput.encode import encode
+from service.pgoutput.messages import (
+    TUPLE_KEY,
+    DeleteMessage,
+    InsertMessage,
+    RelationColumn,
+    RelationMessage,
+    TupleData,
+    UpdateMessage,
+)
 
 RELID = 16384
 # id int8 (key), customer text, amount numeric, status text, created_at timestamptz, paid bool
@@ -30,27 +40,9 @@ COLUMNS = (("id", 20, True), ("customer", 25, False), ("amount", 1700, False),
            ("status", 25, False), ("created_at", 1184, False), ("paid", 16, False))
 
 
-def _s(text: str) -> bytes:
-    return text.encode() + b"\0"
-
-
 def relation() -> bytes:
-    out = b"R" + struct.pack(">I", RELID) + _s("public") + _s("orders") + b"d"
-    out += struct.pack(">H", len(COLUMNS))
-    for name, oid, key in COLUMNS:
-        out += struct.pack(">B", 1 if key else 0) + _s(name) + struct.pack(">Ii", oid, -1)
-    return out
-
-
-def tuple_data(values: tuple[str | None, ...]) -> bytes:
-    out = struct.pack(">H", len(values))
-    for v in values:
-        if v is None:
-            out += b"n"
-        else:
-            raw = v.encode()
-            out += b"t" + struct.pack(">I", len(raw)) + raw
-    return out
+    columns = tuple(RelationColumn(1 if key else 0, name, oid, -1) for name, oid, key in COLUMNS)
+    return encode(RelationMessage(None, RELID, "public", "orders", ord("d"), columns))
 
 
 def row(i: int, status: str) -> tuple[str | None, ...]:
@@ -68,13 +60,13 @@ def build(n_changes: int, per_txn: int = 10_000) -> list[StoredTransaction]:
         frames = []
         for k, op in enumerate(ops[start:start + per_txn]):
             i = start + k
-            rid = struct.pack(">I", RELID)
             if op == "I":
-                msg = b"I" + rid + b"N" + tuple_data(row(i, "new"))
+                msg = encode(InsertMessage(None, RELID, TupleData(row(i, "new"))))
             elif op == "U":
-                msg = b"U" + rid + b"N" + tuple_data(row(i - inserts, "paid"))
+                msg = encode(UpdateMessage(None, RELID, None, None, TupleData(row(i - inserts, "paid"))))
             else:
-                msg = b"D" + rid + b"K" + tuple_data((str(i), None, None, None, None, None))
+                key = TupleData((str(i), None, None, None, None, None))
+                msg = encode(DeleteMessage(None, RELID, TUPLE_KEY, key))
             lsn += len(msg) + 30
             frames.append(frame(lsn, msg))
         lsn += 100

@@ -6,7 +6,7 @@ pgfeed server instead. ``--real`` runs the whole thing for real: a throwaway Pos
 ``pgfeed serve`` subprocess, bench/capture.py's 1M-change ``orders`` workload captured into its log,
 then typed reads of ``orders`` on ``local[2]`` in one run: the Arrow wire path (compiled on the
 server: encoding/arrow_rows.py), the JSON wire path, and the Arrow path of a server without its
-compiled code (``PGFEED_IMPL=python``: the reference encoder), each against a freshly started
+compiled code (``PGFEED_IMPL=reference``: the reference encoder), each against a freshly started
 server process, with that process's CPU time per change. Results go to bench/RESULTS.md between
 the spark markers (``--no-results`` to only print).
 """
@@ -297,7 +297,7 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
                     json_ = measure_real(spark, service, "json", args.partitions, args.json_repeat,
                                          args.page_size, rows)
                     reference = measure_real(spark, service, "arrow", args.partitions, 1,
-                                             args.page_size, rows, env={"PGFEED_IMPL": "python"})
+                                             args.page_size, rows, env={"PGFEED_IMPL": "reference"})
                 finally:
                     spark.stop()
             finally:
@@ -338,7 +338,7 @@ after: {load[0]} / {load[1]}.
 | --- | --- | --- | --- | --- | --- | --- |
 {line("Arrow, compiled on the server (`encoding/arrow_rows.py`)", arrow)}
 {line("JSON (`/changes` pages, rows built in Python on the executors)", json_)}
-{line("Arrow, reference encoder (server with `PGFEED_IMPL=python`)", ref)}
+{line("Arrow, reference encoder (server with `PGFEED_IMPL=reference`)", ref)}
 
 The compiled Arrow path reads {arrow['rate']:,.0f} rows/s ({rate_verdict} the {TARGET:,} rows/s
 target) at {arrow['server_us']:.2f} µs of server CPU a change ({cpu_verdict} the 1 µs target);

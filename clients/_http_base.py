@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from clients._cursor import Cursor, parse_cursor
+from clients._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from clients._json import loads_page
 from clients._models import TableInfo
 from clients.errors import ClientError, error_from_response
@@ -39,9 +40,6 @@ __all__ = [
 
 CursorLike = str | Cursor
 DEFAULT_LIMIT = 1000
-NEXT_HEADER = "PgFeed-Next"
-HEAD_HEADER = "PgFeed-Head"
-HAS_MORE_HEADER = "PgFeed-Has-More"
 _RETRY_STATUSES = frozenset({502, 503, 504})
 
 

@@ -18,10 +18,10 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from clients._cursor import format_lsn
-from service.assembler.changes import TransactionDecoder
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
 from service.assembler.transactions import TransactionAssembler
+from service.decoding.changes import TransactionDecoder
 from service.dsn import mask_dsn, scrub
 from service.encoding.to_json import change_to_dict, dumps
 from service.errors import PgfeedError

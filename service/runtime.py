@@ -19,11 +19,12 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from service.changelog.base import age_cutoff, pg_now_us
+from service.changelog.base import age_cutoff
 from service.config import Settings
 from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.metrics import Metrics
+from service.pgoutput.messages import pg_now_us
 
 log = logging.getLogger("pgfeed")
 

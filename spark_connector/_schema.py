@@ -30,32 +30,19 @@ from pyspark.sql.types import (
 
 from clients import Change, TableInfo, parse_lsn
 from clients._json import dumps_exact
+from clients.pgtypes import JSON_TYPES, ColumnType, base_name, column_type, numeric_precision
 
 __all__ = [
     "KEY_COLUMN", "METADATA_COLUMNS", "METADATA_NAMES", "change_schema", "json_converter",
     "numeric_precision", "raw_row", "spark_type", "table_schema", "typed_row",
 ]
 
-_SCALARS: dict[str, DataType] = {
-    "int2": ShortType(), "int4": IntegerType(), "int8": LongType(),
-    "float4": FloatType(), "float8": DoubleType(), "bool": BooleanType(), "bytea": BinaryType(),
-    "date": DateType(), "timestamp": TimestampNTZType(), "timestamptz": TimestampType(),
+# clients.pgtypes.column_type's kinds (the one table the server's Arrow encoder reads too)
+_KINDS: dict[str, DataType] = {
+    "int16": ShortType(), "int32": IntegerType(), "int64": LongType(), "float32": FloatType(),
+    "float64": DoubleType(), "bool": BooleanType(), "binary": BinaryType(), "date": DateType(),
+    "timestamp": TimestampNTZType(), "timestamptz": TimestampType(), "string": StringType(),
 }
-_ALIASES = {
-    "smallint": "int2", "integer": "int4", "int": "int4", "bigint": "int8", "real": "float4",
-    "double precision": "float8", "boolean": "bool", "decimal": "numeric",
-    "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
-}
-# Names of the built-in OIDs this mapping cares about, for columns whose type name is unknown.
-_OID_NAMES = {
-    16: "bool", 17: "bytea", 20: "int8", 21: "int2", 23: "int4", 114: "json", 700: "float4",
-    701: "float8", 1082: "date", 1114: "timestamp", 1184: "timestamptz", 1700: "numeric",
-    2950: "uuid", 3802: "jsonb", 1000: "_bool", 1001: "_bytea", 1005: "_int2", 1007: "_int4",
-    1016: "_int8", 1021: "_float4", 1022: "_float8", 1182: "_date", 1115: "_timestamp",
-    1185: "_timestamptz", 1231: "_numeric", 199: "_json", 3807: "_jsonb", 2951: "_uuid",
-    1009: "_text",
-}
-_JSON_TYPES = frozenset({"json", "jsonb"})
 
 # Metadata of every typed row: which change, where in the log, and which columns were unchanged
 # TOAST (their value is NULL here but was not changed to NULL). Then KEY_COLUMN, when the table
@@ -102,45 +89,19 @@ def change_schema() -> StructType:
     return StructType(list(_CHANGE_SCHEMA.fields))
 
 
-def _base_name(type_name: str | None, type_oid: int) -> str | None:
-    if type_name is None:
-        return _OID_NAMES.get(type_oid)
-    name = type_name.strip().lower().removeprefix("pg_catalog.")
-    if name.endswith("[]"):
-        name = "_" + name[:-2]
-    name = _ALIASES.get(name, name)
-    return name
-
-
-def numeric_precision(typmod: int) -> tuple[int, int] | None:
-    """numeric's atttypmod -> (precision, scale); None for unconstrained ``numeric``.
-
-    PostgreSQL 15+ allows a negative scale (stored as 11-bit two's complement)."""
-    if typmod < 4:
-        return None
-    packed = typmod - 4
-    return (packed >> 16) & 0xFFFF, ((packed & 0x7FF) ^ 1024) - 1024
+def _spark(t: ColumnType) -> DataType:
+    if t.kind == "list":
+        assert t.element is not None
+        return ArrayType(_spark(t.element))
+    if t.kind == "decimal":
+        return DecimalType(t.precision, t.scale)
+    return _KINDS[t.kind]
 
 
 def spark_type(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> DataType:
-    """The Spark type of a PostgreSQL column: exact where Spark can hold every value, else string.
-
-    int2/4/8 -> Short/Integer/Long; numeric(p,s) -> Decimal(p,s) when p <= 38 and 0 <= s <= p,
-    other numerics -> string; float4/8 -> Float/Double; bool; bytea -> binary; date;
-    timestamp -> TimestampNTZ; timestamptz -> Timestamp; arrays -> ArrayType of the element;
-    text types, json/jsonb, uuid, time, interval and anything else -> string.
-    """
-    name = _base_name(type_name, type_oid)
-    if name is None:
-        return StringType()
-    if name.startswith("_"):
-        return ArrayType(spark_type(name[1:], typmod))
-    if name == "numeric":
-        ps = numeric_precision(typmod)
-        if ps is not None and 1 <= ps[0] <= 38 and 0 <= ps[1] <= ps[0]:
-            return DecimalType(*ps)
-        return StringType()
-    return _SCALARS.get(name, StringType())
+    """The Spark type of a PostgreSQL column: exact where Spark can hold every value, else string
+    (``clients.pgtypes.column_type``; timestamp -> TimestampNTZ, timestamptz -> Timestamp)."""
+    return _spark(column_type(type_name, typmod, type_oid))
 
 
 def table_schema(table: TableInfo) -> StructType:
@@ -224,10 +185,10 @@ def _array(element: Converter, documents: bool = False) -> Converter:
 
 def json_converter(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> Converter:
     """The function turning one contract JSON value of this column into its Spark Python value."""
-    name = _base_name(type_name, type_oid)
+    name = base_name(type_name, type_oid)
     if name is not None and name.startswith("_"):
-        return _array(json_converter(name[1:], typmod), documents=name[1:] in _JSON_TYPES)
-    if name in _JSON_TYPES:
+        return _array(json_converter(name[1:], typmod), documents=name[1:] in JSON_TYPES)
+    if name in JSON_TYPES:
         return _json_text
     data_type = spark_type(type_name, typmod, type_oid)
     if isinstance(data_type, (ShortType, IntegerType, LongType)):

@@ -1,23 +1,21 @@
 """Domain model: committed transactions as stored (wire-form changes) and as served (decoded Changes).
 
 Stored form keeps each change as the pgoutput message it arrived as, so capture does no per-row
-decoding; decoding happens on read (see ``assembler.changes``). Field names follow the contract.
+decoding; decoding happens on read (see ``decoding.changes``). Field names follow the contract.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from service.assembler.framing import FRAME, chunk_bounds
+
 if TYPE_CHECKING:
     from service.assembler.spill import SpilledPayload
-
-# One framed message inside StoredTransaction.payload: WAL position (XLogData dataStart), length.
-FRAME = struct.Struct(">QI")
 
 # In memory, or (a transaction that outgrew the assembler's memory) read back from the spill store.
 Payload: TypeAlias = "bytes | bytearray | SpilledPayload"
@@ -117,36 +115,6 @@ def end_position(end_lsn: int) -> int:
     return end_lsn - 1
 
 
-def frame(lsn: int, message: bytes | memoryview) -> bytes:
-    return FRAME.pack(lsn, len(message)) + bytes(message)
-
-
-def chunk_bounds(payload: memoryview, limit: int) -> list[int]:
-    """Offsets cutting a framed payload into pieces of at most ``limit`` bytes, on frame boundaries
-    where a frame allows it: ``[0, ..., len(payload)]`` (``[0]`` for an empty payload)."""
-    size = len(payload)
-    if size <= limit:
-        return [0, size] if size else [0]
-    bounds = [0]
-    start = pos = 0
-    header, unpack = FRAME.size, FRAME.unpack_from
-    while size - start > limit:
-        if size - pos >= header:
-            nxt = min(pos + header + unpack(payload, pos)[1], size)
-        else:
-            nxt = size  # not a frame: keep the tail bytes as they are
-        if nxt - start > limit:
-            if pos > start:
-                bounds.append(pos)
-                start = pos
-            while nxt - start > limit:  # one frame larger than a chunk
-                start += limit
-                bounds.append(start)
-        pos = nxt
-    bounds.append(size)
-    return bounds
-
-
 def payload_pieces(payload: Payload, limit: int) -> Iterator[bytes | memoryview]:
     """A stored payload in order, in pieces of at most ``limit`` bytes cut on frame boundaries:
     how a store writes any payload, whether in memory or spilled."""
@@ -166,7 +134,7 @@ def payload_pieces(payload: Payload, limit: int) -> Iterator[bytes | memoryview]
 class Change:
     """One decoded change, shaped like the contract's change event.
 
-    Row values are Python values (see ``assembler.values``); columns whose value was an unchanged
+    Row values are Python values (see ``decoding.values``); columns whose value was an unchanged
     TOAST datum are listed in ``unchanged_toast`` and handled per the feed's ``toast`` option.
     """
 

@@ -11,15 +11,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from clients._cursor import format_lsn
-from service.assembler.model import FRAME
+from clients.pgtypes import (
+    BUILTIN_TYPES,
+    FIRST_NON_BUILTIN_OID,
+    TEXT_ARRAY_OID,
+    TEXT_OID,
+    builtin_oid,
+)
+from service.assembler.framing import FRAME
 from service.errors import SchemaError
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import RelationMessage, TypeMessage
 
 __all__ = [
-    "BUILTIN_TYPES",
-    "TEXT_ARRAY_OID",
-    "TEXT_OID",
     "ColumnSchema",
     "RelationCatalog",
     "RelationSchema",
@@ -27,43 +31,6 @@ __all__ = [
     "resolve_value_oid",
     "schema_message",
 ]
-
-TEXT_OID = 25
-TEXT_ARRAY_OID = 1009
-# Types with OIDs below this are built in: pgoutput sends no Type message for them (proto.c).
-FIRST_NON_BUILTIN_OID = 10000
-
-# Built-in type OIDs and names (pg_type.typname; arrays are '_' + element), as PostgreSQL 14-18
-# ship them. A conformance table: ``tables()`` names columns by it, domains resolve through it.
-_BUILTIN_TABLE = """
-16 bool 17 bytea 18 char 19 name 20 int8 21 int2 22 int2vector 23 int4 24 regproc 25 text 26 oid
-27 tid 28 xid 29 cid 30 oidvector 114 json 142 xml 143 _xml 199 _json 271 _xid8 600 point
-601 lseg 602 path 603 box 604 polygon 628 line 629 _line 650 cidr 651 _cidr 700 float4
-701 float8 718 circle 719 _circle 774 macaddr8 775 _macaddr8 790 money 791 _money 829 macaddr
-869 inet 1000 _bool 1001 _bytea 1002 _char 1003 _name 1005 _int2 1006 _int2vector 1007 _int4
-1008 _regproc 1009 _text 1010 _tid 1011 _xid 1012 _cid 1013 _oidvector 1014 _bpchar
-1015 _varchar 1016 _int8 1017 _point 1018 _lseg 1019 _path 1020 _box 1021 _float4 1022 _float8
-1027 _polygon 1028 _oid 1033 aclitem 1034 _aclitem 1040 _macaddr 1041 _inet 1042 bpchar
-1043 varchar 1082 date 1083 time 1114 timestamp 1115 _timestamp 1182 _date 1183 _time
-1184 timestamptz 1185 _timestamptz 1186 interval 1187 _interval 1231 _numeric 1266 timetz
-1270 _timetz 1560 bit 1561 _bit 1562 varbit 1563 _varbit 1700 numeric 1790 refcursor
-2201 _refcursor 2202 regprocedure 2203 regoper 2204 regoperator 2205 regclass 2206 regtype
-2207 _regprocedure 2208 _regoper 2209 _regoperator 2210 _regclass 2211 _regtype 2949 _txid_snapshot
-2950 uuid 2951 _uuid 2970 txid_snapshot 3220 pg_lsn 3221 _pg_lsn 3614 tsvector 3615 tsquery
-3643 _tsvector 3645 _tsquery 3734 regconfig 3735 _regconfig 3769 regdictionary
-3770 _regdictionary 3802 jsonb 3807 _jsonb 3904 int4range 3905 _int4range 3906 numrange
-3907 _numrange 3908 tsrange 3909 _tsrange 3910 tstzrange 3911 _tstzrange 3912 daterange
-3913 _daterange 3926 int8range 3927 _int8range 4072 jsonpath 4073 _jsonpath 4089 regnamespace
-4090 _regnamespace 4096 regrole 4097 _regrole 4191 regcollation 4192 _regcollation
-4451 int4multirange 4532 nummultirange 4533 tsmultirange 4534 tstzmultirange
-4535 datemultirange 4536 int8multirange 5069 xid8 5038 pg_snapshot 5039 _pg_snapshot
-6150 _int4multirange 6151 _nummultirange 6152 _tsmultirange 6153 _tstzmultirange
-6155 _datemultirange 6157 _int8multirange
-"""
-_items = _BUILTIN_TABLE.split()
-BUILTIN_TYPES: dict[int, str] = {int(o): n for o, n in zip(_items[::2], _items[1::2])}
-_BUILTIN_BY_NAME: dict[str, int] = {n: o for o, n in BUILTIN_TYPES.items()}
-del _items
 
 _IDENTITY_NAMES = {ord("d"): "default", ord("n"): "nothing", ord("f"): "full", ord("i"): "index"}
 
@@ -96,7 +63,7 @@ def resolve_value_oid(type_oid: int, type_name: TypeName | None) -> int:
     if type_name is None:
         return TEXT_OID
     if type_name.namespace in ("", "pg_catalog"):
-        base = _BUILTIN_BY_NAME.get(type_name.name)
+        base = builtin_oid(type_name.name)
         if base is not None:
             return base
     return TEXT_ARRAY_OID if type_name.name.startswith("_") else TEXT_OID

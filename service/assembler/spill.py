@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from itertools import chain, pairwise
 from typing import Protocol
 
-from service.assembler.model import chunk_bounds
+from service.assembler.framing import chunk_bounds
 
 
 class SpillStore(Protocol):

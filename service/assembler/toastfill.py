@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from service.assembler.relations import RelationSchema
+from service.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 from service.pgoutput.messages import (
     UNCHANGED_TOAST,
     DeleteMessage,
@@ -41,7 +42,6 @@ Position = tuple[int, int]  # (commit_lsn, seq) of a change
 Held = tuple[int, str | None, int, int]  # value oid, text (None: NULL), source commit_lsn, seq
 Image = dict[str, Held]  # column name -> what the row held there
 
-_OLD_ROW = ord("O")
 
 
 class ImageStore(Protocol):

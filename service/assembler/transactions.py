@@ -12,11 +12,24 @@ from collections.abc import Iterable
 from functools import partial
 from itertools import chain
 
-from service.assembler.model import FRAME, Payload, StoredTransaction, end_position
+from service.assembler.framing import FRAME
+from service.assembler.model import Payload, StoredTransaction, end_position
 from service.assembler.spill import SpilledPayload, SpillStore
 from service.errors import AssemblyError
 from service.pgoutput.decode import decode, message_tag_name
 from service.pgoutput.messages import (
+    TAG_BEGIN,
+    TAG_BEGIN_PREPARE,
+    TAG_COMMIT,
+    TAG_COMMIT_PREPARED,
+    TAG_ORIGIN,
+    TAG_PREPARE,
+    TAG_ROLLBACK_PREPARED,
+    TAG_STREAM_ABORT,
+    TAG_STREAM_COMMIT,
+    TAG_STREAM_PREPARE,
+    TAG_STREAM_START,
+    TAG_STREAM_STOP,
     BeginMessage,
     BeginPrepareMessage,
     CommitMessage,
@@ -133,12 +146,12 @@ class TransactionAssembler:
         self._mem = 0  # bytes of frames held in memory across all transactions
         self._confirmable = 0
         self._handlers = {
-            ord("B"): self._begin, ord("C"): self._commit, ord("O"): self._origin,
-            ord("S"): self._stream_start, ord("E"): self._stream_stop,
-            ord("c"): self._stream_commit, ord("A"): self._stream_abort,
-            ord("b"): self._begin_prepare, ord("P"): self._prepare,
-            ord("p"): self._stream_prepare, ord("K"): self._commit_prepared,
-            ord("r"): self._rollback_prepared,
+            TAG_BEGIN: self._begin, TAG_COMMIT: self._commit, TAG_ORIGIN: self._origin,
+            TAG_STREAM_START: self._stream_start, TAG_STREAM_STOP: self._stream_stop,
+            TAG_STREAM_COMMIT: self._stream_commit, TAG_STREAM_ABORT: self._stream_abort,
+            TAG_BEGIN_PREPARE: self._begin_prepare, TAG_PREPARE: self._prepare,
+            TAG_STREAM_PREPARE: self._stream_prepare, TAG_COMMIT_PREPARED: self._commit_prepared,
+            TAG_ROLLBACK_PREPARED: self._rollback_prepared,
         }
 
     # -- state seen by capture -------------------------------------------------------------------

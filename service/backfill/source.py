@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import struct
 from dataclasses import dataclass
 
 import psycopg
@@ -24,14 +23,12 @@ from service.backfill.rows import copy_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
 from service.backfill.window import Entry
 from service.errors import BackfillError
+from service.pgoutput.encode import insert_head
 from service.replication.session import connection_options
 
 WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
 _INT_TYPES = frozenset({20, 21, 23})
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
 
 _TABLE = """
 SELECT c.oid, c.relreplident, c.relkind, c.reltuples::bigint
@@ -267,7 +264,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
                                  {"oid": plan.oid, "pub": publication, "schema": schema,
                                   "name": name}).fetchone()
             digest = again[0] if again else None
-        header = b"I" + _U32.pack(plan.oid) + b"N" + _I16.pack(len(plan.columns))
+        header = insert_head(plan.oid, len(plan.columns))
         nkeys = len(plan.key)
         entries: list[Entry] = []
         with conn.cursor().copy(_chunk_query(plan, after, upper, limit)) as copy:

@@ -28,10 +28,20 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from service.assembler.model import BACKFILL_ORIGIN, FRAME, BackfillProgress, StoredTransaction
+from service.assembler.framing import FRAME
+from service.assembler.model import BACKFILL_ORIGIN, BackfillProgress, StoredTransaction
 from service.assembler.spill import SpilledPayload
 from service.pgoutput.decode import decode
-from service.pgoutput.messages import RelationMessage, TruncateMessage
+from service.pgoutput.messages import (
+    TAG_DELETE,
+    TAG_INSERT,
+    TAG_RELATION,
+    TAG_TRUNCATE,
+    TAG_UPDATE,
+    TUPLE_NEW,
+    RelationMessage,
+    TruncateMessage,
+)
 
 Key = tuple[bytes, ...]
 # One row of a chunk as the reader hands it over: its key, and ``>I`` length + Insert message.
@@ -44,9 +54,9 @@ MAX_REMEMBERED_KEYS = 1_000_000
 _u32 = struct.Struct(">I").unpack_from
 _u16 = struct.Struct(">H").unpack_from
 _lsn8 = struct.Struct(">Q").pack
-_ROW = frozenset(b"IUD")
-_T, _R = ord("T"), ord("R")
-_INSERT, _UPDATE = ord("I"), ord("U")
+_ROW = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE})
+_T, _R = TAG_TRUNCATE, TAG_RELATION
+_INSERT, _UPDATE = TAG_INSERT, TAG_UPDATE
 
 
 def precedes(a: int, b: int) -> bool:
@@ -283,7 +293,7 @@ class WindowTracker:
                     ok = _add(keys, key) and ok
                     continue
                 kind = view[at]
-                if tag == _UPDATE and kind == ord("N"):
+                if tag == _UPDATE and kind == TUPLE_NEW:
                     key, _ = tuple_key(view, at + 1, positions)
                     ok = _add(keys, key) and ok
                     continue

@@ -8,7 +8,6 @@ rules every store shares (batch checks, retention bounds, split points) live her
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from clients._cursor import Cursor
 from service.assembler.model import BackfillProgress, StoredTransaction
 from service.backfill.model import BackfillPart, BackfillRecord
 from service.errors import PgfeedError, RetentionError
+from service.pgoutput.messages import PG_EPOCH_UNIX
 
 log = logging.getLogger("pgfeed.changelog")
 
@@ -65,12 +65,6 @@ class ConsumerState:
     acked_us: int
 
 
-def pg_now_us(unix_seconds: float | None = None) -> int:
-    """Now (or ``unix_seconds``) in µs since 2000-01-01, the log's clock for commit_ts and acks."""
-    return int(((time.time() if unix_seconds is None else unix_seconds) - PG_EPOCH_UNIX) * 1_000_000)
-
-
-PG_EPOCH_UNIX = 946_684_800  # 2000-01-01T00:00:00Z as a Unix time
 
 
 class ChangeLog(Protocol):

@@ -27,13 +27,13 @@ from service.changelog.base import (
     check_new_consumer,
     log_expired,
     overtaken,
-    pg_now_us,
     read_selection,
     release_bound,
     slowest,
     split_bounds,
     stored_position,
 )
+from service.pgoutput.messages import pg_now_us
 
 log = logging.getLogger("pgfeed.changelog")
 

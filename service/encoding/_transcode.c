@@ -17,9 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* value kinds; transcode.py passes them as one byte per column (its _KIND_CODES) */
-enum { K_TEXT, K_BOOL, K_BYTEA, K_INT, K_JSON, K_FLOAT, K_NUMERIC, K_DATE, K_TIME,
-       K_TIMESTAMP, K_TIMESTAMPTZ, K_COUNT };
+/* value kinds, one byte per column: generated from the type registry (service/types) */
+#include "_kinds.h"
 
 /* fallback: not a shape the fast path writes; the caller loads the change instead */
 #define FALLBACK (-1)
@@ -314,6 +313,35 @@ static int numeric_ok(const unsigned char *t, Py_ssize_t n) {
     return t[i] == '.' && is_digits(t + i + 1, n - i - 1);
 }
 
+/* money in the C/English locales' text (service/types/money.py SHAPE: -?$d{1,3}(,ddd)*.dd) ->
+ * the plain amount ("-1234.56") in out; its length, or FALLBACK for any other text */
+static Py_ssize_t money_plain(const unsigned char *t, Py_ssize_t n, unsigned char out[40]) {
+    Py_ssize_t i = 0, k = 0, run = 0; /* run: digits in the current group */
+    int commas = 0;
+    if (i < n && t[i] == '-') out[k++] = t[i++];
+    if (i >= n || t[i++] != '$') return FALLBACK;
+    while (i < n && t[i] != '.') {
+        unsigned char c = t[i++];
+        if (c == ',') {
+            if (run < 1 || run > 3 || (commas > 0 && run != 3)) return FALLBACK;
+            commas++;
+            run = 0;
+        } else if (c >= '0' && c <= '9' && k < 34) {
+            out[k++] = c;
+            run++;
+        } else {
+            return FALLBACK;
+        }
+    }
+    if (run < 1 || (commas > 0 ? run != 3 : run > 3)) return FALLBACK;
+    if (n - i != 3 || t[i + 1] < '0' || t[i + 1] > '9' || t[i + 2] < '0' || t[i + 2] > '9')
+        return FALLBACK;
+    out[k++] = '.';
+    out[k++] = t[i + 1];
+    out[k++] = t[i + 2];
+    return k;
+}
+
 /* -- protobuf Value ----------------------------------------------------------------------------- */
 
 static int put_ld(Buf *b, unsigned char field, const unsigned char *s, Py_ssize_t n) {
@@ -403,6 +431,12 @@ static int proto_value(Buf *b, int kind, Col c) {
     case K_TIMESTAMPTZ:
         if (!timestamptz_ok(t, n)) return FALLBACK;
         return put_stamp(b, 0x42, t, n - 3);
+    case K_MONEY: {
+        unsigned char plain[40];
+        Py_ssize_t k = money_plain(t, n, plain);
+        if (k < 0) return FALLBACK;
+        return put_ld(b, 0x3a, plain, k); /* numeric_value */
+    }
     }
     return FALLBACK;
 }
@@ -546,6 +580,12 @@ static int json_value(Buf *b, int kind, Col c, const JsonHooks *hooks) {
         if (tz) PUTS(b, "+00:00");
         PUT1(b, '"');
         return 0;
+    }
+    case K_MONEY: {
+        unsigned char plain[40];
+        Py_ssize_t k = money_plain(t, n, plain);
+        if (k < 0) return FALLBACK;
+        return put_quoted(b, plain, k);
     }
     }
     return FALLBACK;
@@ -838,5 +878,15 @@ PyMODINIT_FUNC PyInit__transcode(void) {
         Py_DECREF(m);
         return NULL;
     }
+    PyObject *names = PyTuple_New(K_COUNT);
+    if (names == NULL) { Py_DECREF(m); return NULL; }
+    for (int i = 0; i < K_COUNT; i++) {
+        PyObject *name = PyUnicode_FromString(KIND_NAMES[i]);
+        if (name == NULL) { Py_DECREF(names); Py_DECREF(m); return NULL; }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    int rc = PyModule_AddObjectRef(m, "KIND_NAMES", names);
+    Py_DECREF(names);
+    if (rc < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

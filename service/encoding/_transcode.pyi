@@ -3,6 +3,7 @@
 from collections.abc import Callable
 
 KINDS: int
+KIND_NAMES: tuple[str, ...]  # _kinds.h, generated from the type registry's FAST_KINDS
 
 class Unsupported(ValueError): ...
 

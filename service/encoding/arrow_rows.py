@@ -19,18 +19,22 @@ compiled ones in change order.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 
-from service.assembler.changes import Segment
+from clients.pgtypes import TEXT_ARRAY_OID
 from service.assembler.model import Op, Transaction
-from service.assembler.relations import TEXT_ARRAY_OID
-from service.assembler.values import _ELEMENT_OID, loader_oid
+from service.decoding.changes import Segment
+from service.decoding.plan import RelationPlan
 from service.encoding import transcode
-from service.encoding.to_arrow import KEY_FIELD, PG_EPOCH_US, ArrowColumn, typed_batch
+from service.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
+from service.pgoutput.messages import PG_EPOCH_UNIX_US
+from service.types.array import ELEMENT_OID
+from service.types.registry import fast_kind, loader_oid
 
 __all__ = ["ArrowSink", "sink_for"]
 
@@ -46,7 +50,8 @@ _FIXED = {pa.int16(): _A_INT16, pa.int32(): _A_INT32, pa.int64(): _A_INT64,
           pa.float32(): _A_FLOAT32, pa.float64(): _A_FLOAT64, pa.bool_(): _A_BOOL,
           pa.date32(): _A_DATE32, pa.string(): _A_STRING, pa.binary(): _A_BINARY}
 
-# transcode kind -> the Arrow types the C code writes it as (anything else: the reference)
+# the registry's fast kind (FAST_KINDS) -> the Arrow types the C code writes it as (anything
+# else, "money" included: the reference)
 _WRITES: dict[str, frozenset[Any]] = {
     "int": frozenset({pa.int16(), pa.int32(), pa.int64()}),
     "float": frozenset({pa.float32(), pa.float64()}),
@@ -80,17 +85,21 @@ def _spec(t: pa.DataType) -> tuple[int, int, int, int] | None:
 
 
 def _column_kind(value_oid: int) -> tuple[str, bool] | None:
-    """The transcode kind of a column's values (of its elements for an array the reference
-    splits), and whether it is an array; None for what the C code does not read."""
-    loader = loader_oid(value_oid)
-    kind = transcode._KINDS.get(loader)
+    """The registry's fast kind of a column's values (of its elements for an array the
+    reference splits), and whether it is an array; None for what the C code does not read."""
+    kind = fast_kind(value_oid)
     if kind is not None:
         return kind, False
+    loader = loader_oid(value_oid)
     if loader == TEXT_ARRAY_OID:
         return "text", True
-    element = _ELEMENT_OID.get(loader)
-    kind = None if element is None else transcode._KINDS.get(loader_oid(element))
+    element = ELEMENT_OID.get(loader)
+    kind = None if element is None else fast_kind(element)
     return None if kind is None or kind == "json" else (kind, True)
+
+
+# relation version -> {sink's shape: its kinds for ArrowRows.scan, or None}
+_KINDS: weakref.WeakKeyDictionary[RelationPlan, dict[Any, bytes | None]] = weakref.WeakKeyDictionary()
 
 
 class ArrowSink:
@@ -113,9 +122,12 @@ class ArrowSink:
     def kinds(self, plan: Any) -> bytes | None:
         """``plan``'s column kinds for ``ArrowRows.scan``; None when its rows are the
         reference's (cached on the relation version)."""
-        found = plan.cache.get(self._cache_key, False)
+        cached = _KINDS.get(plan)
+        if cached is None:
+            cached = _KINDS[plan] = {}
+        found = cached.get(self._cache_key, False)
         if found is False:
-            found = plan.cache[self._cache_key] = self._kinds(plan)
+            found = cached[self._cache_key] = self._kinds(plan)
         return found
 
     def _kinds(self, plan: Any) -> bytes | None:
@@ -150,7 +162,7 @@ class ArrowSink:
             return None
         out: tuple[int, int, int] = self.rows.scan(
             payload, pos, seq, stop, relation_id, kinds, stored.commit_lsn,
-            stored.commit_ts + PG_EPOCH_US, stored.xid, flags)
+            stored.commit_ts + PG_EPOCH_UNIX_US, stored.xid, flags)
         return None if out[0] == pos else out
 
     def _batch(self) -> pa.RecordBatch:

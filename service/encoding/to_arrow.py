@@ -37,10 +37,14 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from clients.pgtypes import ColumnType, column_type, element_is_json, is_json
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, JsonText, SpecialFloat
 from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import dumps
+from service.pgoutput.messages import PG_EPOCH_UNIX_US
+from service.types.floating import SpecialFloat
+from service.types.interval import Interval
+from service.types.json import JsonText
 
 __all__ = [
     "ARROW_MEDIA_TYPE",
@@ -55,7 +59,6 @@ __all__ = [
     "typed_schema",
 ]
 
-PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 UTC in µs since the Unix epoch
 
 _TS_UTC = pa.timestamp("us", tz="UTC")
 _STRINGS = pa.list_(pa.field("element", pa.string()))
@@ -110,59 +113,27 @@ def change_schema() -> pa.Schema:
     return _CHANGE_SCHEMA
 
 
-# -- PostgreSQL types -> Arrow types (mirror of spark_connector._schema.spark_type) --------------
+# -- PostgreSQL types -> Arrow types: clients.pgtypes.column_type, as Spark's schema reads it -----
 
-_SCALARS: dict[str, pa.DataType] = {
-    "int2": pa.int16(), "int4": pa.int32(), "int8": pa.int64(),
-    "float4": pa.float32(), "float8": pa.float64(), "bool": pa.bool_(), "bytea": pa.binary(),
-    "date": pa.date32(), "timestamp": pa.timestamp("us"), "timestamptz": _TS_UTC,
+_KINDS: dict[str, pa.DataType] = {
+    "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "float32": pa.float32(),
+    "float64": pa.float64(), "bool": pa.bool_(), "binary": pa.binary(), "date": pa.date32(),
+    "timestamp": pa.timestamp("us"), "timestamptz": _TS_UTC, "string": pa.string(),
 }
-_ALIASES = {
-    "smallint": "int2", "integer": "int4", "int": "int4", "bigint": "int8", "real": "float4",
-    "double precision": "float8", "boolean": "bool", "decimal": "numeric",
-    "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
-}
-_OID_NAMES = {
-    16: "bool", 17: "bytea", 20: "int8", 21: "int2", 23: "int4", 114: "json", 700: "float4",
-    701: "float8", 1082: "date", 1114: "timestamp", 1184: "timestamptz", 1700: "numeric",
-    2950: "uuid", 3802: "jsonb", 1000: "_bool", 1001: "_bytea", 1005: "_int2", 1007: "_int4",
-    1016: "_int8", 1021: "_float4", 1022: "_float8", 1182: "_date", 1115: "_timestamp",
-    1185: "_timestamptz", 1231: "_numeric", 199: "_json", 3807: "_jsonb", 2951: "_uuid",
-    1009: "_text",
-}
-_JSON_TYPES = frozenset({"json", "jsonb"})
 
 
-def _base_name(type_name: str | None, type_oid: int) -> str | None:
-    if type_name is None:
-        return _OID_NAMES.get(type_oid)
-    name = type_name.strip().lower().removeprefix("pg_catalog.")
-    if name.endswith("[]"):
-        name = "_" + name[:-2]
-    return _ALIASES.get(name, name)
-
-
-def numeric_precision(typmod: int) -> tuple[int, int] | None:
-    """numeric's atttypmod -> (precision, scale); None for an unconstrained numeric."""
-    if typmod < 4:
-        return None
-    packed = typmod - 4
-    return (packed >> 16) & 0xFFFF, ((packed & 0x7FF) ^ 1024) - 1024
+def _arrow(t: ColumnType) -> pa.DataType:
+    if t.kind == "list":
+        assert t.element is not None
+        return _list_of(_arrow(t.element))
+    if t.kind == "decimal":
+        return pa.decimal128(t.precision, t.scale)
+    return _KINDS[t.kind]
 
 
 def arrow_type(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> pa.DataType:
     """The Arrow type of a PostgreSQL column in a typed read (see the module docstring)."""
-    name = _base_name(type_name, type_oid)
-    if name is None:
-        return pa.string()
-    if name.startswith("_"):
-        return _list_of(arrow_type(name[1:], typmod))
-    if name == "numeric":
-        ps = numeric_precision(typmod)
-        if ps is not None and 1 <= ps[0] <= 38 and 0 <= ps[1] <= ps[0]:
-            return pa.decimal128(*ps)
-        return pa.string()
-    return _SCALARS.get(name, pa.string())
+    return _arrow(column_type(type_name, typmod, type_oid))
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +148,7 @@ class ArrowColumn:
 
     @property
     def is_json(self) -> bool:
-        return _base_name(self.type_name, self.type_oid) in _JSON_TYPES
+        return is_json(self.type_name, self.type_oid)
 
     @property
     def arrow(self) -> pa.DataType:
@@ -185,8 +156,7 @@ class ArrowColumn:
 
     @property
     def element_is_json(self) -> bool:
-        name = _base_name(self.type_name, self.type_oid) or ""
-        return name.startswith("_") and name[1:] in _JSON_TYPES
+        return element_is_json(self.type_name, self.type_oid)
 
 
 def typed_schema(columns: Sequence[ArrowColumn]) -> pa.Schema:
@@ -366,7 +336,7 @@ def _metadata(transactions: Sequence[Transaction], changes: list[Change],
         pa.array([c.lsn for c in changes], pa.int64()),
         pa.array([c.seq for c in changes], pa.int64()),
         pa.array(_repeated(transactions, lambda t: t.commit_lsn), pa.int64()),
-        pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_US), pa.int64()).cast(_TS_UTC),
+        pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_UNIX_US), pa.int64()).cast(_TS_UTC),
         pa.array(_repeated(transactions, lambda t: t.xid), pa.int64()),
         pa.array(toast_lists, _STRINGS),
     ]
@@ -383,7 +353,7 @@ def generic_batch(transactions: Sequence[Transaction]) -> pa.RecordBatch:
         pa.array([c.lsn for c in changes], pa.int64()),
         pa.array([c.seq for c in changes], pa.int64()),
         pa.array(_repeated(transactions, lambda t: t.commit_lsn), pa.int64()),
-        pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_US), pa.int64()).cast(_TS_UTC),
+        pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_UNIX_US), pa.int64()).cast(_TS_UTC),
         pa.array(_repeated(transactions, lambda t: t.xid), pa.int64()),
         pa.array([c.op.value for c in changes], pa.string()),
         pa.array([c.schema for c in changes], pa.string()),

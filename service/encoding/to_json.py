@@ -1,35 +1,34 @@
 """Change and Transaction -> the contract's JSON (orjson): exact numerics, base64 bytes, ISO 8601 times.
 
-Values come from ``assembler.values``; what orjson cannot write natively goes through ``_default``.
+Values come from ``decoding.values``; what orjson cannot write natively goes through ``_default``.
 """
 
 from __future__ import annotations
 
 import base64
-from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
 import orjson
 
 from clients._cursor import format_lsn
-from clients._json import MAX_EMBEDDED_DEPTH, embeddable
-from service.assembler.changes import RawChange
+from clients._json import MAX_EMBEDDED_DEPTH
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, JsonText, SpecialFloat, TimeTz
+from service.decoding.changes import RawChange
 from service.encoding.transcode import json_writers, transcoded
+from service.pgoutput.messages import PG_EPOCH
+from service.types.registry import json_writers as value_writers
 
 __all__ = ["MAX_EMBEDDED_DEPTH", "change_events", "change_to_dict", "commit_ts_iso", "dumps",
-           "json_document", "transaction_json", "transaction_to_dict"]
+           "transaction_json", "transaction_to_dict"]
 
-_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _b64 = base64.b64encode
 
 
 def commit_ts_iso(commit_ts: int) -> str:
     """Microseconds since 2000-01-01 UTC (PostgreSQL's epoch) -> ``2026-11-22T10:00:00.123456+00:00``."""
-    return (_PG_EPOCH + timedelta(microseconds=commit_ts)).isoformat(timespec="microseconds")
+    return (PG_EPOCH + timedelta(microseconds=commit_ts)).isoformat(timespec="microseconds")
 
 
 @lru_cache(maxsize=4096)
@@ -157,34 +156,19 @@ def transaction_json(txn: Transaction, cursor: str) -> bytes:
             + orjson.dumps(cursor) + b"}")
 
 
+# Python value type -> what orjson writes in its place: the type registry's JSON rules
+_WRITERS = value_writers()
+
+
 def _default(obj: Any) -> Any:
-    t = type(obj)
-    if t is datetime or t is date or t is time:
-        # ourselves, not orjson's native writer: orjson 3.13.0 drops a digit of times whose
-        # microseconds are 10000-99999 (00:00:00.01 -> "00:00:00.10000"); isoformat is the rule
-        return obj.isoformat()
-    if t is Decimal:
-        return format(obj, "f")  # plain notation (never 1E-7); NaN, Infinity, -Infinity as is
-    if t is bytes or t is bytearray or t is memoryview:
-        return _b64(obj).decode()
-    if t is SpecialFloat:
-        return obj.text
-    if t is JsonText:
-        return json_document(obj)
-    if t is Interval or t is TimeTz:
-        return obj.isoformat()
-    raise TypeError(f"cannot write {t.__name__} as JSON")
+    write = _WRITERS.get(type(obj))
+    if write is None:
+        raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+    return write(obj)
 
 
 # Interval is a dataclass, and dates and times are written by _default too
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-
-
-def json_document(value: JsonText) -> Any:
-    """How a json/jsonb value is written into an event: its text as it is (an ``orjson.Fragment``,
-    every digit kept), or, nested past ``MAX_EMBEDDED_DEPTH``, a JSON string holding that text."""
-    text = value.text
-    return orjson.Fragment(text) if embeddable(text) else text
 
 
 def dumps(obj: Any) -> bytes:

@@ -10,28 +10,32 @@ since a json value may load as any Python type.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
 from clients._cursor import Cursor, format_lsn
-from service.assembler.changes import RawChange, _Plan
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
-from service.assembler.values import Interval, JsonText, SpecialFloat, TimeTz
-from service.encoding.protowire import HEADS as _HEADS
-from service.encoding.protowire import SMALL as _SMALL
-from service.encoding.protowire import VC as _VC
-from service.encoding.protowire import MapColumn as _Column
-from service.encoding.protowire import V as _V
-from service.encoding.protowire import map_column as _column
-from service.encoding.protowire import timestamp_field as _timestamp
-from service.encoding.protowire import varint
+from service.codegen import define
+from service.decoding.changes import RawChange
 from service.encoding.to_json import dumps as json_dumps
-from service.encoding.transcode import proto_writers, transcoded
+from service.encoding.transcode import proto_writers as change_writers
+from service.encoding.transcode import transcoded
+from service.pgoutput.messages import PG_EPOCH_UNIX
+from service.protowire import HEADS as _HEADS
+from service.protowire import SMALL as _SMALL
+from service.protowire import VALUE, ld_field, text_field, varint
+from service.protowire import VC as _VC
+from service.protowire import MapColumn as _Column
+from service.protowire import V as _V
+from service.protowire import map_column as _column
+from service.protowire import timestamp_field as _timestamp
+from service.types.interval import Interval
+from service.types.json import JsonText, proto_json
+from service.types.registry import json_kind, proto_writers
 
 __all__ = [
     "FRAME_BYTES",
@@ -50,110 +54,23 @@ __all__ = [
 FRAME_BYTES = 1 << 20
 FRAME_CHANGES = 10_000
 
-# json/jsonb (114, 3802) and arrays of them (199, 3807): a column of one of these is "json" or
-# "json[]"; every other column is typed by its values.
-_JSON_OIDS = frozenset({114, 3802})
-_JSON_ARRAY_OIDS = frozenset({199, 3807})
+# a json/jsonb column or an array of them is "json" or "json[]" (registry.json_kind); every
+# other column is typed by its values
 ColumnKinds = Mapping[tuple[str, str], Mapping[str, str]]  # (schema, table) -> {column: kind}
 
-# -- wire primitives: protowire.py ------------------------------------------------------------------
+# -- Value: the type registry's writers (service/types), lists and null here --------------------------
 
-def _tag(field: int, wire_type: int) -> bytes:
-    return varint(field << 3 | wire_type)
-
-
-def _ld(field: int, payload: bytes) -> bytes:
-    """A length-delimited field: tag, length, payload."""
-    n = len(payload)
-    return _tag(field, 2) + (_V[n] if n < _SMALL else varint(n)) + payload
-
-
-# -- Value -----------------------------------------------------------------------------------------
-# Value field numbers (feed.proto): 1 null, 2 bool, 3 int64, 4 double, 5 string, 6 bytes,
-# 7 numeric, 8 timestamp, 9 json, 10 list, 11 local timestamp, 12 date, 13 time, 14 interval.
-
-_NULL = b"\x08\x00"
-_TRUE, _FALSE = b"\x10\x01", b"\x10\x00"
-_INT, _STRING, _BYTES, _NUMERIC = b"\x18", b"\x2a", b"\x32", b"\x3a"
-_TIMESTAMP, _JSON, _LIST, _LOCAL_TS = b"\x42", b"\x4a", b"\x52", b"\x5a"
-_DATE, _TIME, _INTERVAL = b"\x62", b"\x6a", b"\x72"
-_DOUBLE = struct.Struct("<Bd").pack
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_NAIVE_EPOCH = datetime(1970, 1, 1)
-
-
-def _text(field: bytes, text: str) -> bytes:
-    b = text.encode()
-    n = len(b)
-    return field + (_V[n] if n < _SMALL else varint(n)) + b
+_NULL = VALUE["null_value"] + b"\x00"
+_TRUE, _FALSE = VALUE["bool_value"] + b"\x01", VALUE["bool_value"] + b"\x00"
+_INT, _STRING, _LIST = VALUE["int_value"], VALUE["string_value"], VALUE["list_value"]
 
 
 def _v_none(v: None) -> bytes:
     return _NULL
 
 
-def _v_bool(v: bool) -> bytes:
-    return _TRUE if v else _FALSE
-
-
-def _v_int(v: int) -> bytes:
-    if 0 <= v < _SMALL:
-        return _INT + _V[v]
-    if _INT64_MIN <= v <= _INT64_MAX:
-        return _INT + varint(v)
-    return _text(_NUMERIC, str(v))  # past int64 (only json can hold such an int): exact text
-
-
-def _v_float(v: float) -> bytes:
-    return _DOUBLE(0x21, v)  # NaN, ±Infinity and -0.0 travel as IEEE 754 doubles
-
-
-def _v_str(v: str) -> bytes:
-    return _text(_STRING, v)
-
-
-def _v_bytes(v: bytes | bytearray | memoryview) -> bytes:
-    b = bytes(v)
-    n = len(b)
-    return _BYTES + (_V[n] if n < _SMALL else varint(n)) + b
-
-
-def _v_decimal(v: Decimal) -> bytes:
-    text = str(v)
-    if "E" in text:  # 1E+3, 1E-7: write plain notation, as the JSON does
-        text = format(v, "f")
-    return _text(_NUMERIC, text)
-
-
-def _v_datetime(v: datetime) -> bytes:
-    if v.tzinfo is None:  # timestamp without time zone: the wall clock, as if UTC
-        d = v - _NAIVE_EPOCH
-        return _timestamp(_LOCAL_TS, d.days * 86400 + d.seconds, d.microseconds)
-    d = v - _EPOCH
-    return _timestamp(_TIMESTAMP, d.days * 86400 + d.seconds, d.microseconds)
-
-
-def _v_date(v: date) -> bytes:
-    return _text(_DATE, v.isoformat())
-
-
-def _v_time(v: time) -> bytes:
-    return _text(_TIME, v.isoformat())
-
-
-def _v_interval(v: Interval) -> bytes:
-    return _text(_INTERVAL, v.isoformat())
-
-
 def _v_json(v: Any) -> bytes:
-    """A json/jsonb value -> json_value: PostgreSQL's text as it is (``JsonText``, whatever its
-    depth); JSON null -> null_value. Any other value (not loaded from json) is written as JSON."""
-    if v is None:
-        return _NULL
-    b = v.text.encode() if type(v) is JsonText else json_dumps(v)
-    n = len(b)
-    return _JSON + (_V[n] if n < _SMALL else varint(n)) + b
+    return proto_json(v, json_dumps)
 
 
 def _v_list(v: list[Any]) -> bytes:
@@ -182,15 +99,11 @@ def _v_json_list(v: Any) -> bytes:
 
 def _v_other(v: Any) -> bytes:
     """Anything else (a type the loaders do not produce today): its text form."""
-    return _text(_STRING, str(v))
+    return text_field(_STRING, str(v))
 
 
 _VALUE: dict[type, Callable[[Any], bytes]] = {
-    type(None): _v_none, bool: _v_bool, int: _v_int, float: _v_float, SpecialFloat: _v_float,
-    str: _v_str, bytes: _v_bytes, bytearray: _v_bytes, memoryview: _v_bytes,
-    Decimal: _v_decimal, datetime: _v_datetime, date: _v_date, time: _v_time, TimeTz: _v_time,
-    Interval: _v_interval, dict: _v_json, JsonText: _v_json, list: _v_list,
-}
+    **proto_writers(), type(None): _v_none, dict: _v_json, JsonText: _v_json, list: _v_list}
 _BY_KIND: dict[str, Callable[[Any], bytes]] = {"json": _v_json, "json[]": _v_json_list}
 
 
@@ -224,9 +137,7 @@ def _row(tag: bytes, row: dict[str, Any], out: list[bytes],
 _SMALL_INTS = [_INT + _V[n] for n in range(_SMALL)]
 # Value encoders the generated code calls directly for a speculated type.
 _SPECULATED: dict[type, Callable[[Any], bytes]] = {
-    int: _v_int, float: _v_float, Decimal: _v_decimal, datetime: _v_datetime, date: _v_date,
-    time: _v_time, bytes: _v_bytes, Interval: _v_interval, dict: _v_json,
-}
+    t: _VALUE[t] for t in (int, float, Decimal, datetime, date, time, bytes, Interval, dict)}
 _TEXT_CACHE = 512  # whole entries of the first distinct short texts of a column (status, names)
 
 
@@ -286,8 +197,8 @@ class _RowEncoder:
                           "    else:",
                           f"        e{i} = G{i}(v)"]
         lines.append(f"    out += ({''.join(f'e{i}, ' for i in range(len(self.names)))})")
-        exec("\n".join(lines), env)  # noqa: S102 - generated from column positions only
-        self.encode: Callable[[dict[str, Any], list[bytes]], None] = env["encode"]
+        self.encode: Callable[[dict[str, Any], list[bytes]], None] = define(
+            "encode", lines, env, f"{len(self.names)} columns: {', '.join(self.names)}"[:200])
 
 
 def _generic(col: _Column, kind: str | None) -> Callable[[Any], bytes]:
@@ -330,7 +241,7 @@ _NAMES: dict[tuple[str | None, str | None], bytes] = {}
 def _names(schema: str | None, table: str | None) -> bytes:
     found = _NAMES.get((schema, table))
     if found is None:
-        found = (_text(b"\x22", schema) if schema else b"") + (_text(b"\x2a", table) if table else b"")
+        found = (text_field(b"\x22", schema) if schema else b"") + (text_field(b"\x2a", table) if table else b"")
         if len(_NAMES) > 10_000:
             _NAMES.clear()
         _NAMES[(schema, table)] = found
@@ -338,7 +249,7 @@ def _names(schema: str | None, table: str | None) -> bytes:
 
 
 def _strings(field: bytes, names: Iterable[str]) -> bytes:
-    return b"".join(_text(field, n) for n in names)
+    return b"".join(text_field(field, n) for n in names)
 
 
 _CHANGE_HEADS: dict[tuple[Op, str | None, str | None], bytes] = {}
@@ -346,8 +257,8 @@ _CHANGE_HEADS: dict[tuple[Op, str | None, str | None], bytes] = {}
 
 def _change_head(op: Op, schema: str | None, table: str | None) -> bytes:
     """op, schema and table fields (3-5): the same bytes for every change of a table and op."""
-    head = _OP[op] + (_text(b"\x22", schema) if schema else b"") + (
-        _text(b"\x2a", table) if table else b"")
+    head = _OP[op] + (text_field(b"\x22", schema) if schema else b"") + (
+        text_field(b"\x2a", table) if table else b"")
     if len(_CHANGE_HEADS) > 10_000:
         _CHANGE_HEADS.clear()
     _CHANGE_HEADS[(op, schema, table)] = head
@@ -381,9 +292,9 @@ def _change_parts(change: Change, kinds: Mapping[str, str] | None, out: list[byt
         out.append(_strings(b"\x4a", change.unchanged_toast))
     if op is Op.MESSAGE:
         if change.prefix:
-            out.append(_text(b"\x52", change.prefix))
+            out.append(text_field(b"\x52", change.prefix))
         if change.content:
-            out.append(_ld(11, bytes(change.content)))
+            out.append(ld_field(b"\x5a", bytes(change.content)))
         if change.transactional:
             out.append(b"\x60\x01")
     elif op is Op.TRUNCATE:
@@ -413,18 +324,18 @@ def _header(txn: Transaction) -> bytes:
         out += b"\x10" + varint(txn.commit_lsn)
     if txn.end_lsn:
         out += b"\x18" + varint(txn.end_lsn)
-    # commit_ts: microseconds since 2000-01-01 UTC (PostgreSQL's epoch) = 946684800 s after 1970
+    # commit_ts: microseconds since PostgreSQL's epoch
     seconds, micros = divmod(txn.commit_ts, 1_000_000)
-    out += _timestamp(b"\x22", seconds + 946_684_800, micros)
+    out += _timestamp(b"\x22", seconds + PG_EPOCH_UNIX, micros)
     if txn.origin is not None:
-        out += _text(b"\x2a", txn.origin)
+        out += text_field(b"\x2a", txn.origin)
     if txn.backfill is not None:
-        out += _text(b"\x4a", txn.backfill)
+        out += text_field(b"\x4a", txn.backfill)
     return out
 
 
 def _tail(cursor: str, final: bool) -> bytes:
-    return _text(b"\x3a", cursor) + (b"\x40\x01" if final else b"")
+    return text_field(b"\x3a", cursor) + (b"\x40\x01" if final else b"")
 
 
 def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
@@ -455,12 +366,12 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
         if type(change) is RawChange:
             if change.plan is not plan:
                 plan = change.plan
-                writers = proto_writers(plan)
+                writers = change_writers(plan)
             fast = transcoded(writers, change, b"", b"")
             if fast is not None:
                 body, change = fast, None
             else:
-                table_kinds = _plan_kinds(change.plan)
+                table_kinds = change.plan.json_kinds or None
                 change = change.load()
         elif kinds:
             table_kinds = kinds.get((change.schema or "", change.table or "")) or None
@@ -485,12 +396,6 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
     return frames
 
 
-def _plan_kinds(plan: _Plan) -> dict[str, str] | None:
-    """The json/jsonb columns of a change's own relation version (``json_columns``' rule)."""
-    found = plan.cache.get("json_kinds")
-    if found is None:
-        found = plan.cache["json_kinds"] = _json_kinds(plan.schema.columns)
-    return found or None
 
 
 @dataclass(slots=True)
@@ -573,10 +478,4 @@ class JsonColumnCache:
 
 
 def _json_kinds(columns: Iterable[Any]) -> dict[str, str]:
-    kinds = {}
-    for col in columns:
-        if col.value_oid in _JSON_OIDS:
-            kinds[col.name] = "json"
-        elif col.value_oid in _JSON_ARRAY_OIDS:
-            kinds[col.name] = "json[]"
-    return kinds
+    return {col.name: kind for col in columns if (kind := json_kind(col.value_oid))}

@@ -6,8 +6,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from service.decoding.changes import ToastMode
+
 FeedState = Literal["starting", "snapshotting", "running", "paused", "failed"]
-ToastMode = Literal["omit", "placeholder", "reselect"]
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")
 ADOPTED_TABLES = ("'tables' and 'all_tables' describe a publication pgfeed creates; an existing "
                   "'publication' is adopted as it is (the feed's status shows the tables it "

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from clients._cursor import EARLIEST, Cursor, format_lsn
-from service.assembler.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
+from service.assembler.framing import FRAME
 from service.assembler.model import (
     BACKFILL_ORIGIN,
-    FRAME,
     Op,
     StoredTransaction,
     Transaction,
@@ -25,6 +24,7 @@ from service.assembler.model import (
 )
 from service.assembler.relations import RelationCatalog
 from service.changelog.base import ChangeLog
+from service.decoding.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
 from service.errors import RetentionError
 from service.feeds.toastindex import ToastIndex
 from service.pgoutput.decode import decode

@@ -31,7 +31,6 @@ from pathlib import Path
 import orjson
 
 from clients._cursor import Cursor
-from service.assembler.changes import TransactionDecoder
 from service.assembler.model import StoredTransaction
 from service.assembler.relations import RelationCatalog
 from service.assembler.toastfill import (
@@ -42,6 +41,7 @@ from service.assembler.toastfill import (
     apply_truncate,
 )
 from service.changelog.base import ChangeLog
+from service.decoding.changes import TransactionDecoder
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import (
     TAG_RELATION,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from clients._cursor import Cursor, format_lsn, parse_lsn
+from clients._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from service.assembler.model import Transaction
 from service.assembler.relations import RelationCatalog
 from service.encoding import ARROW_MEDIA_TYPE
@@ -23,9 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Encoded", "arrow_page", "arrow_sink", "json_changes", "json_transactions"]
 
-NEXT_HEADER = "PgFeed-Next"
-HEAD_HEADER = "PgFeed-Head"
-HAS_MORE_HEADER = "PgFeed-Has-More"
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 import service
-from service.assembler.changes import RawChange
+from service.decoding.changes import RawChange
 from service.encoding.to_debezium import DebeziumSource, envelopes
 from service.encoding.to_json import change_to_dict, dumps
 from service.feeds.reader import Page

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients._cursor import CURSOR_PATTERN
+from service.decoding.changes import ToastMode
 from service.feeds.model import ADOPTED_TABLES, NAME_RE
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -187,7 +188,7 @@ class RetentionIn(BaseModel):
 class FeedOptionsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    toast: Literal["omit", "placeholder", "reselect"] = Field(
+    toast: ToastMode = Field(
         "placeholder", description="What an unchanged TOAST column's value becomes")
     snapshot: Literal["never", "backfill", "export"] = Field(
         "never", description="`backfill`: backfill every table of the feed when it is created "

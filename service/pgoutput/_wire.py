@@ -11,7 +11,7 @@ from struct import error as StructError
 from typing import NoReturn
 
 from service.errors import DecodeError
-from service.pgoutput.messages import UNCHANGED_TOAST, TupleData
+from service.pgoutput.messages import UNCHANGED_TOAST, TupleData, TupleKind
 
 # Scalars (network byte order, as pq_sendint*/pq_getmsgint* use).
 U16 = Struct(">H")
@@ -22,10 +22,8 @@ _I32_AT = I32.unpack_from
 _U16_AT = U16.unpack_from
 
 # TupleData column kinds (proto.c: LOGICALREP_COLUMN_NULL/UNCHANGED/TEXT/BINARY).
-_KIND_NULL = 0x6E  # 'n'
-_KIND_UNCHANGED = 0x75  # 'u'
-_KIND_TEXT = 0x74  # 't'
-_KIND_BINARY = 0x62  # 'b'
+_KIND_NULL, _KIND_UNCHANGED, _KIND_TEXT, _KIND_BINARY = (int(k) for k in (
+    TupleKind.NULL, TupleKind.UNCHANGED_TOAST, TupleKind.TEXT, TupleKind.BINARY))
 
 
 class Layout:

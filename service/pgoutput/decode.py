@@ -32,6 +32,9 @@ from service.pgoutput.messages import (
     TAG_TRUNCATE,
     TAG_TYPE,
     TAG_UPDATE,
+    TUPLE_KEY,
+    TUPLE_NEW,
+    TUPLE_OLD,
     BeginMessage,
     BeginPrepareMessage,
     CommitMessage,
@@ -113,9 +116,7 @@ _REL_MARK_NCOLS = Struct(">IBH").unpack_from
 _XID_REL_MARK_NCOLS = Struct(">IIBH").unpack_from
 _MARK_NCOLS = Struct(">BH").unpack_from
 
-_NEW = 0x4E  # 'N': new tuple follows
-_KEY = 0x4B  # 'K': old key (replica identity columns) follows
-_OLD = 0x4F  # 'O': whole old row follows (REPLICA IDENTITY FULL)
+_NEW, _KEY, _OLD = TUPLE_NEW, TUPLE_KEY, TUPLE_OLD  # which row image follows
 
 
 def _xid(r: _Reader, in_stream: bool) -> int | None:

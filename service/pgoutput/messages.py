@@ -7,7 +7,9 @@ timestamps are microseconds since 2000-01-01 UTC (PostgreSQL's epoch), converted
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Self
 
@@ -263,6 +265,23 @@ TAG_PREPARE = ord("P")
 TAG_COMMIT_PREPARED = ord("K")
 TAG_ROLLBACK_PREPARED = ord("r")
 TAG_STREAM_PREPARE = ord("p")
+
+# Tuple markers inside Insert, Update and Delete: which row image follows.
+TUPLE_NEW = ord("N")  # the new row
+TUPLE_KEY = ord("K")  # the old row's replica-identity columns
+TUPLE_OLD = ord("O")  # the whole old row (REPLICA IDENTITY FULL)
+
+# PostgreSQL's epoch: pgoutput's and the replication protocol's timestamps (and pgfeed's
+# commit_ts) are microseconds since 2000-01-01 00:00:00 UTC.
+PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+PG_EPOCH_UNIX = 946_684_800  # PG_EPOCH in Unix seconds
+PG_EPOCH_UNIX_US = PG_EPOCH_UNIX * 1_000_000
+
+
+def pg_now_us(unix_seconds: float | None = None) -> int:
+    """Now (or ``unix_seconds``) in µs since PostgreSQL's epoch."""
+    return int(((time.time() if unix_seconds is None else unix_seconds) - PG_EPOCH_UNIX) * 1_000_000)
+
 
 # Messages that are changes served to readers (each gets a seq in its transaction).
 CHANGE_TAGS = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE, TAG_TRUNCATE, TAG_MESSAGE})

@@ -21,10 +21,10 @@ from service.changelog.base import (
     check_new_consumer,
     log_expired,
     overtaken,
-    pg_now_us,
     release_bound,
     slowest,
 )
+from service.pgoutput.messages import pg_now_us
 
 __all__ = ["ConsumersAndRetention"]
 

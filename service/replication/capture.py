@@ -26,6 +26,7 @@ from service.dsn import scrub
 from service.errors import PgfeedError, SourceError
 from service.feeds.model import FeedSpec
 from service.feeds.notify import HeadNotifier
+from service.pgoutput.messages import PG_EPOCH_UNIX
 from service.replication import protocol, slots
 from service.replication.commands import max_proto_version, streaming_mode
 from service.replication.stream import ReplicationStream
@@ -33,7 +34,6 @@ from service.replication.writer import LogWriter
 
 log = logging.getLogger("pgfeed.capture")
 
-PG_EPOCH_UNIX = 946_684_800  # 2000-01-01 in Unix seconds
 FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sender_timeout is 60 s)
 # A durable advance is reported at most this often: one status update per commit at thousands of
 # commits a second cost both this loop and the walsender CPU, and moved the slot no sooner.

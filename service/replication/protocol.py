@@ -5,12 +5,12 @@ about when a position may be confirmed and when feedback is due.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from struct import Struct
 
 from service.errors import DecodeError
 from service.pgoutput._wire import Layout, show_byte
+from service.pgoutput.messages import PG_EPOCH_UNIX, pg_now_us
 
 __all__ = [
     "KEEPALIVE",
@@ -32,7 +32,6 @@ __all__ = [
 XLOG_DATA = 0x77  # 'w'
 KEEPALIVE = 0x6B  # 'k'
 STATUS_UPDATE = 0x72  # 'r'
-PG_EPOCH_UNIX = 946_684_800  # 2000-01-01 00:00:00 UTC in Unix seconds
 _MAX_U64 = (1 << 64) - 1
 
 _XLOG = Layout(("Q", "dataStart"), ("Q", "walEnd"), ("q", "sendTime"))
@@ -105,11 +104,6 @@ def parse_frame(frame: bytes | memoryview) -> XLogData | Keepalive:
         return parse_keepalive(frame)
     raise DecodeError(f"unknown replication frame tag {show_byte(tag)}", msg_type="CopyData",
                       field="tag", offset=0)
-
-
-def pg_now_us(unix_time: float | None = None) -> int:
-    """A clock reading as the protocol sends it: microseconds since 2000-01-01 UTC."""
-    return int(((time.time() if unix_time is None else unix_time) - PG_EPOCH_UNIX) * 1_000_000)
 
 
 def build_status_update(written: int, flushed: int, applied: int, *, now_us: int | None = None,

@@ -2,7 +2,7 @@
 and ``pgfeed peek`` share, defined once so both decode the same text forms the same way.
 
 pgoutput sends values in their text form, written by the decoding session's output functions;
-the decoder and transcoders assume these settings (``assembler/values.py``,
+the decoder and transcoders assume these settings (``decoding/values.py``, ``service/types``,
 ``encoding/transcode.py``). They come after the DSN's own ``options``, so a user's
 ``-c bytea_output=escape`` (or one set on the role or database) cannot change what is served.
 """
@@ -25,7 +25,7 @@ SETTINGS: tuple[tuple[str, str], ...] = (
     ("datestyle", "ISO"),  # dates and timestamps as YYYY-MM-DD HH:MM:SS
     ("timezone", "UTC"),  # timestamptz with +00
     ("extra_float_digits", "3"),  # floats in their shortest exact form
-    ("intervalstyle", "postgres"),  # what assembler.values.parse_interval reads
+    ("intervalstyle", "postgres"),  # what service/types/interval.py parse_interval reads
     ("bytea_output", "hex"),  # \x... (composites and ranges holding bytea keep this text too)
 )
 STREAMING_MODES = ("off", "on", "parallel")

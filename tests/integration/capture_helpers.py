@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from service.assembler.changes import TransactionDecoder
 from service.assembler.model import Change, Transaction
+from service.decoding.changes import TransactionDecoder
 from service.feeds.model import FeedOptions, FeedSpec
 from service.feeds.supervisor import Supervisor
 from tests.fixtures.fix_service import wait_until

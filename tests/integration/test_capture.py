@@ -8,7 +8,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from service.assembler.values import JsonText
+from service.types.json import JsonText
 from tests.integration.capture_helpers import (
     data_changes,
     make_feed,

@@ -9,10 +9,10 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from clients._cursor import CURSOR_PATTERN, Cursor, format_lsn
+from clients._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from service.encoding import ARROW_MEDIA_TYPE
 from service.encoding.to_json import dumps
 from service.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
-from service.http_api.encode import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from service.http_api.errors import ApiError
 from service.http_api.paging import (
     MAX_CURSOR_LENGTH,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.assembler.model import FRAME, StoredTransaction
+from service.assembler.framing import FRAME
+from service.assembler.model import StoredTransaction
 from service.assembler.spill import MemorySpillStore, SpilledPayload, SpillStore
 from service.assembler.transactions import TransactionAssembler
 from service.changelog.spill_files import FileSpillStore

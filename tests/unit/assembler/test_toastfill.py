@@ -15,7 +15,7 @@ from service.assembler.toastfill import (
     apply_truncate,
 )
 from service.pgoutput.messages import DeleteMessage, InsertMessage, Message, UpdateMessage
-from tests.unit.assembler.test_changes import ORDERS, K, U, dele, full, ins, relation, upd
+from tests.unit.decoding.test_changes import ORDERS, K, U, dele, full, ins, relation, upd
 
 
 def schema_of(msg: object = None) -> RelationSchema:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.assembler.model import StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import StoredTransaction
 from service.assembler.spill import MemorySpillStore
 from service.assembler.transactions import TransactionAssembler
 from service.errors import AssemblyError, PgfeedError

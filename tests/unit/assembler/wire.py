@@ -1,109 +1,118 @@
-"""Tiny pgoutput message builders for assembler tests (v1-v4 layouts; xid prefix in streams)."""
+"""Tiny pgoutput message builders for assembler tests (v1-v4 layouts; xid prefix in streams),
+over the one pgoutput encoder (``service.pgoutput.encode``)."""
 
 from __future__ import annotations
 
-import struct
+from service.pgoutput import encode as _encode
+from service.pgoutput.messages import (
+    TUPLE_KEY,
+    BeginMessage,
+    BeginPrepareMessage,
+    CommitMessage,
+    CommitPreparedMessage,
+    DeleteMessage,
+    InsertMessage,
+    LogicalMessage,
+    Message,
+    OriginMessage,
+    PrepareMessage,
+    RelationColumn,
+    RelationMessage,
+    RollbackPreparedMessage,
+    StreamAbortMessage,
+    StreamCommitMessage,
+    StreamPrepareMessage,
+    StreamStartMessage,
+    StreamStopMessage,
+    TruncateMessage,
+    TupleData,
+    TypeMessage,
+    UpdateMessage,
+)
 
 
-def _s(text: str) -> bytes:
-    return text.encode() + b"\0"
-
-
-def _x(xid: int | None) -> bytes:
-    return b"" if xid is None else struct.pack(">I", xid)
+def _m(message: Message, xid: int | None = None) -> bytes:
+    return _encode.encode(message, in_stream=xid is not None)
 
 
 def tuple_data(*values: str | None) -> bytes:
-    out = struct.pack(">H", len(values))
-    for v in values:
-        if v is None:
-            out += b"n"
-        else:
-            raw = v.encode()
-            out += b"t" + struct.pack(">I", len(raw)) + raw
-    return out
+    return _encode.tuple_data(TupleData(values))
 
 
 def begin(xid: int, final_lsn: int, ts: int = 1000) -> bytes:
-    return b"B" + struct.pack(">QqI", final_lsn, ts, xid)
+    return _m(BeginMessage(final_lsn, ts, xid))
 
 
 def commit(commit_lsn: int, end_lsn: int, ts: int = 1000) -> bytes:
-    return b"C" + struct.pack(">BQQq", 0, commit_lsn, end_lsn, ts)
+    return _m(CommitMessage(0, commit_lsn, end_lsn, ts))
 
 
 def origin(name: str, lsn: int = 0) -> bytes:
-    return b"O" + struct.pack(">Q", lsn) + _s(name)
+    return _m(OriginMessage(lsn, name))
 
 
 def relation(relid: int, name: str = "t", cols: tuple[str, ...] = ("id",), xid: int | None = None,
              namespace: str = "public") -> bytes:
-    out = b"R" + _x(xid) + struct.pack(">I", relid) + _s(namespace) + _s(name) + b"d"
-    out += struct.pack(">H", len(cols))
-    for i, c in enumerate(cols):
-        out += struct.pack(">B", 1 if i == 0 else 0) + _s(c) + struct.pack(">Ii", 23, -1)
-    return out
+    columns = tuple(RelationColumn(1 if i == 0 else 0, c, 23, -1) for i, c in enumerate(cols))
+    return _m(RelationMessage(xid, relid, namespace, name, ord("d"), columns), xid)
 
 
 def type_(oid: int, name: str = "mood", xid: int | None = None) -> bytes:
-    return b"Y" + _x(xid) + struct.pack(">I", oid) + _s("public") + _s(name)
+    return _m(TypeMessage(xid, oid, "public", name), xid)
 
 
 def insert(relid: int, *values: str | None, xid: int | None = None) -> bytes:
-    return b"I" + _x(xid) + struct.pack(">I", relid) + b"N" + tuple_data(*values)
+    return _m(InsertMessage(xid, relid, TupleData(values)), xid)
 
 
 def update(relid: int, *values: str | None, xid: int | None = None) -> bytes:
-    return b"U" + _x(xid) + struct.pack(">I", relid) + b"N" + tuple_data(*values)
+    return _m(UpdateMessage(xid, relid, None, None, TupleData(values)), xid)
 
 
 def delete(relid: int, *values: str | None, xid: int | None = None) -> bytes:
-    return b"D" + _x(xid) + struct.pack(">I", relid) + b"K" + tuple_data(*values)
+    return _m(DeleteMessage(xid, relid, TUPLE_KEY, TupleData(values)), xid)
 
 
 def truncate(*relids: int, options: int = 0, xid: int | None = None) -> bytes:
-    return b"T" + _x(xid) + struct.pack(">IB", len(relids), options) + b"".join(
-        struct.pack(">I", r) for r in relids)
+    return _m(TruncateMessage(xid, options, relids), xid)
 
 
 def message(prefix: str, content: bytes, *, transactional: bool, lsn: int,
             xid: int | None = None) -> bytes:
-    return (b"M" + _x(xid) + struct.pack(">BQ", 1 if transactional else 0, lsn) + _s(prefix)
-            + struct.pack(">I", len(content)) + content)
+    return _m(LogicalMessage(xid, 1 if transactional else 0, lsn, prefix, content), xid)
 
 
 def stream_start(xid: int, first: bool) -> bytes:
-    return b"S" + struct.pack(">IB", xid, 1 if first else 0)
+    return _m(StreamStartMessage(xid, first))
 
 
 def stream_stop() -> bytes:
-    return b"E"
+    return _m(StreamStopMessage())
 
 
 def stream_commit(xid: int, commit_lsn: int, end_lsn: int, ts: int = 2000) -> bytes:
-    return b"c" + struct.pack(">IBQQq", xid, 0, commit_lsn, end_lsn, ts)
+    return _m(StreamCommitMessage(xid, 0, commit_lsn, end_lsn, ts))
 
 
 def stream_abort(xid: int, subxid: int) -> bytes:
-    return b"A" + struct.pack(">II", xid, subxid)
+    return _m(StreamAbortMessage(xid, subxid, None, None))
 
 
 def begin_prepare(xid: int, gid: str, prepare_lsn: int, end_lsn: int, ts: int = 3000) -> bytes:
-    return b"b" + struct.pack(">QQqI", prepare_lsn, end_lsn, ts, xid) + _s(gid)
+    return _m(BeginPrepareMessage(prepare_lsn, end_lsn, ts, xid, gid))
 
 
 def prepare(xid: int, gid: str, prepare_lsn: int, end_lsn: int, ts: int = 3000) -> bytes:
-    return b"P" + struct.pack(">BQQqI", 0, prepare_lsn, end_lsn, ts, xid) + _s(gid)
+    return _m(PrepareMessage(0, prepare_lsn, end_lsn, ts, xid, gid))
 
 
 def stream_prepare(xid: int, gid: str, prepare_lsn: int, end_lsn: int, ts: int = 3000) -> bytes:
-    return b"p" + struct.pack(">BQQqI", 0, prepare_lsn, end_lsn, ts, xid) + _s(gid)
+    return _m(StreamPrepareMessage(0, prepare_lsn, end_lsn, ts, xid, gid))
 
 
 def commit_prepared(xid: int, gid: str, commit_lsn: int, end_lsn: int, ts: int = 4000) -> bytes:
-    return b"K" + struct.pack(">BQQqI", 0, commit_lsn, end_lsn, ts, xid) + _s(gid)
+    return _m(CommitPreparedMessage(0, commit_lsn, end_lsn, ts, xid, gid))
 
 
 def rollback_prepared(xid: int, gid: str, prepare_end_lsn: int, rollback_end_lsn: int) -> bytes:
-    return b"r" + struct.pack(">BQQqqI", 0, prepare_end_lsn, rollback_end_lsn, 3000, 5000,
-                              xid) + _s(gid)
+    return _m(RollbackPreparedMessage(0, prepare_end_lsn, rollback_end_lsn, 3000, 5000, xid, gid))

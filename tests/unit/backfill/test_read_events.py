@@ -9,17 +9,17 @@ import orjson
 import pytest
 from pgfeed.v1 import feed_pb2
 
-from service.assembler.changes import TransactionDecoder
 from service.assembler.model import Op
 from service.assembler.relations import RelationCatalog
 from service.backfill.window import WindowTracker
+from service.decoding.changes import TransactionDecoder
 from service.encoding import transcode
 from service.encoding.to_json import change_events, change_to_dict, dumps, transaction_json
 from service.encoding.to_proto import transaction_frames
 from tests.unit.backfill.test_window import read, start, watermark
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
+@pytest.fixture(autouse=True, params=["c", "reference"])
 def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "c" and transcode._compiled is None:
         pytest.fail("the compiled transcoder is not built")

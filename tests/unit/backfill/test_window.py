@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import struct
 
-from service.assembler.model import FRAME, BackfillProgress, StoredTransaction
+from service.assembler.framing import FRAME
+from service.assembler.model import BackfillProgress, StoredTransaction
 from service.assembler.spill import SpilledPayload
 from service.backfill.schema import PublishedTable, relation_message
 from service.backfill.window import Chunk, Entry, WindowTracker, precedes, tuple_key
+from service.pgoutput.encode import encode
 from service.pgoutput.messages import (
     DeleteMessage,
     InsertMessage,
@@ -18,7 +20,6 @@ from service.pgoutput.messages import (
     TupleData,
     UpdateMessage,
 )
-from tests.unit.pgoutput.encoder import encode
 
 REL = 16400
 TABLE = PublishedTable(REL, "public", "t", "d", (("id", 20, -1, True), ("v", 25, -1, False)), (), None)
@@ -60,8 +61,8 @@ def read(tracker: WindowTracker, token: str, ids: tuple[int, ...], xip: tuple[in
 
 
 def stored_ids(unit: StoredTransaction) -> list[int]:
-    from service.assembler.changes import TransactionDecoder
     from service.assembler.relations import RelationCatalog
+    from service.decoding.changes import TransactionDecoder
     txn_ = TransactionDecoder(RelationCatalog()).decode(unit)
     assert all(c.op == "read" for c in txn_.changes) and txn_.origin == "pgfeed.backfill"
     assert txn_.backfill == "bf_1"

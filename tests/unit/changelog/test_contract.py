@@ -15,8 +15,9 @@ from clients._cursor import EARLIEST, Cursor
 from service.assembler.model import BackfillProgress
 from service.backfill.model import BackfillPart, BackfillRecord
 from service.changelog import KINDS, ChangeLogError, open_changelog
-from service.changelog.base import ChangeLog, ConsumerState, LogStats, pg_now_us
+from service.changelog.base import ChangeLog, ConsumerState, LogStats
 from service.errors import RetentionError
+from service.pgoutput.messages import pg_now_us
 from tests.fixtures.fix_pg import PG_VERSIONS
 from tests.unit.changelog.txns import SECOND, lsns, txn
 

@@ -19,13 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clients._cursor import EARLIEST, Cursor
-from service.assembler.model import FRAME, StoredTransaction, chunk_bounds, frame
+from service.assembler.framing import FRAME, chunk_bounds, frame
+from service.assembler.model import StoredTransaction
 from service.assembler.transactions import TransactionAssembler
 from service.changelog import ChangeLogError, open_changelog
-from service.changelog.base import ConsumerState, LogStats, pg_now_us
+from service.changelog.base import ConsumerState, LogStats
 from service.changelog.memory import MemoryChangeLog
 from service.changelog.spill_files import FileSpillStore
 from service.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog
+from service.pgoutput.messages import pg_now_us
 from tests.unit.assembler import wire as w
 from tests.unit.changelog.txns import lsns, txn
 

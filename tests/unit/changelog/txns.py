@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from service.assembler.model import StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import StoredTransaction
 from tests.unit.assembler import wire as w
 
 RELID = 16384

@@ -31,7 +31,7 @@ ARROW = [ArrowColumn("id", "int8", -1, 20, key=True), ArrowColumn("j", "json", -
 BATCH = 100  # documents an example; 100 examples: 10,000 documents (as json and as jsonb) a path
 
 
-@pytest.fixture(params=["c", "python"])
+@pytest.fixture(params=["c", "reference"])
 def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "c" and transcode._compiled is None:
         pytest.fail("the compiled transcoder is not built (setup.py build_ext --inplace)")

@@ -14,7 +14,7 @@ import pytest
 import clients
 from service.assembler.model import Change, Op, Transaction
 from service.assembler.relations import RelationCatalog
-from service.assembler.values import load_value
+from service.decoding.values import load_value
 from service.encoding.to_arrow import ArrowColumn, ipc_stream, typed_batch, typed_schema
 from service.encoding.to_json import change_to_dict, dumps
 from service.http_api.encode import table_columns

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, JsonText, load_value
+from service.decoding.values import load_value
 from service.encoding.to_json import (
     MAX_EMBEDDED_DEPTH,
     change_to_dict,
@@ -19,6 +19,8 @@ from service.encoding.to_json import (
     dumps,
     transaction_to_dict,
 )
+from service.types.interval import Interval
+from service.types.json import JsonText
 
 
 def txn(*changes: Change, origin: str | None = None) -> Transaction:

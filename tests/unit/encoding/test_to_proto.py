@@ -11,13 +11,16 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from pgfeed.v1 import feed_pb2
 
 from clients._cursor import Cursor
 from clients._grpc import from_value
-from pgfeed.v1 import feed_pb2
 from service.assembler.model import Change, Op, Transaction
-from service.assembler.values import Interval, JsonText, SpecialFloat, TimeTz
 from service.encoding.to_proto import Framer, change_bytes, transaction_frames, value_bytes
+from service.types.datetime import TimeTz
+from service.types.floating import SpecialFloat
+from service.types.interval import Interval
+from service.types.json import JsonText
 
 
 def parsed(v: Any, kind: str | None = None) -> feed_pb2.Value:
@@ -37,7 +40,7 @@ CASES: list[tuple[Any, str, Any, Any]] = [
     ("x" * 20_000, "string_value", "x" * 20_000, "x" * 20_000),  # length past a 2-byte varint
     (b"\x00\xff", "bytes_value", b"\x00\xff", b"\x00\xff"),
     (Decimal("12.50"), "numeric_value", "12.50", Decimal("12.50")),
-    (Decimal("1E+3"), "numeric_value", "1000", Decimal("1000")),
+    (Decimal("1E+3"), "numeric_value", "1000", Decimal(1000)),
     (Decimal("-0.0000001"), "numeric_value", "-0.0000001", Decimal("-0.0000001")),
     (Decimal("NaN"), "numeric_value", "NaN", None),  # checked below: NaN != NaN
     (date(2026, 11, 22), "date_value", "2026-11-22", date(2026, 11, 22)),
@@ -185,3 +188,28 @@ def test_framer_closes_a_transaction_whose_rest_was_filtered_out() -> None:
     [t] = [feed_pb2.Transaction.FromString(f) for f in closing]
     assert (t.final, len(t.changes), t.cursor, t.xid) == (True, 0, "1/0", 77)
     assert framer.frames([], Cursor(0x1_0000_0000)) == []  # closed once
+
+
+def test_generated_row_encoder_writes_what_the_reference_row_writer_does() -> None:
+    """The fast twin of ``to_proto._row`` (``_RowEncoder``, generated per row shape with each
+    column's type speculated from the first row) against it: the same map entries for rows whose
+    values keep the first row's types, change type (None, text for a number, a list), or change
+    shape, and for json columns (``kinds``)."""
+    from service.encoding import to_proto
+
+    first = {"id": 1, "name": "a", "amount": Decimal("1.50"), "at": datetime(2026, 1, 2, tzinfo=UTC),
+             "day": date(2026, 1, 2), "on": True, "f": 1.5, "raw": b"\x00", "iv": Interval(1, 2, 3),
+             "doc": JsonText('{"a": 1}')}
+    rows = [first,
+            {**first, "id": 70000, "name": "é" * 200, "amount": Decimal("1E-7"), "on": False},
+            {**first, "id": None, "name": None, "amount": "NaN", "at": "infinity", "f": SpecialFloat("nan")},
+            {**first, "id": -5, "name": ["x", None], "raw": b"y" * 300, "doc": None},
+            {"id": 1, "other": "shape"}]
+    kinds = {"doc": "json"}
+    for tag in (b"\x32", b"\x42"):
+        for row in rows:
+            fast: list[bytes] = []
+            reference: list[bytes] = []
+            to_proto._encode_row(tag, "public", "t_encoder_twin", row, fast, kinds)
+            to_proto._row(tag, row, reference, kinds)
+            assert b"".join(fast) == b"".join(reference), row

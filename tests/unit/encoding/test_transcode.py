@@ -4,8 +4,8 @@ events, whichever path a change takes. Values are written as PostgreSQL's output
 them (DateStyle ISO, TimeZone UTC), plus the shapes the fast path must hand over: infinity, BC,
 years past 9999, 24:00:00, unchanged TOAST, binary columns, types it does not know.
 
-Every test runs against both implementations of the fast path: the generated Python functions
-(the specification) and the compiled ``_transcode`` module."""
+The fast path is the compiled ``_transcode`` module (the reference path is the specification);
+without it (``IMPLEMENTATION == "reference"``) every change is loaded, then encoded."""
 
 from __future__ import annotations
 
@@ -22,27 +22,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgfeed.v1 import feed_pb2
 
-from service.assembler.changes import RawChange, TransactionDecoder
-from service.assembler.model import Op, StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import Op, StoredTransaction
 from service.assembler.relations import RelationCatalog
+from service.decoding.changes import RawChange, TransactionDecoder
 from service.encoding import transcode
-from service.encoding.protowire import varint
 from service.encoding.to_json import change_events, change_to_dict, dumps
 from service.encoding.to_proto import change_bytes, json_columns, transaction_frames
 from service.encoding.transcode import json_event, proto_change
+from service.protowire import varint
 from tests.unit.encoding.jsondocs import documents, jsonb_text
 
 RELID = 16400
 COMMIT = 0x5000_0000
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
-def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+@pytest.fixture(autouse=True)
+def implementation(monkeypatch: pytest.MonkeyPatch) -> str:
     # scripts/bootstrap installs a C compiler and builds the module: its absence is a failure
-    assert request.param == "python" or transcode._compiled is not None, \
+    assert transcode._compiled is not None, \
         "the compiled transcoder is not built: run ./scripts/bootstrap (needs gcc)"
-    monkeypatch.setattr(transcode, "IMPLEMENTATION", request.param)
-    return str(request.param)
+    monkeypatch.setattr(transcode, "IMPLEMENTATION", "c")
+    return "c"
 
 
 def test_compiled_transcoder_is_built() -> None:
@@ -79,6 +80,12 @@ _json = st.recursive(st.none() | st.booleans() | st.integers(-10**20, 10**20) | 
                      lambda inner: st.lists(inner, max_size=3)
                      | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
 _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
+def _money(cents: int) -> str:
+    """money as PostgreSQL prints it with lc_monetary C: -$1,234.56."""
+    sign, cents = ("-" if cents < 0 else ""), abs(cents)
+    return f"{sign}${cents // 100:,}.{cents % 100:02d}"
+
+
 _datetimes = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31))
 
 # type OID -> values as PostgreSQL's output function writes them
@@ -105,6 +112,7 @@ VALUES: dict[int, st.SearchStrategy[str]] = {
     | st.sampled_from(["infinity", "-infinity", "0044-03-15 12:00:00 BC", "10000-01-01 00:00:00"]),
     1184: _datetimes.map(lambda d: f"{_date(d)} {_time(d.time())}+00")
     | st.sampled_from(["infinity", "0044-03-15 12:00:00+00 BC", "10000-01-01 00:00:00+00"]),
+    790: st.integers(-2**63, 2**63 - 1).map(_money) | st.sampled_from(["1.000,00 €", "$1000.00"]),
     1186: st.sampled_from(["1 day 02:00:00", "-00:00:01", "1 year"]),  # interval: not fast
     1009: st.sampled_from(["{a,b}", "{}", "{NULL,\"x y\"}"]),  # text[]: not fast
 }
@@ -216,11 +224,11 @@ ALL_FAST = [("id", 20, True), ("small", 21, False), ("n", 23, False), ("flag", 1
             ("f8", 701, False), ("f4", 700, False), ("amount", 1700, False), ("name", 25, False),
             ("v", 1043, False), ("u", 2950, False), ("j", 114, False), ("jb", 3802, False),
             ("raw", 17, False), ("d", 1082, False), ("t", 1083, False), ("ts", 1114, False),
-            ("tstz", 1184, False)]
+            ("tstz", 1184, False), ("cash", 790, False)]
 ROW = ["9000000000", "-7", "0", "t", "1e+100", "-0", "12.340", 'say "hi"\n', "héllo",
        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", '{"a": [1, 2.50, null]}', '{"b": 1e-400}',
        "\\x00ff10", "0099-01-02", "12:00:00.5", "2026-11-22 10:00:00.000001",
-       "2026-11-22 10:00:00+00"]
+       "2026-11-22 10:00:00+00", "-$1,234,567.89"]
 
 
 @pytest.mark.parametrize("shape", ["I", "UN", "UK", "UO", "DK", "DO"])
@@ -247,6 +255,7 @@ def test_postgresql_shaped_rows_take_the_fast_path(shape: str) -> None:
         assert row["tstz"] == "2026-11-22T10:00:00+00:00" and row["ts"] == "2026-11-22T10:00:00.000001"
         assert row["amount"] == "12.340" and row["raw"] == "AP8Q" and row["j"] == {"a": [1, 2.5, None]}
         assert row["t"] == "12:00:00.500000" and row["f4"] == 0.0 and row["id"] == 9_000_000_000
+        assert row["cash"] == "-1234567.89"
     parsed = feed_pb2.Change.FromString(proto_change(change))
     assert parsed.key["id"].int_value == 9_000_000_000
     if shape != "DK":
@@ -255,6 +264,26 @@ def test_postgresql_shaped_rows_take_the_fast_path(shape: str) -> None:
         assert row["ts"].local_timestamp_value.nanos == 1000
         assert row["amount"].numeric_value == "12.340" and row["flag"].bool_value is True
         assert row["jb"].json_value == '{"b": 1e-400}'  # as PostgreSQL wrote it: exact
+        assert row["cash"].numeric_value == "-1234567.89"
+
+
+@settings(max_examples=50, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_without_the_compiled_encoder_every_change_takes_the_reference_path(
+        data: st.DataObject, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The no-compiler fallback (``PGFEED_IMPL=reference``): no writers, the same events."""
+    columns = data.draw(tables())
+    payload = data.draw(st.lists(messages(columns), min_size=1, max_size=4))
+    dec = decoder(columns)
+    reference = dec.decode(stored(payload))
+    lazy = dec.decode(stored(payload), lazy=True)
+    monkeypatch.setattr(transcode, "IMPLEMENTATION", "reference")
+    assert transcode.json_writers(lazy.changes[0].plan) == {}  # type: ignore[attr-defined]
+    assert transcode.proto_writers(lazy.changes[0].plan) == {}  # type: ignore[attr-defined]
+    assert change_events(lazy) == [dumps(change_to_dict(c, reference)) for c in reference.changes]
+    assert _parsed(transaction_frames(lazy)) == _parsed(
+        transaction_frames(reference, kinds=json_columns(dec.catalog)))
 
 
 def _unix(at: datetime) -> int:

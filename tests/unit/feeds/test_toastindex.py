@@ -13,7 +13,7 @@ from service.assembler.relations import RelationCatalog
 from service.changelog.sqlite import SqliteChangeLog
 from service.feeds.reader import FeedReader, ReaderBusy
 from service.feeds.toastindex import ToastIndex
-from tests.unit.assembler.test_changes import U, ins, relation, stored, upd
+from tests.unit.decoding.test_changes import U, ins, relation, stored, upd
 
 # (commit_lsn, change): body is v1, v2, v3 in turn; the even ones leave it unchanged.
 HISTORY = [(0x2000, ins("1", "new", "v1")), (0x3000, upd("1", "a", U)),

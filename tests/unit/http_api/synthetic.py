@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from service.assembler.model import StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import StoredTransaction
 from service.changelog.base import ChangeLog
+from service.pgoutput.encode import encode
+from service.pgoutput.encode import tuple_data as encode_tuple
+from service.pgoutput.messages import (
+    UNCHANGED_TOAST,
+    DeleteMessage,
+    InsertMessage,
+    LogicalMessage,
+    RelationColumn,
+    RelationMessage,
+    TruncateMessage,
+    TupleData,
+    UpdateMessage,
+)
 
 UNCHANGED = object()  # an unchanged TOAST datum ('u')
 Value = str | None | object
@@ -45,55 +58,39 @@ TYPED = Table(16400, "public", "typed", (
     Col("arr", 1007), Col("tarr", 1009), Col("iv", 1186), Col("body", 25)))
 
 
-def _s(text: str) -> bytes:
-    return text.encode() + b"\0"
-
-
 def relation(table: Table) -> bytes:
-    out = b"R" + struct.pack(">I", table.relid) + _s(table.schema) + _s(table.name) + table.identity
-    out += struct.pack(">H", len(table.columns))
-    for c in table.columns:
-        out += struct.pack(">B", 1 if c.key else 0) + _s(c.name) + struct.pack(">Ii", c.oid, c.typmod)
-    return out
+    return encode(RelationMessage(None, table.relid, table.schema, table.name, table.identity[0], tuple(
+        RelationColumn(1 if c.key else 0, c.name, c.oid, c.typmod) for c in table.columns)))
+
+
+def _tuple(values: Sequence[Value]) -> TupleData:
+    return TupleData(tuple(UNCHANGED_TOAST if v is UNCHANGED else v for v in values))  # type: ignore[misc]
 
 
 def tuple_data(values: Sequence[Value]) -> bytes:
-    out = struct.pack(">H", len(values))
-    for v in values:
-        if v is None:
-            out += b"n"
-        elif v is UNCHANGED:
-            out += b"u"
-        else:
-            assert isinstance(v, str)
-            raw = v.encode()
-            out += b"t" + struct.pack(">I", len(raw)) + raw
-    return out
+    return encode_tuple(_tuple(values))
 
 
 def insert(table: Table, values: Sequence[Value]) -> bytes:
-    return b"I" + struct.pack(">I", table.relid) + b"N" + tuple_data(values)
+    return encode(InsertMessage(None, table.relid, _tuple(values)))
 
 
 def update(table: Table, values: Sequence[Value], old: Sequence[Value] | None = None,
            old_kind: bytes = b"K") -> bytes:
-    head = b"U" + struct.pack(">I", table.relid)
-    if old is not None:
-        head += old_kind + tuple_data(old)
-    return head + b"N" + tuple_data(values)
+    return encode(UpdateMessage(None, table.relid, None if old is None else old_kind[0],
+                                None if old is None else _tuple(old), _tuple(values)))
 
 
 def delete(table: Table, key: Sequence[Value], kind: bytes = b"K") -> bytes:
-    return b"D" + struct.pack(">I", table.relid) + kind + tuple_data(key)
+    return encode(DeleteMessage(None, table.relid, kind[0], _tuple(key)))
 
 
 def message(prefix: str, content: bytes, lsn: int) -> bytes:
-    return b"M" + struct.pack(">BQ", 1, lsn) + _s(prefix) + struct.pack(">I", len(content)) + content
+    return encode(LogicalMessage(None, 1, lsn, prefix, content))
 
 
 def truncate(*tables: Table, options: int = 0) -> bytes:
-    return b"T" + struct.pack(">IB", len(tables), options) + b"".join(
-        struct.pack(">I", t.relid) for t in tables)
+    return encode(TruncateMessage(None, options, tuple(t.relid for t in tables)))
 
 
 @dataclass

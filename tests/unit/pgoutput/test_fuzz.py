@@ -12,8 +12,8 @@ import time
 
 from service.errors import DecodeError
 from service.pgoutput import decode
+from service.pgoutput.encode import encode
 from service.pgoutput.messages import Message, StreamStartMessage
-from tests.unit.pgoutput.encoder import encode
 from tests.unit.pgoutput.samples import SAMPLES
 
 # The package re-exports the function ``decode``, which shadows the submodule as an attribute.

@@ -8,8 +8,8 @@ import pytest
 
 from service.errors import DecodeError
 from service.pgoutput import decode, message_tag_name
+from service.pgoutput.encode import encode
 from service.pgoutput.messages import Message, StreamAbortMessage
-from tests.unit.pgoutput.encoder import encode
 from tests.unit.pgoutput.samples import SAMPLES
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from service.pgoutput import UNCHANGED_TOAST, decode
 from service.pgoutput import messages as pm
-from tests.unit.pgoutput.encoder import encode
+from service.pgoutput.encode import encode
 
 u8 = st.integers(0, 0xFF)
 u32 = st.integers(0, 0xFFFF_FFFF)

@@ -6,10 +6,12 @@ from decimal import Decimal
 
 import pytest
 
-from service.assembler.changes import TransactionDecoder
-from service.assembler.model import Op, StoredTransaction, frame
+from service.assembler.framing import frame
+from service.assembler.model import Op, StoredTransaction
 from service.assembler.relations import RelationCatalog
+from service.decoding.changes import TransactionDecoder
 from service.errors import PgfeedError, SchemaError
+from service.pgoutput.encode import encode
 from service.pgoutput.messages import (
     UNCHANGED_TOAST,
     DeleteMessage,
@@ -23,7 +25,6 @@ from service.pgoutput.messages import (
     TypeMessage,
     UpdateMessage,
 )
-from tests.unit.pgoutput.encoder import encode
 
 U = UNCHANGED_TOAST
 ORDERS = 16384
@@ -379,10 +380,11 @@ TYPED_ROWS = [
 
 @pytest.mark.parametrize("values", TYPED_ROWS)
 def test_fast_and_reference_paths_agree(values: tuple[str | None, ...]) -> None:
-    from service.assembler.changes import _fast_rows, _Plan, _slow_rows
+    from service.decoding.changes import _fast_rows, _slow_rows
+    from service.decoding.plan import RelationPlan
     from service.pgoutput.decode import decode
 
-    plan = _Plan(catalog((0x10, TYPED)).at(ORDERS, 0x11))
+    plan = RelationPlan.of(catalog((0x10, TYPED)).at(ORDERS, 0x11))
     for msg in (ins(*values), upd(*values, old=values, kind=O), dele(*values, kind=K)):
         buf = encode(msg)
         ref = _slow_rows(decode(buf), plan.load)  # type: ignore[arg-type]

@@ -1,11 +1,21 @@
-"""Protobuf wire primitives shared by the encoders (``to_proto``, ``transcode``): varints,
+"""Protobuf wire primitives shared by the type registry's writers (``service/types``) and the
+encoders (``encoding/to_proto``, ``encoding/transcode``): varints,
 google.protobuf.Timestamp fields and precomputed ``map<string, Value>`` entry heads."""
 
 from __future__ import annotations
 
-__all__ = ["HEADS", "SMALL", "VC", "MapColumn", "V", "map_column", "timestamp_field", "varint"]
+__all__ = ["HEADS", "SMALL", "VALUE", "VC", "MapColumn", "V", "ld_field", "map_column",
+           "text_field", "timestamp_field", "varint"]
 
-_STRING = b"\x2a"  # Value.string_value
+# pgfeed.v1.Value (feed.proto): each field's tag byte (field number << 3 | wire type)
+VALUE: dict[str, bytes] = {
+    "null_value": b"\x08", "bool_value": b"\x10", "int_value": b"\x18", "double_value": b"\x21",
+    "string_value": b"\x2a", "bytes_value": b"\x32", "numeric_value": b"\x3a",
+    "timestamp_value": b"\x42", "json_value": b"\x4a", "list_value": b"\x52",
+    "local_timestamp_value": b"\x5a", "date_value": b"\x62", "time_value": b"\x6a",
+    "interval_value": b"\x72",
+}
+_STRING = VALUE["string_value"]
 
 SMALL = 1 << 14
 # V[n]: varint of n < 2**14; VC[n]: the two-byte group form of n < 2**14 with the continuation
@@ -30,6 +40,17 @@ def varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def ld_field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: tag, length, payload."""
+    n = len(payload)
+    return tag + (V[n] if n < SMALL else varint(n)) + payload
+
+
+def text_field(tag: bytes, text: str) -> bytes:
+    """A string field (UTF-8)."""
+    return ld_field(tag, text.encode())
 
 
 def timestamp_field(field: bytes, seconds: int, micros: int) -> bytes:

@@ -10,18 +10,14 @@ from typing import Any
 import pytest
 
 from service.assembler.relations import TypeName, resolve_value_oid
-from service.assembler.values import (
-    Interval,
-    JsonText,
-    SpecialFloat,
-    TimeTz,
-    load_value,
-    loader_oid,
-    parse_array,
-    parse_interval,
-    row_loader,
-)
+from service.decoding.values import load_value, row_loader
 from service.pgoutput.messages import UNCHANGED_TOAST
+from service.types.array import parse_array
+from service.types.datetime import TimeTz
+from service.types.floating import SpecialFloat
+from service.types.interval import Interval, parse_interval
+from service.types.json import JsonText
+from service.types.registry import loader_oid
 
 # (type oid, pgoutput text, expected Python value)
 CASES: list[tuple[int, str, Any]] = [
@@ -58,7 +54,10 @@ CASES: list[tuple[int, str, Any]] = [
     # anything else keeps its text form
     (869, "192.168.0.1/24", "192.168.0.1/24"),
     (650, "10.0.0.0/8", "10.0.0.0/8"),
-    (790, "$1,000.00", "$1,000.00"),
+    (790, "$1,000.00", Decimal("1000.00")),  # money: the exact amount (C/English locales)
+    (790, "-$92,233,720,368,547,758.08", Decimal("-92233720368547758.08")),
+    (790, "1.000,00 €", "1.000,00 €"),  # another locale's text: kept as it is
+    (791, '{"$1,000.00",-$0.01}', [Decimal("1000.00"), Decimal("-0.01")]),  # money[]
     (3904, "[1,10)", "[1,10)"),
     (3614, "'a' 'b'", "'a' 'b'"),
     (142, "<a/>", "<a/>"),

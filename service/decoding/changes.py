@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from clients._cursor import format_lsn
+from service.assembler.framing import FRAME
 from service.assembler.model import (
     BACKFILL_ORIGIN,
-    FRAME,
     Change,
     Op,
     StoredTransaction,
@@ -21,7 +21,8 @@ from service.assembler.model import (
     backfill_id_of,
 )
 from service.assembler.relations import RelationCatalog, RelationSchema, TypeName
-from service.assembler.values import RowLoader, row_loader, sequence_loader
+from service.decoding.plan import RelationPlan, WireRow
+from service.decoding.values import RowLoader
 from service.errors import SchemaError
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import (
@@ -41,6 +42,9 @@ from service.pgoutput.messages import (
     TypeMessage,
     UpdateMessage,
 )
+from service.pgoutput.messages import TUPLE_KEY as _KEY
+from service.pgoutput.messages import TUPLE_NEW as _NEW
+from service.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 
 if TYPE_CHECKING:
     from service.encoding.arrow_rows import ArrowSink
@@ -57,95 +61,11 @@ _OPS = {TAG_INSERT: Op.INSERT, TAG_UPDATE: Op.UPDATE, TAG_DELETE: Op.DELETE,
         TAG_TRUNCATE: Op.TRUNCATE, TAG_MESSAGE: Op.MESSAGE}
 _READ_OPS = {**_OPS, TAG_INSERT: Op.READ}
 _ROW_TAGS = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE})
-_OLD_ROW = ord("O")
-_KEY = ord("K")
-_NEW = ord("N")
-_KIND_TEXT = ord("t")
-_KIND_NULL = ord("n")
-_u16_at = struct.Struct(">H").unpack_from
-_u32_at = struct.Struct(">I").unpack_from
 _CHANGE_TAGS = frozenset(_OPS)
 _frame_at = FRAME.unpack_from
 _FRAME_SIZE = FRAME.size
 _relation_id_at = struct.Struct(">I").unpack_from
 _UT = UNCHANGED_TOAST
-
-
-class _Plan:
-    """What decoding a row of one relation version needs, computed once per version."""
-
-    __slots__ = ("cache", "column_names", "key_names", "key_of", "load", "name", "schema",
-                 "value_oids", "wire_row")
-
-    def __init__(self, schema: RelationSchema) -> None:
-        self.schema = schema
-        self.cache: dict[str, Any] = {}  # what encoders derive from this version (transcode.py)
-        self.name = schema.qualified_name
-        oids = [c.value_oid for c in schema.columns]
-        self.value_oids = tuple(oids)
-        self.column_names = schema.column_names
-        self.load: RowLoader = row_loader(oids, schema.column_names)
-        self.wire_row = _wire_row(tuple(oids), schema.column_names)
-        self.key_names = schema.key_columns
-        self.key_of = _key_getter(self.key_names)
-
-
-def _key_getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
-    """``row -> {key column: value}`` (None without key columns); a single key is the common case."""
-    if not names:
-        return lambda row: None
-    if len(names) == 1:
-        (name,) = names
-        return lambda row: {name: row[name]}
-    return lambda row: {k: row[k] for k in names}
-
-
-WireRow = Callable[[bytes, int], tuple[dict[str, Any], int]]
-_WIRE_ROWS: dict[tuple[tuple[int, ...], tuple[str, ...]], WireRow] = {}
-
-
-def _wire_row(value_oids: tuple[int, ...], names: tuple[str, ...]) -> WireRow:
-    """A generated function: TupleData at ``pos`` -> ``({column: value}, next pos)``, for rows
-    whose columns are all 't' or 'n' (nearly all rows). Anything else raises (ValueError,
-    IndexError, UnicodeDecodeError, a loader's refusal), and the caller takes the reference
-    path: ``decode`` + ``row_loader``. Cached by shape."""
-    key = (value_oids, names)
-    cached = _WIRE_ROWS.get(key)
-    if cached is not None:
-        return cached
-    loaded, load_sequence = sequence_loader(value_oids)
-    width = len(value_oids)
-    lines = ["def wire_row(data, pos):",
-             f"    if u16(data, pos)[0] != {width}:",
-             "        raise ValueError('column count')",
-             "    pos += 2"]
-    for i in range(width):
-        value = f"data[pos:pos + n]{'' if i in loaded else '.decode()'}"
-        lines += [
-            "    kind = data[pos]",
-            "    if kind == 116:",  # 't'
-            "        n = u32(data, pos + 1)[0]",
-            "        pos += 5",
-            f"        v{i} = {value}",
-            "        pos += n",
-            "    elif kind == 110:",  # 'n'
-            f"        v{i} = None",
-            "        pos += 1",
-            "    else:",
-            "        raise ValueError('not a plain row')",
-        ]
-    if loaded:
-        lines.append(f"    {''.join(f'v{i}, ' for i in loaded)}= load_sequence(("
-                     f"{''.join(f'v{i}, ' for i in loaded)}))")
-    lines.append(f"    return {{{', '.join(f'n{i}: v{i}' for i in range(width))}}}, pos")
-    env: dict[str, Any] = {f"n{i}": name for i, name in enumerate(names)}
-    env.update(u16=_u16_at, u32=_u32_at, load_sequence=load_sequence)
-    exec("\n".join(lines), env)  # noqa: S102 - generated from OIDs and indices only
-    fn: WireRow = env["wire_row"]
-    if len(_WIRE_ROWS) > 4096:
-        _WIRE_ROWS.clear()
-    _WIRE_ROWS[key] = fn
-    return fn
 
 
 class RawChange:
@@ -154,7 +74,7 @@ class RawChange:
 
     __slots__ = ("buf", "commit_lsn", "decoder", "lsn", "op", "plan", "seq", "tag")
 
-    def __init__(self, lsn: int, seq: int, op: Op, tag: int, buf: bytes, plan: _Plan,
+    def __init__(self, lsn: int, seq: int, op: Op, tag: int, buf: bytes, plan: RelationPlan,
                  commit_lsn: int, decoder: TransactionDecoder) -> None:
         self.lsn = lsn
         self.seq = seq
@@ -229,7 +149,7 @@ def _slow_rows(msg: InsertMessage | UpdateMessage | DeleteMessage, load: RowLoad
     return new, old, old_toast, old_kind
 
 
-def _fill(values: tuple[Any, ...], plan: _Plan,
+def _fill(values: tuple[Any, ...], plan: RelationPlan,
           fills: Mapping[str, tuple[int, str | None]]) -> tuple[tuple[Any, ...] | None, list[str]]:
     """``values`` with unchanged TOAST columns replaced by the fill index's text for them (when
     the value type is still the column's; None when nothing was), and the names filled."""
@@ -279,10 +199,10 @@ class TransactionDecoder:
         self.toast = toast
         self.placeholder = placeholder
         self.fills = fills
-        self._plans: dict[RelationSchema, _Plan] = {}
+        self._plans: dict[RelationSchema, RelationPlan] = {}
         # (commit_lsn, payload size, seq) -> where a page that stopped before that seq left off
         self._resume: dict[tuple[int, int, int],
-                           tuple[int, int, dict[int, _Plan], dict[int, TypeName]]] = {}
+                           tuple[int, int, dict[int, RelationPlan], dict[int, TypeName]]] = {}
 
     def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
                max_changes: int | None = None, tables: set[str] | None = None,
@@ -321,7 +241,7 @@ class TransactionDecoder:
         if backfill is not None:  # a backfill chunk: its Insert frames are rows read, op "read"
             origin, ops_of = BACKFILL_ORIGIN, _READ_OPS
         pos, end = 0, len(payload)
-        plans: dict[int, _Plan] = {}  # relation_id -> plan in force at this point of the payload
+        plans: dict[int, RelationPlan] = {}  # relation_id -> plan in force at this point of the payload
         if sink is not None and not isinstance(payload, (bytes, bytearray)):
             sink = None  # a spilled payload: read in pieces, not one buffer
         # typed rows show unchanged TOAST as null unless filled (toast=reselect: the reference's)
@@ -420,7 +340,7 @@ class TransactionDecoder:
         fill index (``feeds.toastindex``) walks."""
         commit_lsn = stored.commit_lsn
         types: dict[int, TypeName] = {}
-        plans: dict[int, _Plan] = {}
+        plans: dict[int, RelationPlan] = {}
         payload = bytes(stored.payload) if not isinstance(stored.payload, bytes) else stored.payload
         pos, end, seq = 0, len(payload), -1
         while pos < end:
@@ -453,7 +373,7 @@ class TransactionDecoder:
                 yield seq, tag, buf, schema, None
 
     # -- relations -------------------------------------------------------------------------------
-    def _plan(self, relation_id: int, commit_lsn: int, seq: int) -> _Plan:
+    def _plan(self, relation_id: int, commit_lsn: int, seq: int) -> RelationPlan:
         schema = self.catalog.find(relation_id, commit_lsn)
         if schema is None:
             raise SchemaError(f"change {seq} of transaction {format_lsn(commit_lsn)} names "
@@ -463,25 +383,25 @@ class TransactionDecoder:
         if plan is None:
             if len(self._plans) > 10_000:
                 self._plans.clear()
-            plan = self._plans[schema] = _Plan(schema)
+            plan = self._plans[schema] = RelationPlan.of(schema)
         return plan
 
     def _payload_plan(self, msg: RelationMessage, commit_lsn: int,
-                      types: dict[int, TypeName]) -> _Plan:
+                      types: dict[int, TypeName]) -> RelationPlan:
         built = self.catalog.build(msg, commit_lsn, types)
         for known in self.catalog.versions(msg.relation_id):  # reuse the numbered version
             if known.valid_from == commit_lsn and known.same_shape(built):
                 plan = self._plans.get(known)
                 if plan is None:
-                    plan = self._plans[known] = _Plan(known)
+                    plan = self._plans[known] = RelationPlan.of(known)
                 return plan
         before = self.catalog.find(msg.relation_id, commit_lsn)
         if before is not None and before.same_shape(built):  # a re-sent, unchanged Relation
             return self._plan(msg.relation_id, commit_lsn, -1)
-        return _Plan(built)
+        return RelationPlan.of(built)
 
     # -- rows ------------------------------------------------------------------------------------
-    def _row(self, tag: int, buf: bytes, plan: _Plan, lsn: int, seq: int,
+    def _row(self, tag: int, buf: bytes, plan: RelationPlan, lsn: int, seq: int,
              commit_lsn: int) -> Change:
         toast: list[str] = []
         filled: list[str] | None = None
@@ -520,7 +440,7 @@ class TransactionDecoder:
             self._unchanged_toast(change, filled)
         return change
 
-    def _insert(self, after: dict[str, Any], toast: list[str], plan: _Plan, lsn: int,
+    def _insert(self, after: dict[str, Any], toast: list[str], plan: RelationPlan, lsn: int,
                 seq: int) -> Change:
         key = plan.key_of(after)
         schema = plan.schema
@@ -531,7 +451,7 @@ class TransactionDecoder:
         return Change(lsn, seq, Op.INSERT, schema.schema, schema.table, key, None, after, toast)
 
     def _update(self, after: dict[str, Any], toast: list[str], old: dict[str, Any] | None,
-                old_kind: int | None, plan: _Plan, lsn: int, seq: int) -> Change:
+                old_kind: int | None, plan: RelationPlan, lsn: int, seq: int) -> Change:
         key_names = plan.key_names
         before = None
         if old is None:
@@ -545,7 +465,7 @@ class TransactionDecoder:
         schema = plan.schema
         return Change(lsn, seq, Op.UPDATE, schema.schema, schema.table, key, before, after, toast)
 
-    def _delete(self, old: dict[str, Any], old_kind: int | None, plan: _Plan, lsn: int,
+    def _delete(self, old: dict[str, Any], old_kind: int | None, plan: RelationPlan, lsn: int,
                 seq: int) -> Change:
         key_names = plan.key_names
         key = {k: old[k] for k in key_names if k in old} if key_names else None

@@ -1,0 +1,24 @@
+"""text and every type no other family claims (varchar, name, enums, domains over text, inet,
+ranges, composites, extension types): PostgreSQL's text form as a JSON string, protobuf
+string_value, Arrow/Spark string. The registry's default (``registry.rule``)."""
+
+from __future__ import annotations
+
+from clients.pgtypes import TEXT_OID
+from service.protowire import VALUE, text_field
+from service.types.family import PgType, TypeFamily
+
+_STRING = VALUE["string_value"]
+
+
+def _proto(v: str) -> bytes:
+    return text_field(_STRING, v)
+
+
+FAMILY = TypeFamily(
+    name="text",
+    types=(PgType(TEXT_OID, "string_value", fast="text"),),
+    json="a string: PostgreSQL's text form",
+    loads=False,
+    to_proto={str: _proto},
+)
