@@ -119,18 +119,17 @@ class ArrowSink:
         self._cache_key = ("arrow", tuple(zip((c.name for c in columns), map(str, self.types))),
                            self.key_names)
 
-    def kinds(self, plan: Any) -> bytes | None:
+    def kinds(self, plan: RelationPlan) -> bytes | None:
         """``plan``'s column kinds for ``ArrowRows.scan``; None when its rows are the
         reference's (cached on the relation version)."""
         cached = _KINDS.get(plan)
         if cached is None:
             cached = _KINDS[plan] = {}
-        found = cached.get(self._cache_key, False)
-        if found is False:
-            found = cached[self._cache_key] = self._kinds(plan)
-        return found
+        if self._cache_key not in cached:
+            cached[self._cache_key] = self._kinds(plan)
+        return cached[self._cache_key]
 
-    def _kinds(self, plan: Any) -> bytes | None:
+    def _kinds(self, plan: RelationPlan) -> bytes | None:
         names = tuple(c.name for c in self.columns)
         if plan.column_names != names or tuple(plan.key_names) != self.key_names:
             return None
@@ -153,7 +152,7 @@ class ArrowSink:
         wanted = _ALL_OPS if ops is None else sum(_WANT[o] for o in ops if o in _WANT)
         return wanted | (_READ if backfill else 0) | (_ALLOW_U if toast_null else 0)
 
-    def scan(self, payload: Any, pos: int, seq: int, stop: int, plan: Any,
+    def scan(self, payload: Any, pos: int, seq: int, stop: int, plan: RelationPlan,
              relation_id: int, stored: Any, flags: int) -> tuple[int, int, int] | None:
         """Compiled rows from the frame at ``pos`` on: (pos, seq, rows) after them, or None
         when the frame there is the reference's."""
