@@ -1,8 +1,14 @@
 """Spark batch read rate of the pgfeed data source over 1M changes, Arrow path vs JSON path.
 
 ``python bench/spark.py`` serves a synthetic 1M-change feed (pre-encoded pages, so the server costs
-almost nothing and the figure is the connector + Spark ceiling); ``--url/--feed`` benches a real
-pgfeed server instead. Results go to bench/RESULTS.md between the spark markers.
+almost nothing and the figure is the connector + Spark ceiling); ``--url/--feed`` benches a running
+pgfeed server instead. ``--real`` runs the whole thing for real: a throwaway PostgreSQL, a
+``pgfeed serve`` subprocess, bench/capture.py's 1M-change ``orders`` workload captured into its log,
+then typed reads of ``orders`` on ``local[2]`` in one run: the Arrow wire path (compiled on the
+server: encoding/arrow_rows.py), the JSON wire path, and the Arrow path of a server without its
+compiled code (``PGFEED_IMPL=reference``: the reference encoder), each against a freshly started
+server process, with that process's CPU time per change. Results go to bench/RESULTS.md between
+the spark markers (``--no-results`` to only print).
 """
 
 from __future__ import annotations
@@ -205,8 +211,149 @@ def write_results(text: str) -> None:
     write_section("spark", text)
 
 
+# -- a real pgfeed server over a real PostgreSQL --------------------------------------------------
+
+def measure_real(spark: Any, service: Any, wire: str, partitions: int, repeat: int,
+                 page_size: int, rows: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Best of ``repeat`` reads, each against a fresh server process (nothing read ahead for an
+    earlier read is reused), with the server's and the machine's CPU seconds during each."""
+    from serve import FEED
+
+    times, cpus = [], []
+    for _ in range(repeat):
+        saved = {k: os.environ.get(k) for k in env or {}}
+        os.environ.update(env or {})
+        try:
+            server = service.restart()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        url = str(server.http.base_url).rstrip("/")
+        # one small page first: a fresh process's one-time costs (importing pyarrow, the first
+        # catalogue load) are not a change's
+        server.http.get(f"/v1/feeds/{FEED}/changes", params={
+            "limit": 1, "tables": TABLE, **({"format": "arrow"} if wire == "arrow" else {})},
+        ).raise_for_status()
+        df = _load(spark, url, FEED, wire, partitions, TABLE, page_size)
+        with server.cpu() as cpu:
+            t0 = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            seconds = time.perf_counter() - t0
+        server.check()
+        times.append(seconds)
+        cpus.append(cpu)
+        print(f"  {wire:5s}{' (' + ','.join(f'{k}={v}' for k, v in (env or {}).items()) + ')' if env else ''} "
+              f"{rows:,} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s; server "
+              f"{cpu.server / rows * 1e6:.2f} µs a change; {cpu.text()}", flush=True)
+    i = times.index(min(times))
+    return {"wire": wire, "rows": rows, "best": times[i], "rate": rows / times[i], "runs": times,
+            "cpu": cpus[i], "server_us": min(c.server for c in cpus) / rows * 1e6,
+            "server_us_runs": [c.server / rows * 1e6 for c in cpus]}
+
+
+def run_real(args: argparse.Namespace) -> dict[str, Any]:
+    import shutil
+    import tempfile
+
+    import psycopg
+    from capture import SCHEMA, run_workload
+    from serve import TICKS, Service, create_feed, wait_captured
+
+    from service.localpg import LocalCluster
+    from tests.fixtures.fix_spark import build_session
+
+    work = Path(tempfile.mkdtemp(prefix="pgfeed-bench-spark-"))
+    try:
+        with LocalCluster.start(args.pg_version) as cluster:
+            with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE bench")
+            dsn = cluster.dsn("bench")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(SCHEMA.split("CREATE PUBLICATION")[0])  # pgfeed makes its own
+                conn.execute(TICKS)
+                version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+            postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+            service = Service(work / "data", postmaster)
+            try:
+                create_feed(service.server, dsn)
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    changes, before_last, _ = run_workload(conn, args.changes / 1_000_000)
+                waited = wait_captured(service.server, changes, before_last, timeout=900)
+                print(f"PostgreSQL {version}: {changes:,} changes captured ({waited:.1f} s after "
+                      "the workload)", flush=True)
+                spark = build_session("pgfeed-bench")
+                try:
+                    url = str(service.server.http.base_url).rstrip("/")
+                    print("warm-up and row count (Python worker start)", flush=True)
+                    rows = _load(spark, url, "bench", "arrow", args.partitions, TABLE,
+                                 args.page_size).count()
+                    if rows != changes:
+                        raise RuntimeError(f"typed read of {TABLE}: {rows:,} rows, expected {changes:,}")
+                    arrow = measure_real(spark, service, "arrow", args.partitions, args.repeat,
+                                         args.page_size, rows)
+                    json_ = measure_real(spark, service, "json", args.partitions, args.json_repeat,
+                                         args.page_size, rows)
+                    reference = measure_real(spark, service, "arrow", args.partitions, 1,
+                                             args.page_size, rows, env={"PGFEED_IMPL": "reference"})
+                finally:
+                    spark.stop()
+            finally:
+                service.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"pg": version, "rows": rows, "arrow": arrow, "json": json_, "reference": reference}
+
+
+def real_text(args: argparse.Namespace, r: dict[str, Any], load: tuple[str, str]) -> str:
+    import pyspark
+
+    arrow, json_, ref = r["arrow"], r["json"], r["reference"]
+
+    def line(label: str, m: dict[str, Any]) -> str:
+        c = m["cpu"]
+        return (f"| {label} | {m['rate']:,.0f} | {m['best']:.2f} | "
+                f"{', '.join(f'{t:.2f}' for t in m['runs'])} | {m['server_us']:.2f} "
+                f"({', '.join(f'{u:.2f}' for u in m['server_us_runs'])}) | "
+                f"{c.share(c.server)} | {c.share(c.machine - c.server - c.postgres)} |")
+
+    rate_verdict = "meets" if arrow["rate"] >= TARGET else "misses"
+    cpu_verdict = "meets" if arrow["server_us"] <= 1.0 else "misses"
+    return f"""## Spark batch read against a real server (`bench/spark.py --real`)
+
+Measured {date.today().isoformat()} on CPython {platform.python_version()}, PySpark {pyspark.__version__},
+PostgreSQL {r['pg']}, `local[2]` on this machine's 2 shared cores (the server, PostgreSQL and Spark
+all on them), `partitions={args.partitions}`, `pageSize={args.page_size:,}`. bench/capture.py's
+workload ({r['rows']:,} changes of `orders`: {INSERTS:,} insert, {UPDATES:,} update, {DELETES:,}
+delete, {PER_TXN:,} a transaction) captured by a `pgfeed serve` subprocess into its log; then in
+the same run, typed reads of `public.orders` ({len(COLUMNS)} columns + 7 metadata + `_key`) to
+`df.write.format("noop")` (every column materialised), each against a freshly started server
+process that has answered one 1-change page (its one-time imports); server CPU = that process's
+user + system time during the read. Load average before /
+after: {load[0]} / {load[1]}.
+
+| wire path | rows/s (best) | seconds | runs (s) | server CPU µs a change (runs) | server CPU | Spark + rest CPU |
+| --- | --- | --- | --- | --- | --- | --- |
+{line("Arrow, compiled on the server (`encoding/arrow_rows.py`)", arrow)}
+{line("JSON (`/changes` pages, rows built in Python on the executors)", json_)}
+{line("Arrow, reference encoder (server with `PGFEED_IMPL=reference`)", ref)}
+
+The compiled Arrow path reads {arrow['rate']:,.0f} rows/s ({rate_verdict} the {TARGET:,} rows/s
+target) at {arrow['server_us']:.2f} µs of server CPU a change ({cpu_verdict} the 1 µs target);
+{arrow['rate'] / json_['rate']:.1f}x the JSON path and {arrow['rate'] / ref['rate']:.1f}x the
+reference Arrow encoder ({ref['server_us']:.2f} µs a change). CPU shares are of one core during
+the best run; "Spark + rest" is the machine's busy time minus the server and PostgreSQL (the
+JVM, its Python workers, and anyone else's jobs on these shared cores).
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--real", action="store_true",
+                    help="PostgreSQL + pgfeed serve + the orders workload, all started here")
+    ap.add_argument("--pg-version", default="18", help="with --real: PostgreSQL major")
     ap.add_argument("--url", help="bench this pgfeed server instead of the synthetic feed")
     ap.add_argument("--feed", default="bench")
     ap.add_argument("--table", default=TABLE, help="typed read of this table ('' for raw)")
@@ -220,6 +367,16 @@ def main() -> None:
     args = ap.parse_args()
     if args.serve_synthetic:
         _serve_synthetic(args.serve_synthetic, args.changes)
+        return
+
+    if args.real:
+        load_before = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+        result = run_real(args)
+        text = real_text(args, result, (load_before, ", ".join(f"{v:.2f}" for v in os.getloadavg())))
+        print(text)
+        if not args.no_results:
+            write_results(text)
+            print(f"wrote {RESULTS.relative_to(ROOT)}")
         return
 
     from tests.fixtures.fix_spark import build_session

@@ -171,12 +171,14 @@ def _decimal(scale: int) -> Converter:
     return convert
 
 
-def _array(element: Converter) -> Converter:
+def _array(element: Converter, documents: bool = False) -> Converter:
+    """``documents``: json/jsonb elements, where a list is a JSON array document, not a second
+    dimension (the JSON wire form cannot tell them apart; 1-D arrays of documents win)."""
     def convert(v: Any) -> list[Any] | None:
         if v is None:
             return None
-        if any(isinstance(x, list) for x in v):  # multi-dimensional: no 1-D Spark array holds it
-            return None
+        if not documents and any(isinstance(x, list) for x in v):  # multi-dimensional: no 1-D
+            return None                                              # Spark array holds it
         return [element(x) for x in v]
     return convert
 
@@ -185,7 +187,7 @@ def json_converter(type_name: str | None, typmod: int = -1, type_oid: int = 0) -
     """The function turning one contract JSON value of this column into its Spark Python value."""
     name = base_name(type_name, type_oid)
     if name is not None and name.startswith("_"):
-        return _array(json_converter(name[1:], typmod))
+        return _array(json_converter(name[1:], typmod), documents=name[1:] in JSON_TYPES)
     if name in JSON_TYPES:
         return _json_text
     data_type = spark_type(type_name, typmod, type_oid)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from clients._cursor import format_lsn
 from service.assembler.framing import FRAME
@@ -46,7 +46,10 @@ from service.pgoutput.messages import TUPLE_KEY as _KEY
 from service.pgoutput.messages import TUPLE_NEW as _NEW
 from service.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 
-__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "RawChange", "ToastMode", "TransactionDecoder"]
+if TYPE_CHECKING:
+    from service.encoding.arrow_rows import ArrowSink
+
+__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "RawChange", "Segment", "ToastMode", "TransactionDecoder"]
 
 ToastMode = Literal["omit", "placeholder", "reselect"]
 DEFAULT_PLACEHOLDER = "__pgfeed_unchanged_toast__"
@@ -162,6 +165,16 @@ def _fill(values: tuple[Any, ...], plan: RelationPlan,
     return (tuple(out) if filled else None), filled
 
 
+class Segment:
+    """Stands in a decoded transaction's ``changes`` for ``rows`` consecutive row changes an
+    ``ArrowSink`` holds (``decode(..., sink=)``), in order."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
 class TransactionDecoder:
     """Turns stored transactions into served ones, per the change event contract.
 
@@ -193,7 +206,8 @@ class TransactionDecoder:
 
     def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
                max_changes: int | None = None, tables: set[str] | None = None,
-               ops: set[Op] | None = None, lazy: bool = False) -> Transaction:
+               ops: set[Op] | None = None, lazy: bool = False,
+               sink: ArrowSink | None = None) -> Transaction:
         """Decode changes ``first_seq`` onwards of ``stored``.
 
         ``lazy`` leaves row changes as ``RawChange`` (wire bytes and their relation version) for
@@ -206,6 +220,10 @@ class TransactionDecoder:
         result's ``last_seq`` is the last seq scanned (``first_seq - 1`` if none). A truncate
         passes ``tables`` if it names any of them; a message names no table, so any ``tables``
         filter skips it.
+
+        ``sink`` (a typed Arrow read of one table) takes runs of row changes it can write
+        straight from their frames: they stand in ``changes`` as ``Segment`` counts;
+        the rest are decoded as usual.
         """
         commit_lsn = stored.commit_lsn
         stop = first_seq + max_changes if max_changes is not None else 1 << 62
@@ -224,6 +242,11 @@ class TransactionDecoder:
             origin, ops_of = BACKFILL_ORIGIN, _READ_OPS
         pos, end = 0, len(payload)
         plans: dict[int, RelationPlan] = {}  # relation_id -> plan in force at this point of the payload
+        if sink is not None and not isinstance(payload, (bytes, bytearray)):
+            sink = None  # a spilled payload: read in pieces, not one buffer
+        # typed rows show unchanged TOAST as null unless filled (toast=reselect: the reference's)
+        sink_flags = 0 if sink is None else sink.flags(backfill is not None,
+                                                      self.toast != "reselect", ops)
         resume_key = (commit_lsn, end, first_seq)
         resume = self._resume.get(resume_key) if first_seq else None
         if resume is not None:  # the next page of a transaction read page by page
@@ -270,7 +293,20 @@ class TransactionDecoder:
                     plan = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
                 if tables is not None and plan.name not in tables:
                     continue
-                if lazy:
+                if sink is not None:
+                    ran = sink.scan(payload, frame_start, seq - 1, stop, plan, relation_id, stored,
+                                    sink_flags)
+                    if ran is not None:
+                        pos, seq, rows = ran
+                        last = seq
+                        if rows:
+                            held: Any = changes[-1] if changes else None
+                            if type(held) is Segment:
+                                held.rows += rows
+                            else:
+                                append(Segment(rows))  # type: ignore[arg-type]
+                        continue
+                if lazy and sink is None:
                     append(RawChange(lsn, seq, op, tag, buf, plan, commit_lsn, self))
                 else:
                     change = self._row(tag, buf, plan, lsn, seq, commit_lsn)

@@ -88,11 +88,13 @@ static int varint_size(uint64_t v) { int n = 1; while (v >= 0x80) { v >>= 7; n++
 
 typedef struct { const unsigned char *p; Py_ssize_t n; } Col; /* n < 0: NULL */
 
+#define UNCHANGED (-2) /* Col.n of an unchanged TOAST column ('u'), when the caller takes them */
+
 /* pgoutput TupleData (Int16 column count, then per column 'n', or 't' Int32 length + text):
- * the column count must be the relation version's; 'u' (unchanged TOAST) and 'b' (binary)
- * columns are the reference path's. */
+ * the column count must be the relation version's; 'u' (unchanged TOAST, unless ``allow_u``)
+ * and 'b' (binary) columns are the reference path's. */
 static int parse_tuple(const unsigned char *d, Py_ssize_t end, Py_ssize_t *pos, Py_ssize_t ncols,
-                       Col *cols) {
+                       Col *cols, int allow_u) {
     Py_ssize_t i = *pos;
     if (end - i < 2 || ((d[i] << 8) | d[i + 1]) != ncols) return FALLBACK;
     i += 2;
@@ -109,6 +111,9 @@ static int parse_tuple(const unsigned char *d, Py_ssize_t end, Py_ssize_t *pos, 
             i += n;
         } else if (d[i] == 'n') {
             cols[c].n = -1;
+            i += 1;
+        } else if (d[i] == 'u' && allow_u) {
+            cols[c].n = UNCHANGED;
             i += 1;
         } else {
             return FALLBACK;
@@ -127,7 +132,7 @@ typedef struct {
 /* Insert ('N' tuple), Update (optional 'K'/'O' tuple, then 'N') and Delete ('K' or 'O'): see
  * PostgreSQL's logicalrep_write_insert/update/delete (proto.c). */
 static int parse_message(const unsigned char *d, Py_ssize_t len, Py_ssize_t ncols, Col *newc,
-                         Col *oldc, Layout *out) {
+                         Col *oldc, Layout *out, int allow_u) {
     if (len < 6) return FALLBACK;
     unsigned char tag = d[0], marker = d[5];
     Py_ssize_t pos = 6;
@@ -136,18 +141,18 @@ static int parse_message(const unsigned char *d, Py_ssize_t len, Py_ssize_t ncol
     if (tag == 'I') {
         out->op = 0;
         if (marker != 'N') return FALLBACK;
-        CHECK(parse_tuple(d, len, &pos, ncols, newc));
+        CHECK(parse_tuple(d, len, &pos, ncols, newc, allow_u));
     } else if (tag == 'U') {
         out->op = 1;
         if (marker == 'N') {
-            CHECK(parse_tuple(d, len, &pos, ncols, newc));
+            CHECK(parse_tuple(d, len, &pos, ncols, newc, allow_u));
         } else if (marker == 'K' || marker == 'O') {
             out->old_kind = marker;
             out->key_from = oldc;
-            CHECK(parse_tuple(d, len, &pos, ncols, oldc));
+            CHECK(parse_tuple(d, len, &pos, ncols, oldc, allow_u));
             if (pos >= len || d[pos] != 'N') return FALLBACK;
             pos += 1;
-            CHECK(parse_tuple(d, len, &pos, ncols, newc));
+            CHECK(parse_tuple(d, len, &pos, ncols, newc, allow_u));
         } else {
             return FALLBACK;
         }
@@ -156,7 +161,7 @@ static int parse_message(const unsigned char *d, Py_ssize_t len, Py_ssize_t ncol
         if (marker != 'K' && marker != 'O') return FALLBACK;
         out->old_kind = marker;
         out->key_from = oldc;
-        CHECK(parse_tuple(d, len, &pos, ncols, oldc));
+        CHECK(parse_tuple(d, len, &pos, ncols, oldc, allow_u));
     } else {
         return FALLBACK;
     }
@@ -714,7 +719,7 @@ static int call_begin(Encoder *self, PyObject *const *args, Py_ssize_t nargs, Py
         if (c->newc == NULL) { PyErr_NoMemory(); return ERROR; }
         c->oldc = c->newc + self->ncols;
     }
-    return parse_message(c->view.buf, c->view.len, self->ncols, c->newc, c->oldc, &c->layout);
+    return parse_message(c->view.buf, c->view.len, self->ncols, c->newc, c->oldc, &c->layout, 0);
 }
 
 static PyObject *call_end(Call *c, int rc, Buf *b) {
@@ -854,17 +859,21 @@ static PyTypeObject EncoderType = {
     .tp_methods = Encoder_methods,
 };
 
+#include "_transcode_arrow.c" /* ArrowRows: typed Arrow columns from the same texts */
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_transcode", "Compiled pgoutput -> JSON/protobuf transcoding.", -1, NULL,
 };
 
 PyMODINIT_FUNC PyInit__transcode(void) {
-    if (PyType_Ready(&EncoderType) < 0) return NULL;
+    if (PyType_Ready(&EncoderType) < 0 || PyType_Ready(&ArrowRowsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Unsupported = PyErr_NewException("service.encoding._transcode.Unsupported", PyExc_ValueError, NULL);
     if (Unsupported == NULL || PyModule_AddObjectRef(m, "Unsupported", Unsupported) < 0
         || PyModule_AddObjectRef(m, "Encoder", (PyObject *)&EncoderType) < 0
+        || PyModule_AddObjectRef(m, "ArrowRows", (PyObject *)&ArrowRowsType) < 0
+        || PyModule_AddIntConstant(m, "ARROW_KINDS", A_COUNT) < 0
         || PyModule_AddIntConstant(m, "KINDS", K_COUNT) < 0) {
         Py_DECREF(m);
         return NULL;

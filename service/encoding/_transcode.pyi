@@ -15,3 +15,18 @@ class Encoder:
     def proto(self, data: bytes, lsn: int, seq: int, middle: bytes = ..., tail: bytes = ...,
               /) -> bytes: ...
     def json(self, data: bytes, lsn: int, seq: int, middle: bytes, tail: bytes, /) -> bytes: ...
+
+ARROW_KINDS: int  # _transcode_arrow.c's Arrow column kinds (arrow_rows.py's codes)
+
+Buffers = tuple[bytes | None, bytes | None, bytes | None, int]  # validity, values, data, nulls
+
+class ArrowRows:
+    """Typed Arrow buffers of one table's row changes (_transcode_arrow.c; see arrow_rows.py)."""
+
+    rows: int
+    def __init__(self, columns: tuple[tuple[int, int, int, int], ...], keys: tuple[int, ...],
+                 names: tuple[bytes, ...]) -> None: ...
+    def scan(self, payload: bytes | bytearray, pos: int, seq: int, stop: int, relation_id: int,
+             kinds: bytes, commit_lsn: int, commit_ts: int, xid: int, flags: int,
+             /) -> tuple[int, int, int]: ...
+    def buffers(self) -> list[Buffers | bytes]: ...

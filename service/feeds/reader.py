@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from clients._cursor import EARLIEST, Cursor, format_lsn
 from service.assembler.framing import FRAME
@@ -29,6 +29,9 @@ from service.errors import RetentionError
 from service.feeds.toastindex import ToastIndex
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
+
+if TYPE_CHECKING:
+    from service.encoding.arrow_rows import ArrowSink
 
 __all__ = ["FeedReader", "Page", "ReaderBusy", "parse_ops"]
 
@@ -108,7 +111,7 @@ class FeedReader:
     def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
              ops: Collection[Op] | None = None, to: Cursor | None = None,
              max_transactions: int | None = None, whole_transactions: bool = False,
-             lazy: bool = False, block: bool = True) -> Page:
+             lazy: bool = False, block: bool = True, sink: ArrowSink | None = None) -> Page:
         """Up to ``limit`` changes scanned after ``after`` (and up to ``to`` inclusive).
 
         ``max_transactions`` additionally stops after that many transactions (the
@@ -118,7 +121,8 @@ class FeedReader:
         changes in wire form for the encoders (``TransactionDecoder.decode``). Transactions are
         decoded one at a time per feed; with ``block=False`` a page that would wait for another
         reader's transaction ends there instead, or raises ReaderBusy before its first one (an
-        event loop reading a small page inline must not stall).
+        event loop reading a small page inline must not stall). ``sink`` (a typed Arrow read of
+        one table) takes the row changes it writes itself (``TransactionDecoder.decode``).
         """
         if not block and getattr(self.changelog, "remote", False):  # round trips: not on the loop
             raise ReaderBusy("a shared store's log is read off the event loop")
@@ -185,7 +189,7 @@ class FeedReader:
             try:
                 self._decoder.catalog = catalog
                 txn = self._decoder.decode(stored, first_seq=first, max_changes=budget,
-                                           tables=table_set, ops=op_set, lazy=lazy)
+                                           tables=table_set, ops=op_set, lazy=lazy, sink=sink)
             finally:
                 self._lock.release()
             last_seq = txn.last_seq

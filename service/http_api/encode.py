@@ -19,9 +19,10 @@ from service.feeds.reader import Page
 from service.http_api.errors import ApiError
 
 if TYPE_CHECKING:
+    from service.encoding.arrow_rows import ArrowSink
     from service.encoding.to_arrow import ArrowColumn
 
-__all__ = ["Encoded", "arrow_page", "json_changes", "json_transactions"]
+__all__ = ["Encoded", "arrow_page", "arrow_sink", "json_changes", "json_transactions"]
 
 
 
@@ -72,8 +73,23 @@ def json_transactions(page: Page) -> Encoded:
                    count)
 
 
-def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | None) -> Encoded:
-    """Generic change rows, or the typed rows of ``typed_table`` (its newest shape in ``catalog``)."""
+def arrow_sink(catalog: RelationCatalog, typed_table: str) -> ArrowSink | None:
+    """The compiled rows for a page of a typed read of ``typed_table`` (its newest shape in
+    ``catalog``), or None: that page is the reference's (``to_arrow.typed_batch``)."""
+    from service.encoding import arrow_rows, to_arrow
+
+    columns = table_columns(catalog, typed_table)
+    try:
+        schema = to_arrow.typed_schema(columns)
+    except ValueError:
+        return None  # arrow_page answers 400
+    return arrow_rows.sink_for(columns, schema)
+
+
+def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | None,
+               sink: ArrowSink | None = None) -> Encoded:
+    """Generic change rows, or the typed rows of ``typed_table`` (its newest shape in ``catalog``;
+    ``sink``: the page was decoded into it, for that shape)."""
     from service.encoding import to_arrow  # pyarrow only once someone asks for Arrow
 
     if typed_table is not None:
@@ -83,12 +99,16 @@ def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | N
             schema = to_arrow.typed_schema(columns)
         except ValueError as exc:
             raise ApiError(400, "unsupported_table", str(exc)) from None
-        batch = to_arrow.typed_batch(page.transactions, columns, schema)
+        if sink is not None:
+            assert sink.columns == tuple(columns)
+            batches = sink.batches(page.transactions)
+        else:
+            batches = [to_arrow.typed_batch(page.transactions, columns, schema)]
     else:
         schema = to_arrow.change_schema()
-        batch = to_arrow.generic_batch(page.transactions)
-    return Encoded(to_arrow.ipc_stream(schema, [batch]), ARROW_MEDIA_TYPE, page,
-                   batch.num_rows)
+        batches = [to_arrow.generic_batch(page.transactions)]
+    return Encoded(to_arrow.ipc_stream(schema, batches), ARROW_MEDIA_TYPE, page,
+                   sum(b.num_rows for b in batches))
 
 
 def table_columns(catalog: RelationCatalog, table: str) -> Sequence[ArrowColumn]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from starlette.concurrency import run_in_threadpool
 
@@ -25,6 +25,9 @@ from service.http_api import encode
 from service.http_api.encode import Encoded
 from service.http_api.errors import ApiError, bad_parameter
 from service.http_api.readahead import ReadAhead
+
+if TYPE_CHECKING:
+    from service.encoding.arrow_rows import ArrowSink
 
 __all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
            "parse_ops_param", "parse_tables", "serve_page"]
@@ -234,20 +237,31 @@ class _Reading:
         is the head of each request)."""
         return out.page.next < self.bound(head) and self.request.to != "latest"
 
-    def read(self, after: Cursor) -> Encoded:
+    def _page(self, after: Cursor, sink: ArrowSink | None) -> Page:
         assert self.reader is not None
         request = self.request
         try:
-            page = self.reader.page(after, request.limit, tables=request.tables, ops=request.ops,
+            return self.reader.page(after, request.limit, tables=request.tables, ops=request.ops,
                                     to=self.to, max_transactions=request.transactions,
                                     whole_transactions=request.transactions is not None,
-                                    lazy=request.fmt == "json")
+                                    lazy=request.fmt == "json", sink=sink)
         except ChangeLogError:  # closed: 404 if the feed was deleted meanwhile (a long-poll)
             self.supervisor.check_reader(self.feed, self.reader)
             raise
+
+    def read(self, after: Cursor) -> Encoded:
+        assert self.reader is not None
+        request = self.request
+        catalog = self.supervisor.catalog(self.feed) if self.typed_table else None
+        sink = encode.arrow_sink(catalog, self.typed_table) if self.typed_table and catalog is not None else None
+        page = self._page(after, sink)
+        if self.typed_table:
+            catalog = self.supervisor.catalog(self.feed)
+            if sink is not None and tuple(encode.table_columns(catalog, self.typed_table)) != sink.columns:
+                sink = None  # the table changed shape in this page: the reference's, whole
+                page = self._page(after, None)
         if request.fmt == "arrow":
-            catalog = self.supervisor.catalog(self.feed) if self.typed_table else None
-            return encode.arrow_page(page, self.typed_table, catalog)
+            return encode.arrow_page(page, self.typed_table, catalog, sink)
         if request.fmt == "debezium":
             from service.http_api.encode_debezium import debezium_changes, debezium_source
             source = debezium_source(self.feed, self.supervisor.spec(self.feed).dsn)

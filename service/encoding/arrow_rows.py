@@ -1,0 +1,247 @@
+"""Typed Arrow rows of one table compiled straight from the stored pgoutput frames.
+
+The reference typed read (``to_arrow.typed_batch``) loads every value into a Python object
+(psycopg's loaders) and builds each column from a list: ~8 µs of server CPU a change. Here the
+decoder hands runs of a transaction's row frames to ``_transcode.ArrowRows`` (compiled, in
+``_transcode_arrow.c``), which walks the frames and TupleData in C and appends each column's text
+to Arrow buffers (validity bitmaps, int/float/bool/date32/timestamp[us]/decimal128 values,
+offsets + data for strings and binaries); the page's batch is then ``pa.Array.from_buffers``.
+
+Same values as the reference, by construction of the rules (``_transcode_arrow.c``) and by test
+(tests/unit/encoding/test_arrow_rows.py, tests/integration/test_spark.py). Anything outside them
+takes the reference path: a whole relation version when a column's kind is not one the C code
+converts to that column's Arrow type (arrays, uuid, an older shape of the table, ...), one
+change when a value or layout is (infinity, BC, a year past 9999, NaN in a float-less place,
+unchanged TOAST under ``toast=reselect``, binary columns, ...). Those changes
+stay ``Change`` objects in the page; ``batches`` interleaves their reference rows with the
+compiled ones in change order.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+
+from clients.pgtypes import TEXT_ARRAY_OID
+from service.assembler.model import Op, Transaction
+from service.decoding.changes import Segment
+from service.decoding.plan import RelationPlan
+from service.encoding import transcode
+from service.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
+from service.pgoutput.messages import PG_EPOCH_UNIX_US
+from service.types.array import ELEMENT_OID
+from service.types.registry import fast_kind, loader_oid
+
+__all__ = ["ArrowSink", "sink_for"]
+
+_compiled = transcode._compiled  # None: no compiled module (or PGFEED_IMPL=python)
+
+# Arrow column kinds, in _transcode_arrow.c's enum order
+_A_INT16, _A_INT32, _A_INT64, _A_FLOAT32, _A_FLOAT64, _A_BOOL, _A_DECIMAL, _A_DATE32, \
+    _A_TIMESTAMP, _A_STRING, _A_BINARY, _A_LIST = range(12)
+if _compiled is not None and getattr(_compiled, "ARROW_KINDS", None) != 12:  # a stale build
+    _compiled = None
+
+_FIXED = {pa.int16(): _A_INT16, pa.int32(): _A_INT32, pa.int64(): _A_INT64,
+          pa.float32(): _A_FLOAT32, pa.float64(): _A_FLOAT64, pa.bool_(): _A_BOOL,
+          pa.date32(): _A_DATE32, pa.string(): _A_STRING, pa.binary(): _A_BINARY}
+
+# the registry's fast kind (FAST_KINDS) -> the Arrow types the C code writes it as (anything
+# else, "money" included: the reference)
+_WRITES: dict[str, frozenset[Any]] = {
+    "int": frozenset({pa.int16(), pa.int32(), pa.int64()}),
+    "float": frozenset({pa.float32(), pa.float64()}),
+    "numeric": frozenset({"decimal", pa.string()}),
+    "bool": frozenset({pa.bool_()}), "bytea": frozenset({pa.binary()}),
+    "date": frozenset({pa.date32()}), "timestamp": frozenset({pa.timestamp("us")}),
+    "timestamptz": frozenset({pa.timestamp("us", tz="UTC")}),
+    "text": frozenset({pa.string()}), "json": frozenset({pa.string()}),
+    "time": frozenset({pa.string()}),
+}
+
+_READ = 1  # flags of ArrowRows.scan
+_ALLOW_U = 2
+_WANT = {Op.INSERT: 4, Op.UPDATE: 8, Op.DELETE: 16, Op.READ: 32}
+_ALL_OPS = sum(_WANT.values())
+
+
+def _spec(t: pa.DataType) -> tuple[int, int, int, int] | None:
+    """(Arrow kind, precision, scale, element kind) of a column type, None if not one C writes."""
+    if pa.types.is_list(t):
+        element = _spec(t.value_type)
+        if element is None or element[0] == _A_LIST:
+            return None
+        return _A_LIST, element[1], element[2], element[0]
+    if pa.types.is_decimal128(t):
+        return _A_DECIMAL, t.precision, t.scale, 0
+    if pa.types.is_timestamp(t):
+        return (_A_TIMESTAMP, 0, 0, 0) if t.unit == "us" and t.tz in (None, "UTC") else None
+    code = _FIXED.get(t)
+    return None if code is None else (code, 0, 0, 0)
+
+
+def _column_kind(value_oid: int) -> tuple[str, bool] | None:
+    """The registry's fast kind of a column's values (of its elements for an array the
+    reference splits), and whether it is an array; None for what the C code does not read."""
+    kind = fast_kind(value_oid)
+    if kind is not None:
+        return kind, False
+    loader = loader_oid(value_oid)
+    if loader == TEXT_ARRAY_OID:
+        return "text", True
+    element = ELEMENT_OID.get(loader)
+    kind = None if element is None else fast_kind(element)
+    return None if kind is None or kind == "json" else (kind, True)
+
+
+# relation version -> {sink's shape: its kinds for ArrowRows.scan, or None}
+_KINDS: weakref.WeakKeyDictionary[RelationPlan, dict[Any, bytes | None]] = weakref.WeakKeyDictionary()
+
+
+class ArrowSink:
+    """The compiled rows of one page of a typed read of one table (its newest shape,
+    ``columns``)."""
+
+    def __init__(self, columns: Sequence[ArrowColumn], schema: pa.Schema,
+                 specs: list[tuple[int, int, int, int]]) -> None:
+        assert _compiled is not None
+        self.columns = tuple(columns)
+        self.schema = schema
+        self.types = [schema.field(c.name).type for c in columns]
+        self.key_names = tuple(c.name for c in columns if c.key)
+        keys = tuple(i for i, c in enumerate(columns) if c.key)
+        self.rows = _compiled.ArrowRows(tuple(specs), keys,
+                                        tuple(c.name.encode() for c in columns))
+        self._cache_key = ("arrow", tuple(zip((c.name for c in columns), map(str, self.types))),
+                           self.key_names)
+
+    def kinds(self, plan: RelationPlan) -> bytes | None:
+        """``plan``'s column kinds for ``ArrowRows.scan``; None when its rows are the
+        reference's (cached on the relation version)."""
+        cached = _KINDS.get(plan)
+        if cached is None:
+            cached = _KINDS[plan] = {}
+        if self._cache_key not in cached:
+            cached[self._cache_key] = self._kinds(plan)
+        return cached[self._cache_key]
+
+    def _kinds(self, plan: RelationPlan) -> bytes | None:
+        names = tuple(c.name for c in self.columns)
+        if plan.column_names != names or tuple(plan.key_names) != self.key_names:
+            return None
+        kinds = []
+        for oid, t in zip(plan.value_oids, self.types):
+            found = _column_kind(oid)
+            if found is None or found[1] != pa.types.is_list(t):
+                return None
+            kind, is_list = found
+            value_type = t.value_type if is_list else t
+            written = _WRITES.get(kind, frozenset())
+            if value_type not in written and not (pa.types.is_decimal128(value_type)
+                                                  and "decimal" in written):
+                return None
+            kinds.append(kind)
+        return bytes(transcode._KIND_CODES[k] for k in kinds)
+
+    @staticmethod
+    def flags(backfill: bool, toast_null: bool, ops: set[Op] | None) -> int:
+        wanted = _ALL_OPS if ops is None else sum(_WANT[o] for o in ops if o in _WANT)
+        return wanted | (_READ if backfill else 0) | (_ALLOW_U if toast_null else 0)
+
+    def scan(self, payload: Any, pos: int, seq: int, stop: int, plan: RelationPlan,
+             relation_id: int, stored: Any, flags: int) -> tuple[int, int, int] | None:
+        """Compiled rows from the frame at ``pos`` on: (pos, seq, rows) after them, or None
+        when the frame there is the reference's."""
+        kinds = self.kinds(plan)
+        if kinds is None:
+            return None
+        out: tuple[int, int, int] = self.rows.scan(
+            payload, pos, seq, stop, relation_id, kinds, stored.commit_lsn,
+            stored.commit_ts + PG_EPOCH_UNIX_US, stored.xid, flags)
+        return None if out[0] == pos else out
+
+    def _batch(self) -> pa.RecordBatch:
+        bufs = self.rows.buffers()
+        n = self.rows.rows
+        width = len(self.columns)
+        elements = iter(bufs[width + len(self.key_names) + 9:])
+        arrays = [_list(t, n, b, next(elements)) if pa.types.is_list(t) else _array(t, n, b)
+                  for t, b in zip(self.types, bufs)]
+        keys = bufs[width:width + len(self.key_names)]
+        meta = bufs[width + len(self.key_names):]
+        fields = list(self.schema)
+        for f, b in zip(fields[width:width + 6], meta[:6]):
+            arrays.append(_array(f.type, n, b))
+        toast_type = fields[width + 6].type
+        names = meta[7]
+        child = pa.Array.from_buffers(pa.string(), len(names[1]) // 4 - 1,
+                                      [_buf(names[0]), _buf(names[1]), _buf(names[2])], names[3])
+        arrays.append(pa.Array.from_buffers(toast_type, n, [None, _buf(meta[6])],
+                                            children=[child]))
+        if KEY_FIELD in self.schema.names:
+            key_type = self.schema.field(KEY_FIELD).type
+            children = [_array(key_type.field(i).type, n, b) for i, b in enumerate(keys)]
+            valid = meta[8]
+            arrays.append(pa.Array.from_buffers(key_type, n, [_buf(valid[0])], valid[3],
+                                                children=children))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def batches(self, transactions: Sequence[Transaction]) -> list[pa.RecordBatch]:
+        """The page's rows in change order: compiled segments, and the reference's rows for the
+        changes left as ``Change`` objects."""
+        compiled = self._batch() if self.rows.rows else None
+        out: list[pa.RecordBatch] = []
+        pending: list[Transaction] = []
+        offset = 0
+        for t in transactions:
+            ref: list[Any] = []
+            for c in t.changes:
+                if type(c) is Segment:
+                    if ref:
+                        pending.append(replace(t, changes=ref))
+                        ref = []
+                    if pending:
+                        out.append(typed_batch(pending, self.columns, self.schema))
+                        pending = []
+                    assert compiled is not None
+                    out.append(compiled.slice(offset, c.rows))
+                    offset += c.rows
+                else:
+                    ref.append(c)
+            if ref:
+                pending.append(replace(t, changes=ref))
+        if pending:
+            out.append(typed_batch(pending, self.columns, self.schema))
+        return out
+
+
+def _buf(b: bytes | None) -> pa.Buffer | None:
+    return None if b is None else pa.py_buffer(b)
+
+
+def _list(t: pa.ListType, n: int, b: tuple[Any, ...], elements: tuple[Any, ...]) -> pa.Array:
+    valid, offsets, _, nulls = b
+    count = int.from_bytes(offsets[-4:], "little", signed=True)  # the last list's end
+    child = _array(t.value_type, count, elements)
+    return pa.Array.from_buffers(t, n, [_buf(valid), _buf(offsets)], nulls, children=[child])
+
+
+def _array(t: pa.DataType, n: int, b: tuple[Any, ...]) -> pa.Array:
+    valid, values, data, nulls = b
+    buffers = [_buf(valid), _buf(values)] + ([_buf(data)] if data is not None else [])
+    return pa.Array.from_buffers(t, n, buffers, nulls)
+
+
+def sink_for(columns: Sequence[ArrowColumn], schema: pa.Schema) -> ArrowSink | None:
+    """A sink for a typed read of a table of ``columns`` (``schema``: its typed schema), or None
+    when the compiled module is missing or a column's Arrow type is not one it writes."""
+    if _compiled is None or not columns:
+        return None
+    specs = [_spec(schema.field(c.name).type) for c in columns]
+    if any(s is None or (s[0] == _A_LIST and c.key) for s, c in zip(specs, columns)):
+        return None
+    return ArrowSink(columns, schema, specs)  # type: ignore[arg-type]
