@@ -104,10 +104,11 @@ def test_streaming_stop_and_restart_sees_every_change_once(served: Feed, spark: 
                                                           tmp_path: Path) -> None:
     expected = sorted(_log(served))
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    consumer = f"spark-{uuid.uuid4().hex[:8]}"
     stream = (spark.readStream.format("pgfeed").option("url", served[0])
               .option("feed", served[1]).option("partitions", 2)
               .option("maxRowsPerTrigger", max(1, len(expected) // 3))
-              .option("consumer", f"spark-{uuid.uuid4().hex[:8]}").load())
+              .option("consumer", consumer).load())
 
     def start(**trigger: Any) -> Any:
         return (stream.writeStream.format("parquet").option("path", str(out))
@@ -124,6 +125,14 @@ def test_streaming_stop_and_restart_sees_every_change_once(served: Feed, spark: 
     assert second.exception() is None
     written = spark.read.parquet(str(out))
     assert _positions(written) == expected
+    # Acknowledged in the background as batches commit; the last batch too, by the time the
+    # query's source has stopped.
+    with FeedClient(served[0]) as client:
+        head = client.head(served[1])
+        deadline = time.monotonic() + 30
+        while client.consumer(served[1], consumer) != head:
+            assert time.monotonic() < deadline, (client.consumer(served[1], consumer), head)
+            time.sleep(0.2)
 
 
 # -- real PostgreSQL capture -----------------------------------------------------------------------
