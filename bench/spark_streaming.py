@@ -44,7 +44,8 @@ sys.path.insert(0, str(BENCH))
 
 import psycopg
 from _results import write_section
-from serve import FEED, TICKS, create_feed, pgfeed_serve, wait_captured
+from _serve_phases import TICKS
+from _serve_servers import FEED, create_feed, pgfeed_serve, wait_captured
 
 from clients import FeedClient, parse_cursor
 from clients._cursor import parse_lsn
