@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -22,14 +23,16 @@ _ALIASES = {"_op": ("op",), "_lsn": ("lsn",), "_seq": ("seq",), "_commit_lsn": (
             "_unchanged_toast": ("unchanged_toast",)}
 
 
-def read_range(opts: FeedOptions, part: LsnRange, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """All changes of ``part`` as RecordBatches matching ``schema`` exactly."""
+def read_range(opts: FeedOptions, part: LsnRange, schema: StructType,
+               client: FeedClient | None = None) -> Iterator[pa.RecordBatch]:
+    """All changes of ``part`` as RecordBatches matching ``schema`` exactly, through ``client``
+    (kept open) or a client of its own (closed at the end)."""
     target = arrow_schema(schema)
-    with opts.client() as client:
+    with opts.client() if client is None else contextlib.nullcontext(client) as c:
         if opts.wire == "arrow":
-            yield from _read_arrow(client, opts, part, target)
+            yield from _read_arrow(c, opts, part, target)
         else:
-            yield from _read_json(client, opts, part, schema, target)
+            yield from _read_json(c, opts, part, schema, target)
 
 
 def _read_arrow(client: FeedClient, opts: FeedOptions, part: LsnRange,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -15,14 +14,14 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from clients import ClientError, Cursor, FeedClient, parse_cursor
+from clients import Cursor, FeedClient, parse_cursor
+from spark_connector._ack import Acknowledger
+from spark_connector._clients import shared_client
 from spark_connector._options import FeedOptions
 from spark_connector._partition import LsnRange, plan_ranges
 from spark_connector._read import read_range
 
 __all__ = ["PgFeedStreamReader"]
-
-log = logging.getLogger("spark_connector")
 
 
 def _key(cursor: str) -> Cursor:
@@ -42,6 +41,11 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     starts); ``latestOffset`` honours ``maxRowsPerTrigger`` and the availableNow target;
     ``commit`` (and the start of each new plan) acknowledges to the named ``consumer`` so
     retention can move on.
+
+    A trigger costs the server one call (the head, in ``latestOffset``; none in availableNow
+    mode, whose target is fixed) plus ``/splits`` when the range spans transactions and
+    ``partitions > 1``; acknowledgements go from a background thread (``Acknowledger``) and
+    ``reportLatestOffset`` answers with the head ``latestOffset`` saw.
     """
 
     def __init__(self, opts: FeedOptions, schema: StructType) -> None:
@@ -49,7 +53,8 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._target: str | None = None  # availableNow: never plan past this cursor
         self._client: FeedClient | None = None
-        self._acked: str | None = None  # the last cursor acknowledged to ``consumer``
+        self._acker: Acknowledger | None = None
+        self._head: str | None = None  # the newest head seen, for reportLatestOffset
 
     @property
     def client(self) -> FeedClient:
@@ -57,10 +62,14 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = self.opts.client()
         return self._client
 
+    def _fetch_head(self) -> str:
+        self._head = self.client.head(self.opts.feed)
+        return self._head
+
     def initialOffset(self) -> dict[str, str]:
         start = self.opts.start
         if start == "latest":
-            start = self.client.head(self.opts.feed)
+            start = self._target or self._fetch_head()
         return _offset(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -69,7 +78,7 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self.client.head(self.opts.feed)
+        self._target = self._fetch_head()
 
     def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
         cursor = start["cursor"]
@@ -77,7 +86,7 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # durable downstream: acknowledge it now (commit() comes only when a batch has data,
         # which would leave the last batch of an availableNow run unacknowledged).
         self._acknowledge(cursor)
-        end = self._target or self.client.head(self.opts.feed)
+        end = self._target or self._fetch_head()
         if _key(end) <= _key(cursor):
             return start
         if isinstance(limit, ReadMaxRows):
@@ -102,14 +111,15 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return cursor
 
     def reportLatestOffset(self) -> dict[str, str] | None:
-        return _offset(self.client.head(self.opts.feed))
+        # Only a metric (the query's lag): the head latestOffset just saw is recent enough.
+        return _offset(self._head or self._fetch_head())
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
         after, to = start["cursor"], end["cursor"]
         if _key(to) <= _key(after):
             return []
         boundaries: list[str] = []
-        if self.opts.partitions > 1:
+        if self.opts.partitions > 1 and _key(after).lsn < _key(to).lsn:  # else one transaction
             # /splits works on whole transactions: ask with the LSN parts of the cursors.
             lo, hi = _key(after), _key(to)
             boundaries = self.client.splits(self.opts.feed, str(Cursor(lo.lsn)) if lo.lsn
@@ -119,24 +129,23 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LsnRange)
-        return read_range(self.opts, partition, self.schema)
+        return read_range(self.opts, partition, self.schema, client=shared_client(self.opts))
 
     def commit(self, end: dict[str, str]) -> None:
         self._acknowledge(end.get("cursor"))
 
     def _acknowledge(self, cursor: str | None) -> None:
-        if not self.opts.consumer or not cursor or _key(cursor) == Cursor(0):
+        if not self.opts.consumer or not cursor:
             return
-        if self._acked is not None and _key(cursor) <= _key(self._acked):
-            return
-        try:
-            self.client.ack(self.opts.feed, self.opts.consumer, cursor)
-            self._acked = cursor
-        except ClientError as exc:  # the next commit acknowledges further; do not fail the query
-            log.warning("pgfeed: could not acknowledge %s for consumer %s: %s",
-                        cursor, self.opts.consumer, exc)
+        if self._acker is None:
+            client = self.client  # made here, not raced for by the acknowledging thread
+            self._acker = Acknowledger(lambda: client, self.opts.feed, self.opts.consumer)
+        self._acker.submit(cursor)
 
     def stop(self) -> None:
+        if self._acker is not None:  # the last acknowledgement lands before the query ends
+            self._acker.close()
+            self._acker = None
         if self._client is not None:
             self._client.close()
             self._client = None

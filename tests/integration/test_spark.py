@@ -3,6 +3,7 @@ JSON), Structured Streaming with availableNow and restarts, and latest_rows mirr
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -104,10 +105,11 @@ def test_streaming_stop_and_restart_sees_every_change_once(served: Feed, spark: 
                                                           tmp_path: Path) -> None:
     expected = sorted(_log(served))
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    consumer = f"spark-{uuid.uuid4().hex[:8]}"
     stream = (spark.readStream.format("pgfeed").option("url", served[0])
               .option("feed", served[1]).option("partitions", 2)
               .option("maxRowsPerTrigger", max(1, len(expected) // 3))
-              .option("consumer", f"spark-{uuid.uuid4().hex[:8]}").load())
+              .option("consumer", consumer).load())
 
     def start(**trigger: Any) -> Any:
         return (stream.writeStream.format("parquet").option("path", str(out))
@@ -124,6 +126,15 @@ def test_streaming_stop_and_restart_sees_every_change_once(served: Feed, spark: 
     assert second.exception() is None
     written = spark.read.parquet(str(out))
     assert _positions(written) == expected
+    # Acknowledged in the background as batches commit; the last batch too, by the time the
+    # query's source has stopped.
+    end = second.recentProgress[-1]["sources"][0]["endOffset"]
+    end = parse_cursor((json.loads(end) if isinstance(end, str) else end)["cursor"])
+    with FeedClient(served[0]) as client:
+        deadline = time.monotonic() + 30
+        while (acked := client.consumer(served[1], consumer)) is None or parse_cursor(acked) != end:
+            assert time.monotonic() < deadline, (acked, end)
+            time.sleep(0.2)
 
 
 # -- real PostgreSQL capture -----------------------------------------------------------------------

@@ -3,13 +3,17 @@ initial offsets, maxRowsPerTrigger, availableNow target, partitions and commit a
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from typing import Any
 
 import httpx
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from clients import FeedClient
+from clients import FeedClient, RetryPolicy
 from spark_connector import FeedOptions, change_schema
+from spark_connector._clients import shared_client
 from spark_connector._streaming import PgFeedStreamReader
 from tests.unit.clients.test_http_client import FakeFeed, _change
 
@@ -98,11 +102,73 @@ def test_commit_acknowledges_to_the_named_consumer() -> None:
     reader = _reader(service, consumer="mirror")
     reader.commit({"cursor": "earliest"})
     reader.commit({"cursor": "0/3000:1"})
+    assert reader._acker is not None and reader._acker.flush()  # sent from a background thread
     assert service.acks == [{"cursor": "0/3000:1"}]
     assert service.requests[-1].url.path == "/v1/feeds/shop/consumers/mirror"
     reader.commit({"cursor": "0/3000:1"})  # not again
+    reader.commit({"cursor": "0/2000"})  # nor backwards
     # Planning from a start offset means everything up to it is committed downstream: the last
     # batch of an availableNow run is acknowledged although commit() never comes for it.
     assert reader.latestOffset({"cursor": "0/4000"}, ReadAllAvailable()) == {"cursor": "0/4000"}
+    reader.stop()  # waits for the last acknowledgement
     assert service.acks == [{"cursor": "0/3000:1"}, {"cursor": "0/4000"}]
+
+
+def test_acknowledgements_never_hold_up_a_trigger() -> None:
+    """A slow acknowledgement runs beside planning; the newest cursor wins, older ones pending
+    meanwhile are skipped; a failing one is logged and superseded, never raised."""
+    gate, service = threading.Event(), FakeService()
+    inner = service.__call__
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        if "/consumers/" in request.url.path:
+            gate.wait(10)
+            if json.loads(request.content)["cursor"] == "0/1000":
+                return httpx.Response(503, json={"error": {"code": "unavailable", "message": "x"}})
+        return inner(request)
+
+    opts = FeedOptions.parse({"url": "http://pgfeed.test", "feed": "shop", "consumer": "m"})
+    reader = PgFeedStreamReader(opts, change_schema())
+    reader._client = FeedClient("http://pgfeed.test", transport=httpx.MockTransport(slow),
+                                retry=RetryPolicy(retries=0))
+    t0 = time.monotonic()
+    reader.commit({"cursor": "0/1000"})  # blocked in the server until the gate opens
+    reader.commit({"cursor": "0/2000"})
+    reader.commit({"cursor": "0/3000"})
+    assert reader.latestOffset({"cursor": "0/3000"}, ReadAllAvailable()) == {"cursor": "0/4000"}
+    assert time.monotonic() - t0 < 5  # the trigger did not wait for the acknowledgements
+    gate.set()
     reader.stop()
+    assert service.acks == [{"cursor": "0/3000"}]  # 0/1000 failed; 0/2000 was superseded
+
+
+def test_a_trigger_asks_the_server_once() -> None:
+    """latestOffset fetches the head (none in availableNow mode: the target is fixed);
+    reportLatestOffset reuses it; partitions inside one transaction need no /splits."""
+    service = FakeService()
+    reader = _reader(service, partitions="3")
+    before = len(service.requests)
+    end = reader.latestOffset({"cursor": "0/1000"}, ReadAllAvailable())
+    assert reader.reportLatestOffset() == end == {"cursor": "0/4000"}
+    assert len(service.requests) == before + 1
+    assert [(p.after, p.to) for p in reader.partitions({"cursor": "0/3000:0"},
+                                                       {"cursor": "0/3000"})] == [("0/3000:0", "0/3000")]
+    assert len(service.requests) == before + 1  # no /splits for a range inside one transaction
+    reader.prepareForTriggerAvailableNow()
+    asked = len(service.requests)
+    assert reader.initialOffset() == {"cursor": "earliest"}
+    assert reader.latestOffset({"cursor": "0/1000"}, ReadAllAvailable()) == {"cursor": "0/4000"}
+    assert len(service.requests) == asked
+    latest = _reader(service, **{"from": "latest"})
+    latest.prepareForTriggerAvailableNow()
+    asked = len(service.requests)
+    assert latest.initialOffset() == {"cursor": "0/4000"}  # the target pinned just before
+    assert len(service.requests) == asked
+
+
+def test_read_tasks_share_one_client_per_worker_and_server() -> None:
+    a = FeedOptions.parse({"url": "http://127.0.0.1:1", "feed": "shop"})
+    b = FeedOptions.parse({"url": "http://127.0.0.1:1", "feed": "other", "partitions": "2"})
+    c = FeedOptions.parse({"url": "http://127.0.0.1:1", "feed": "shop", "token": "t"})
+    assert shared_client(a) is shared_client(b)  # same server and credentials
+    assert shared_client(c) is not shared_client(a)
