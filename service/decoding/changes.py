@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from clients._cursor import format_lsn
 from service.assembler.framing import FRAME
@@ -46,12 +46,19 @@ from service.pgoutput.messages import TUPLE_KEY as _KEY
 from service.pgoutput.messages import TUPLE_NEW as _NEW
 from service.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 
-if TYPE_CHECKING:
-    from service.encoding.arrow_rows import ArrowSink
-
-__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "RawChange", "Segment", "ToastMode", "TransactionDecoder"]
+__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "RawChange", "RowSink", "Segment", "ToastMode", "TransactionDecoder"]
 
 ToastMode = Literal["omit", "placeholder", "reselect"]
+
+
+class RowSink(Protocol):
+    """Where a typed Arrow read writes runs of a table's row frames (``encoding.arrow_rows.
+    ArrowSink``, one layer up: the decoder only hands it frames)."""
+
+    def flags(self, backfill: bool, toast_null: bool, ops: set[Op] | None) -> int: ...
+
+    def scan(self, payload: Any, pos: int, seq: int, stop: int, plan: RelationPlan,
+             relation_id: int, stored: Any, flags: int) -> tuple[int, int, int] | None: ...
 DEFAULT_PLACEHOLDER = "__pgfeed_unchanged_toast__"
 # toast=reselect: (commit_lsn, seq) -> {column: (value oid, text)} the feed's fill index holds for
 # that change (``feeds.toastindex``), empty when it filled nothing there.
@@ -207,7 +214,7 @@ class TransactionDecoder:
     def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
                max_changes: int | None = None, tables: set[str] | None = None,
                ops: set[Op] | None = None, lazy: bool = False,
-               sink: ArrowSink | None = None) -> Transaction:
+               sink: RowSink | None = None) -> Transaction:
         """Decode changes ``first_seq`` onwards of ``stored``.
 
         ``lazy`` leaves row changes as ``RawChange`` (wire bytes and their relation version) for

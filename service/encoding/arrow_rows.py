@@ -200,7 +200,7 @@ class ArrowSink:
         for t in transactions:
             ref: list[Any] = []
             for c in t.changes:
-                if type(c) is Segment:
+                if isinstance(c, Segment):
                     if ref:
                         pending.append(replace(t, changes=ref))
                         ref = []
