@@ -114,8 +114,9 @@ def _truncated(ev: DataFrame, plan: Plan) -> DataFrame:
 
 
 def _carry(ev: DataFrame, plan: Plan) -> DataFrame:
-    """Fill pending TOAST values from the key's previous version (by position). A key-changing
-    update is a barrier here (its previous version is under the old key): it is filled first."""
+    """Fill pending TOAST values from the key's previous version (by position). A delete ends
+    the chain; a key-changing update too (its previous version is under the old key: it is
+    filled by ``_carry_across_moves``)."""
     if not plan.values:
         return ev
     w = (Window.partitionBy(*plan.keys).orderBy(_POS)
@@ -123,9 +124,11 @@ def _carry(ev: DataFrame, plan: Plan) -> DataFrame:
     out = ev
     for c in plan.values:
         pending = F.array_contains(F.col(_PENDING), c)
-        known = F.when(~pending, F.struct(F.col(c).alias("v"), F.lit(True).alias("k"))) \
-                 .when(F.col(_MOVED), F.struct(F.lit(None).cast(ev.schema[c].dataType).alias("v"),
-                                               F.lit(False).alias("k")))
+        unknown = F.struct(F.lit(None).cast(ev.schema[c].dataType).alias("v"),
+                           F.lit(False).alias("k"))
+        known = F.when(F.col(_KIND) != _UPSERT, unknown) \
+                 .when(~pending, F.struct(F.col(c).alias("v"), F.lit(True).alias("k"))) \
+                 .when(F.col(_MOVED), unknown)
         out = out.withColumn(f"__w_{c}", F.last(known, ignorenulls=True).over(w))
     still = [F.when(F.array_contains(F.col(_PENDING), c) & ~F.coalesce(F.col(f"__w_{c}.k"),
                                                                          F.lit(False)), F.lit(c))
@@ -136,11 +139,15 @@ def _carry(ev: DataFrame, plan: Plan) -> DataFrame:
     return out
 
 
-def _carry_across_moves(ev: DataFrame, plan: Plan) -> DataFrame:
+MOVE_ROUNDS = 2  # key changes in a row that each left a TOAST value unchanged, in one input
+
+
+def _fill_moves(ev: DataFrame, plan: Plan) -> DataFrame:
     """Pending TOAST values of key-changing updates, from the old key's latest version before
-    them; then every key's chain again, so later versions of the new key see them."""
+    them (as far as ``_carry`` knows it)."""
     first = _carry(ev, plan)
-    moves = ev.where(F.col(_MOVED) & (F.size(_PENDING) > 0))
+    moving = F.col(_MOVED) & (F.size(_PENDING) > 0)
+    moves = ev.where(moving)
     old = [F.col(KEY_COLUMN).getField(k) for k in plan.keys]
     prior = first.where(F.col(_KIND) == _UPSERT).select(
         *[F.col(k).alias(f"__o_{k}") for k in plan.keys], F.col(_POS).alias("__o_pos"),
@@ -151,12 +158,22 @@ def _carry_across_moves(ev: DataFrame, plan: Plan) -> DataFrame:
     latest = Window.partitionBy(*plan.keys, _POS).orderBy(F.col("__o_pos").desc_nulls_last())
     best = joined.withColumn("__rank", F.row_number().over(latest)).where("__rank = 1")
     filled = best.select(*[
-        (F.when(F.array_contains(F.col(_PENDING), c), F.col(f"__o_{c}")).otherwise(F.col(c))
+        (F.when(F.array_contains(F.col(_PENDING), c) & ~F.array_contains(F.col("__o_pending"), c),
+                F.col(f"__o_{c}")).otherwise(F.col(c))
          if c in plan.values
          else F.filter(F.col(_PENDING), lambda x: F.col("__o_pos").isNull()
                        | F.array_contains(F.col("__o_pending"), x)) if c == _PENDING
          else F.col(c)).alias(c) for c in ev.columns])
-    return _carry(ev.where(~(F.col(_MOVED) & (F.size(_PENDING) > 0))).unionByName(filled), plan)
+    return ev.where(~moving).unionByName(filled)
+
+
+def _carry_across_moves(ev: DataFrame, plan: Plan) -> DataFrame:
+    """``_carry`` across key changes: each round fills the key-changing updates whose old key's
+    value is known by then (a swap through a temporary key takes two); what is still unknown
+    after ``MOVE_ROUNDS`` stays in ``_unchanged_toast``."""
+    for _ in range(MOVE_ROUNDS):
+        ev = _fill_moves(ev, plan)
+    return _carry(ev, plan)
 
 
 def _target_events(target: DataFrame, plan: Plan, scd_type: int) -> DataFrame:

@@ -10,7 +10,7 @@ from clients import ColumnInfo, FeedClient, parse_cursor
 
 __all__ = ["FeedOptions"]
 
-_TYPED_OPS = "insert,update,delete,read"
+_TYPED_OPS = "insert,update,delete,read,truncate"  # truncates: a mirror must see them
 
 
 def _get(options: Mapping[str, Any], name: str) -> str | None:
