@@ -167,11 +167,11 @@ def _fill_moves(ev: DataFrame, plan: Plan) -> DataFrame:
     return ev.where(~moving).unionByName(filled)
 
 
-def _carry_across_moves(ev: DataFrame, plan: Plan) -> DataFrame:
+def _carry_across_moves(ev: DataFrame, plan: Plan, rounds: int) -> DataFrame:
     """``_carry`` across key changes: each round fills the key-changing updates whose old key's
     value is known by then (a swap through a temporary key takes two); what is still unknown
     after ``MOVE_ROUNDS`` stays in ``_unchanged_toast``."""
-    for _ in range(MOVE_ROUNDS):
+    for _ in range(rounds):
         ev = _fill_moves(ev, plan)
     return _carry(ev, plan)
 
@@ -255,7 +255,8 @@ def apply_changes(changes: DataFrame, keys: Sequence[str], *,
                   except_column_list: Sequence[str] | None = None,
                   track_history_column_list: Sequence[str] | None = None,
                   track_history_except_column_list: Sequence[str] | None = None,
-                  target: DataFrame | None = None) -> DataFrame:
+                  target: DataFrame | None = None,
+                  move_rounds: int = MOVE_ROUNDS, truncates: bool = True) -> DataFrame:
     """The mirror of ``changes`` (a typed read: ``format("pgfeed").option("table", ...)``).
 
     SCD type 1: the latest version of each live key: the table's columns, the ``sequence_by``
@@ -272,13 +273,17 @@ def apply_changes(changes: DataFrame, keys: Sequence[str], *,
     ``track_history_except_column_list`` (type 2): only changes to these columns open a version;
     others update the version in place. ``target``: the mirror so far (a previous result with the
     same options), merged with ``changes``; a change never overwrites a newer version.
+    ``move_rounds``: how many key changes in a row (in ``changes``), each leaving a TOAST value
+    unchanged, carry it (a swap through a temporary key takes 2; each round costs a join; 0 when
+    ``changes`` is known to hold none). ``truncates=False``: ``changes`` is known to hold none.
     """
     if stored_as_scd_type not in (1, 2):
         raise ValueError(f"stored_as_scd_type must be 1 or 2, not {stored_as_scd_type!r}")
     ev, plan = mirror_events(changes, keys, sequence_by=sequence_by,
                              apply_as_deletes=apply_as_deletes,
                              apply_as_truncates=apply_as_truncates,
-                             target=target, stored_as_scd_type=stored_as_scd_type)
+                             target=target, stored_as_scd_type=stored_as_scd_type,
+                             move_rounds=move_rounds, truncates=truncates)
     kept = [c for c in plan.data if c in plan.keys or (
         (column_list is None or c in column_list) and c not in (except_column_list or ()))]
     if stored_as_scd_type == 1:
@@ -296,7 +301,8 @@ def mirror_events(changes: DataFrame, keys: Sequence[str], *,
                   apply_as_deletes: str | Column | None = None,
                   apply_as_truncates: str | Column | None = None,
                   target: DataFrame | None = None,
-                  stored_as_scd_type: int = 1) -> tuple[DataFrame, Plan]:
+                  stored_as_scd_type: int = 1, move_rounds: int = MOVE_ROUNDS,
+                  truncates: bool = True) -> tuple[DataFrame, Plan]:
     """Upserts and deletes per key with TOAST values carried (``apply_changes``' first half);
     ``__meta`` holds the change's other metadata columns."""
     if not keys:
@@ -318,6 +324,8 @@ def mirror_events(changes: DataFrame, keys: Sequence[str], *,
     if target is not None:
         ev = ev.unionByName(_target_events(target, plan, stored_as_scd_type),
                             allowMissingColumns=True)
-    ev = _truncated(ev, plan)
-    ev = _carry_across_moves(ev, plan) if KEY_COLUMN in changes.columns else _carry(ev, plan)
+    if truncates:
+        ev = _truncated(ev, plan)
+    ev = _carry_across_moves(ev, plan, move_rounds) if KEY_COLUMN in changes.columns \
+        else _carry(ev, plan)
     return (ev.drop(KEY_COLUMN) if KEY_COLUMN in ev.columns else ev), plan

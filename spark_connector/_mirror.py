@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from functools import reduce
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from spark_connector._apply import COMMIT_TS, TOAST, apply_changes, latest_versions, mirror_events
+from spark_connector._apply import (
+    COMMIT_TS,
+    MOVE_ROUNDS,
+    TOAST,
+    apply_changes,
+    latest_versions,
+    mirror_events,
+)
 from spark_connector._schema import KEY_COLUMN
 
 __all__ = ["Manifest", "committed", "latest_rows", "mirror_writer", "read_mirror"]
@@ -162,11 +170,19 @@ def mirror_writer(path: str, keys: Sequence[str], *, buckets: int = 16, keep: in
             truncate = (F.expr(truncates) if isinstance(truncates, str) else truncates) \
                 if truncates is not None else (F.col("_op") == "truncate") \
                 if "_op" in batch.columns else F.lit(False)
-            flags = batch.select(F.max(truncate.cast("int")).alias("t")).first()
+            moved = F.lit(False)
+            if KEY_COLUMN in batch.columns and "_unchanged_toast" in batch.columns:
+                same = reduce(Column.__and__, [F.col(k).eqNullSafe(F.col(f"{KEY_COLUMN}.{k}"))
+                                               for k in keys])
+                moved = (F.col(KEY_COLUMN).isNotNull() & ~same
+                         & (F.size(F.coalesce("_unchanged_toast", F.array())) > 0))
+            flags = batch.select(F.max(truncate.cast("int")).alias("t"),
+                                 F.max(moved.cast("int")).alias("m")).first()
             if flags is None or flags["t"] is None:
                 return  # an empty micro-batch changes nothing
             affected = set(range(buckets)) if flags["t"] else {
                 r["b"] for r in touched.where(F.col("b").isNotNull()).distinct().collect()}
+            hints = {"truncates": bool(flags["t"]), "move_rounds": MOVE_ROUNDS if flags["m"] else 0}
             previous = done.buckets if done else {}
             target = None
             if done is not None:
@@ -174,7 +190,7 @@ def mirror_writer(path: str, keys: Sequence[str], *, buckets: int = 16, keep: in
                 schema = StructType.fromJson(json.loads(done.schema))
                 target = (batch.sparkSession.read.schema(schema).parquet(*paths) if paths
                           else batch.sparkSession.createDataFrame([], schema))
-            merged = apply_changes(batch, keys, target=target, **options)
+            merged = apply_changes(batch, keys, target=target, **hints, **options)
             out = root / _DATA / str(batch_id)
             (merged.withColumn(BUCKET, bucket_of([F.col(k) for k in keys]))
                    .write.mode("overwrite").partitionBy(BUCKET).parquet(str(out)))
