@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from functools import reduce
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +182,7 @@ def mirror_writer(path: str, keys: Sequence[str], *, buckets: int = 16, keep: in
                 return  # an empty micro-batch changes nothing
             affected = set(range(buckets)) if flags["t"] else {
                 r["b"] for r in touched.where(F.col("b").isNotNull()).distinct().collect()}
-            hints = {"truncates": bool(flags["t"]), "move_rounds": MOVE_ROUNDS if flags["m"] else 0}
+            hints: dict[str, Any] = {"truncates": bool(flags["t"]), "move_rounds": MOVE_ROUNDS if flags["m"] else 0}
             previous = done.buckets if done else {}
             target = None
             if done is not None:

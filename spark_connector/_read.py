@@ -25,7 +25,7 @@ _ALIASES = {"_op": ("op",), "_lsn": ("lsn",), "_seq": ("seq",), "_commit_lsn": (
 def read_range(opts: FeedOptions, part: LsnRange, schema: StructType) -> Iterator[pa.RecordBatch]:
     """All changes of ``part`` as RecordBatches matching ``schema`` exactly."""
     target = arrow_schema(schema)
-    with opts.client() as client:
+    with opts.client(part.index) as client:  # partitions round robin over the replicas
         if opts.wire == "arrow":
             yield from _read_arrow(client, opts, part, target)
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -130,7 +131,7 @@ def assert_no_overlaps(history: list[Any]) -> None:
         versions.sort(key=lambda r: tuple(r["valid_from"]))
         assert sum(r["is_current"] for r in versions) <= 1, key
         assert all(r["is_current"] == (r["valid_to"] is None) for r in versions), key
-        for a, b in zip(versions, versions[1:]):
+        for a, b in pairwise(versions):
             assert a["valid_to"] is not None and tuple(a["valid_to"]) <= tuple(b["valid_from"]), (
                 f"key {key}: {a} overlaps {b}")
         for r in versions:
