@@ -28,6 +28,7 @@ TOAST = "_unchanged_toast"  # in a mirror: the columns whose value could not be 
 COMMIT_TS = "_commit_ts"
 
 _KIND, _POS, _MOVED, _PENDING, _META = "__kind", "__pos", "__moved", "__toast", "__meta"
+_LEFT = "__left"  # the delete of the key a key-changing update left
 _UPSERT, _DELETE, _TRUNCATE = "upsert", "delete", "truncate"
 
 
@@ -73,7 +74,8 @@ def _events(changes: DataFrame, plan: Plan, deletes: Column, truncates: Column) 
         same = reduce(Column.__and__, [F.col(k).eqNullSafe(old.getField(k)) for k in plan.keys])
         moved = old.isNotNull() & ~same
     ev = (changes.withColumn(_KIND, kind).withColumn(_PENDING, pending)
-                 .withColumn(_MOVED, (F.col(_KIND) == _UPSERT) & moved).withColumn(_POS, _pos(plan)))
+                 .withColumn(_MOVED, (F.col(_KIND) == _UPSERT) & moved).withColumn(_POS, _pos(plan))
+                 .withColumn(_LEFT, F.lit(False)))
     if KEY_COLUMN not in changes.columns:
         return ev
     # The key an update left: deleted at the update's position.
@@ -81,6 +83,7 @@ def _events(changes: DataFrame, plan: Plan, deletes: Column, truncates: Column) 
         (F.col(KEY_COLUMN).getField(c) if c in plan.keys
          else F.lit(_DELETE) if c == _KIND
          else F.lit(False) if c == _MOVED
+         else F.lit(True) if c == _LEFT
          else F.array().cast(ArrayType(StringType())) if c == _PENDING
          else F.col(c) if c in METADATA_NAMES or c in plan.sequence or c == _POS
          else F.lit(None).cast(ev.schema[c].dataType)).alias(c) for c in ev.columns])
@@ -113,66 +116,67 @@ def _truncated(ev: DataFrame, plan: Plan) -> DataFrame:
     return ev.where(F.col(_KIND) != _TRUNCATE).unionByName(deletes)
 
 
-def _carry(ev: DataFrame, plan: Plan) -> DataFrame:
+def _carry(ev: DataFrame, plan: Plan, probes: bool = False) -> DataFrame:
     """Fill pending TOAST values from the key's previous version (by position). A delete ends
-    the chain; a key-changing update too (its previous version is under the old key: it is
-    filled by ``_carry_across_moves``)."""
+    the chain; a key-changing update too (its previous version is under the old key: see
+    ``_bridge``). With ``probes``, each deleted old key of a key change keeps, in ``__p_<col>``,
+    what its chain knew just before it."""
     if not plan.values:
         return ev
     w = (Window.partitionBy(*plan.keys).orderBy(_POS)
-         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+         .rowsBetween(Window.unboundedPreceding, -1))
     out = ev
     for c in plan.values:
         pending = F.array_contains(F.col(_PENDING), c)
         unknown = F.struct(F.lit(None).cast(ev.schema[c].dataType).alias("v"),
                            F.lit(False).alias("k"))
-        known = F.when(F.col(_KIND) != _UPSERT, unknown) \
-                 .when(~pending, F.struct(F.col(c).alias("v"), F.lit(True).alias("k"))) \
-                 .when(F.col(_MOVED), unknown)
-        out = out.withColumn(f"__w_{c}", F.last(known, ignorenulls=True).over(w))
+        own = F.when(F.col(_KIND) != _UPSERT, unknown) \
+               .when(~pending, F.struct(F.col(c).alias("v"), F.lit(True).alias("k"))) \
+               .when(F.col(_MOVED), unknown)
+        before = F.last(own, ignorenulls=True).over(w)
+        out = out.withColumn(f"__w_{c}", F.coalesce(own, before))
+        if probes:
+            out = out.withColumn(f"__p_{c}", F.when(F.coalesce(F.col(_LEFT), F.lit(False)), before))
     still = [F.when(F.array_contains(F.col(_PENDING), c) & ~F.coalesce(F.col(f"__w_{c}.k"),
                                                                          F.lit(False)), F.lit(c))
              for c in plan.values]
-    out = out.select(*[F.col(f"__w_{c}.v").alias(c) if c in plan.values else F.col(c)
-                       for c in ev.columns if c != _PENDING],
-                     F.filter(F.array(*still), lambda x: x.isNotNull()).alias(_PENDING))
-    return out
+    return out.select(*[F.col(f"__w_{c}.v").alias(c) if c in plan.values else F.col(c)
+                        for c in ev.columns if c != _PENDING],
+                      *([F.col(f"__p_{c}") for c in plan.values] if probes else []),
+                      F.filter(F.array(*still), lambda x: x.isNotNull()).alias(_PENDING))
 
 
 MOVE_ROUNDS = 2  # key changes in a row that each left a TOAST value unchanged, in one input
 
 
-def _fill_moves(ev: DataFrame, plan: Plan) -> DataFrame:
-    """Pending TOAST values of key-changing updates, from the old key's latest version before
-    them (as far as ``_carry`` knows it)."""
-    first = _carry(ev, plan)
-    moving = F.col(_MOVED) & (F.size(_PENDING) > 0)
-    moves = ev.where(moving)
-    old = [F.col(KEY_COLUMN).getField(k) for k in plan.keys]
-    prior = first.where(F.col(_KIND) == _UPSERT).select(
-        *[F.col(k).alias(f"__o_{k}") for k in plan.keys], F.col(_POS).alias("__o_pos"),
-        *[F.col(c).alias(f"__o_{c}") for c in plan.values],
-        F.col(_PENDING).alias("__o_pending"))
-    cond = reduce(Column.__and__, [o == F.col(f"__o_{k}") for o, k in zip(old, plan.keys)])
-    joined = moves.join(prior, cond & (F.col("__o_pos") < F.col(_POS)), "left")
-    latest = Window.partitionBy(*plan.keys, _POS).orderBy(F.col("__o_pos").desc_nulls_last())
-    best = joined.withColumn("__rank", F.row_number().over(latest)).where("__rank = 1")
-    filled = best.select(*[
-        (F.when(F.array_contains(F.col(_PENDING), c) & ~F.array_contains(F.col("__o_pending"), c),
-                F.col(f"__o_{c}")).otherwise(F.col(c))
-         if c in plan.values
-         else F.filter(F.col(_PENDING), lambda x: F.col("__o_pos").isNull()
-                       | F.array_contains(F.col("__o_pending"), x)) if c == _PENDING
-         else F.col(c)).alias(c) for c in ev.columns])
-    return ev.where(~moving).unionByName(filled)
+def _bridge(ev: DataFrame, plan: Plan) -> DataFrame:
+    """Pending TOAST values of key-changing updates, from the probe ``_carry`` left on the delete
+    of their old key at the same position (a window by position and old key: no join)."""
+    pair = [F.when(F.col(_MOVED), F.col(KEY_COLUMN).getField(k))
+            .when(F.coalesce(F.col(_LEFT), F.lit(False)), F.col(k)) for k in plan.keys]
+    w = Window.partitionBy(F.col(_POS), *pair)
+    out = ev
+    for c in plan.values:
+        out = out.withColumn(f"__s_{c}", F.first(F.col(f"__p_{c}"), ignorenulls=True).over(w))
+
+    def filled(c: str) -> Column:
+        return (F.col(_MOVED) & F.array_contains(F.col(_PENDING), c)
+                & F.coalesce(F.col(f"__s_{c}.k"), F.lit(False)))
+
+    still = [F.when(F.array_contains(F.col(_PENDING), c) & ~filled(c), F.lit(c))
+             for c in plan.values]
+    keep = [c for c in ev.columns if not c.startswith("__p_")]
+    return out.select(*[F.when(filled(c), F.col(f"__s_{c}.v")).otherwise(F.col(c)).alias(c)
+                        if c in plan.values else F.col(c) for c in keep if c != _PENDING],
+                      F.filter(F.array(*still), lambda x: x.isNotNull()).alias(_PENDING))
 
 
 def _carry_across_moves(ev: DataFrame, plan: Plan, rounds: int) -> DataFrame:
     """``_carry`` across key changes: each round fills the key-changing updates whose old key's
     value is known by then (a swap through a temporary key takes two); what is still unknown
-    after ``MOVE_ROUNDS`` stays in ``_unchanged_toast``."""
+    after ``rounds`` stays in ``_unchanged_toast``. Each round is two windows, no self-join."""
     for _ in range(rounds):
-        ev = _fill_moves(ev, plan)
+        ev = _bridge(_carry(ev, plan, probes=True), plan)
     return _carry(ev, plan)
 
 
@@ -320,7 +324,7 @@ def mirror_events(changes: DataFrame, keys: Sequence[str], *,
                  _condition(apply_as_truncates, "_op = 'truncate'", changes.columns))
     ev = ev.select(*plan.data, *plan.sequence, *([COMMIT_TS] if plan.with_ts else []),
                    *([KEY_COLUMN] if KEY_COLUMN in changes.columns else []),
-                   _KIND, _PENDING, _MOVED, _POS, _META)
+                   _KIND, _PENDING, _MOVED, _POS, _META, _LEFT)
     if target is not None:
         ev = ev.unionByName(_target_events(target, plan, stored_as_scd_type),
                             allowMissingColumns=True)
