@@ -59,7 +59,7 @@ def test_partitions_spread_over_replicas_and_fail_over(
     try:
         with psycopg.connect(source, autocommit=True) as conn:
             for start in range(0, ROWS, 100):  # many transactions: room for several splits
-                conn.execute("INSERT INTO r SELECT g, 'v' || g FROM generate_series(%s, %s) g",
+                conn.execute("INSERT INTO r SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
                              (start + 1, start + 100))
 
         def captured(url: str) -> bool:
