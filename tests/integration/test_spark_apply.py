@@ -61,7 +61,7 @@ def _rows(df: DataFrame, *cols: str) -> list[tuple[Any, ...]]:
 def test_apply_changes_by_hand(spark_session: SparkSession) -> None:
     one = spark_session.createDataFrame(BATCH_1, SCHEMA)
     two = spark_session.createDataFrame(BATCH_2, SCHEMA)
-    first = apply_changes(one, ["id"])
+    first = apply_changes(one, ["id"]).localCheckpoint()  # a stored mirror, as a stream keeps it
     assert first.columns == ["id", "v", "big", "_commit_lsn", "_seq", "_commit_ts",
                              "_unchanged_toast"]
     assert _rows(first, "id", "v", "big", "_commit_lsn") == [
@@ -85,7 +85,7 @@ def test_apply_changes_by_hand(spark_session: SparkSession) -> None:
 def test_scd2_by_hand(spark_session: SparkSession) -> None:
     one = spark_session.createDataFrame(BATCH_1, SCHEMA)
     two = spark_session.createDataFrame(BATCH_2, SCHEMA)
-    history = apply_changes(one, ["id"], stored_as_scd_type=2)
+    history = apply_changes(one, ["id"], stored_as_scd_type=2).localCheckpoint()
     merged = apply_changes(two, ["id"], stored_as_scd_type=2, target=history)
     whole = apply_changes(one.unionByName(two), ["id"], stored_as_scd_type=2)
     cols = ("id", "v", "big", "valid_from.commit_lsn", "valid_to.commit_lsn", "is_current")
