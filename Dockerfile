@@ -1,4 +1,6 @@
 # pgfeed service image: `docker build -t pgfeed . && docker run -p 8000:8000 -p 50051:50051 -v pgfeed-data:/data pgfeed`
+# Several replicas: `pgfeed serve --store postgresql://… --replica-id …` needs no /data (the store
+# holds everything); deploy/compose.yaml runs three read-only replicas behind nginx.
 # Two stages: the builder compiles the transcoder (service/encoding/_transcode.c) into a wheel; the
 # final stage installs that wheel only (no sources to shadow the installed package, no compiler).
 

@@ -39,16 +39,9 @@ sys.path.insert(0, str(BENCH))
 
 import psycopg
 from _results import write_section
-from serve import (
-    FEED,
-    TICKS,
-    Cpu,
-    Server,
-    Subscriber,
-    pgbench,
-    pgfeed_serve,
-    tree_cpu,
-)
+from _serve_cpu import Cpu, tree_cpu
+from _serve_phases import TICKS, Subscriber, pgbench
+from _serve_servers import FEED, Server, pgfeed_serve
 
 from service.localpg import LocalCluster
 
@@ -166,9 +159,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--chunk-rows", type=int, default=10_000)
-    parser.add_argument("--live-chunk-rows", type=int, default=2_500,
-                        help="chunk_rows of the backfill run beside the live subscriber (smaller "
-                             "chunks: shorter appends for live commits to queue behind)")
+    parser.add_argument("--live-chunk-rows", type=int, default=0,
+                        help="chunk_rows of the backfill run beside the live subscriber (0: "
+                             "--chunk-rows; chunks are stored in pieces between live commits "
+                             "whatever their size)")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--live-rate", type=float, default=500.0)
     parser.add_argument("--live-parallel", type=int, default=0,
@@ -210,6 +204,7 @@ def main() -> None:
                   f"chunks, WAL {alone[-1]['wal'] / 1024:.0f} KiB); {cpu.text()}", flush=True)
         copy_best = max(r for r, _ in copies)
         best = max(alone, key=lambda a: a["rate"])
+        args.live_chunk_rows = args.live_chunk_rows or args.chunk_rows
         live = live_phase(server, cluster, dsn, args, best["seconds"] * 4 + 5, work,
                           args.live_chunk_rows)
         print(f"with a live subscriber at {args.live_rate:.0f} commits/s: backfill "
@@ -242,7 +237,7 @@ Machine: 2 cores shared with other work; `uptime` before: `{uptime}`; after: `{u
 | --- | --- | --- |
 | `COPY (SELECT …) TO STDOUT` -> /dev/null (psycopg client) | {copy_best:,.0f} rows/s | reference |
 | backfill into the feed, nothing else running | {best['rate']:,.0f} rows/s ({ratio:.2f}x COPY; {best['seconds']:.1f} s, {best['chunks']} chunks) | >= {TARGET_RATIO}x COPY: {"met" if ratio >= TARGET_RATIO else "NOT met"} |
-| backfill with a live subscriber at {args.live_rate:.0f} commits/s (`chunk_rows` {args.live_chunk_rows:,}, `parallel` {args.live_parallel or args.parallel}) | {live['rows_per_s']:,.0f} rows/s | |
+| backfill with a live subscriber at {args.live_rate:.0f} commits/s (`chunk_rows` {args.live_chunk_rows:,}, `parallel` {args.live_parallel or args.parallel}) | {live['rows_per_s']:,.0f} rows/s ({live['rows_per_s'] / copy_best:.2f}x COPY: chunks wait for gaps between live commits) | |
 | commit -> subscriber latency during that backfill | p50 {live['p50']:.1f} ms, p99 {live['p99']:.1f} ms, max {live['max']:.1f} ms ({live['commits']:,} commits, {live['missing']} missing) | p99 <= {P99_TARGET_MS:.0f} ms: {"met" if live['p99'] <= P99_TARGET_MS else "NOT met"} |
 
 Source's extra load while backfilling alone: postgres {best['pg_cpu']:.1f} CPU-s

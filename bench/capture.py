@@ -205,6 +205,7 @@ def capture(cluster: LocalCluster, w: Workload, slot: str, workdir: Path,
     from service.changelog import open_changelog
     from service.feeds.model import FeedOptions, FeedSpec
     from service.feeds.notify import HeadNotifier
+    from service.feeds.source import capture_config
     from service.replication.capture import Capture, CaptureStats
 
     shutil.rmtree(workdir, ignore_errors=True)
@@ -215,17 +216,16 @@ def capture(cluster: LocalCluster, w: Workload, slot: str, workdir: Path,
     changelog = open_changelog("sqlite", workdir / "changelog.db")
     notifier = HeadNotifier(changelog.head())
     stats = CaptureStats()
-    cap = Capture(spec, changelog, notifier, stats, spill_dir=workdir / "spill")
     stop = threading.Event()
     arrived = threading.Event()
-    publish = notifier.publish
 
-    def watch(head: int) -> None:  # the capture thread publishes each durable head
-        publish(head)
+    def watch(head: int) -> None:  # the capture thread reports each durable head
+        notifier.publish(head)
         if head >= w.last_commit_after:
             arrived.set()
 
-    notifier.publish = watch  # type: ignore[method-assign]
+    cap = Capture(capture_config(spec), changelog, stats, spill_dir=workdir / "spill",
+                  on_durable=watch)
 
     def body() -> None:
         if profile is None:
@@ -302,7 +302,7 @@ def rss_child(args: dict[str, object]) -> None:
     Messages off, so that the walsender streams it (a feed with messages gets it whole at commit)."""
     from service.changelog import open_changelog
     from service.feeds.model import FeedOptions, FeedSpec
-    from service.feeds.notify import HeadNotifier
+    from service.feeds.source import capture_config
     from service.replication.capture import Capture, CaptureStats
 
     workdir = Path(str(args["dir"]))
@@ -312,7 +312,7 @@ def rss_child(args: dict[str, object]) -> None:
                     options=FeedOptions(heartbeat_seconds=0, messages=False), owns_slot=False, owns_publication=False)
     changelog = open_changelog("sqlite", workdir / "changelog.db")
     stats = CaptureStats()
-    cap = Capture(spec, changelog, HeadNotifier(), stats, spill_dir=workdir / "spill")
+    cap = Capture(capture_config(spec), changelog, stats, spill_dir=workdir / "spill")
     stop = threading.Event()
     peak_spill = 0
 

@@ -42,15 +42,9 @@ sys.path.insert(0, str(BENCH))
 
 import orjson
 import psycopg
-from serve import (
-    TICKS,
-    WARMUP_SECONDS,
-    Cpu,
-    _die_with_parent,
-    _load,
-    pgbench,
-    pgfeed_serve,
-)
+from _serve_cpu import Cpu, load_text
+from _serve_phases import TICKS, WARMUP_SECONDS, pgbench
+from _serve_servers import _die_with_parent, pgfeed_serve
 
 from clients._cursor import format_lsn, parse_lsn
 from service.localpg import LocalCluster, free_port
@@ -461,8 +455,8 @@ def _section(result: dict[str, Any]) -> str:
                   f"on each surface; p99 <= {P99_TARGET_MS:g} ms with 10 + 10 subscribers "
                   f"(this run: {worst:.1f} ms).")]
     before, after = result["load"]
-    lines += ["", (f"Whole run {result['wall']:.0f} s; load average before {_load(before)}, after "
-              f"{_load(after)}. Medians of all phases' latencies: "
+    lines += ["", (f"Whole run {result['wall']:.0f} s; load average before {load_text(before)}, after "
+              f"{load_text(after)}. Medians of all phases' latencies: "
               f"{statistics.median([p.pct('grpc', 50) for p in phases if p.grpc] or [0]):.1f} ms gRPC.")]
     return "\n".join(lines)
 

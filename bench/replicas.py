@@ -36,10 +36,11 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+import _serve_phases as P
+import _serve_servers as S
 import psycopg
-import serve as S
 from _results import write_section
-from serve import Server
+from _serve_servers import Server
 
 from clients._cursor import parse_lsn
 from service.localpg import LocalCluster
@@ -85,7 +86,7 @@ def capture_rate(server: Server, feed: str, changes: int, before_last: int) -> t
 
 def http_rate(server: Server, feed: str, changes: int) -> float:
     S.FEED = feed
-    rows, seconds = S.http_read(server.http, {"limit": 10_000}, False)
+    rows, seconds = P.http_read(server.http, {"limit": 10_000}, False)
     if rows != changes:
         raise RuntimeError(f"read {rows:,} changes of feed {feed}, expected {changes:,}")
     return rows / seconds
@@ -127,7 +128,7 @@ def run(cluster: LocalCluster, store_cluster: LocalCluster, args: argparse.Names
     dsn, store = cluster.dsn("bench"), store_cluster.dsn("store")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA.split("CREATE PUBLICATION")[0])
-        conn.execute(S.TICKS)
+        conn.execute(P.TICKS)
     data = work / "data"
     sqlite_args = ("--data-dir", str(data))
     log = work / "serve.log"
@@ -147,7 +148,7 @@ def run(cluster: LocalCluster, store_cluster: LocalCluster, args: argparse.Names
         changes, before_last, _ = run_workload(conn, args.changes / 1_000_000)
         print(f"PostgreSQL {server_text}: {changes:,} changes loaded in {time.perf_counter() - t:.1f} s",
               flush=True)
-    S.settle(dsn)
+    P.settle(dsn)
     out: dict[str, Any] = {"server": server_text, "changes": changes}
     with serve(log, *sqlite_args) as server:
         out["capture_sqlite"], secs = capture_rate(server, "sq", changes, before_last)
@@ -165,16 +166,16 @@ def run(cluster: LocalCluster, store_cluster: LocalCluster, args: argparse.Names
             out["read_pg"] = http_rate(reader, "pg", changes)
             print(f"HTTP read from a non-leader: {out['read_pg']:,.0f} changes/s", flush=True)
             S.FEED = "pg"
-            out["latency"] = report("the non-leader", S.latency(
+            out["latency"] = report("the non-leader", P.latency(
                 reader, cluster.bindir, dsn, args.rate, args.seconds, args.connections, work))
-            out["latency_leader"] = report("the leader", S.latency(
+            out["latency_leader"] = report("the leader", P.latency(
                 leader, cluster.bindir, dsn, args.rate, args.seconds, args.connections, work))
     with serve(log, *sqlite_args) as server:  # last: the pg feed's slot would take its commits too
         with psycopg.connect(dsn, autocommit=True) as conn:  # first catch up on the phases above
             end = int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchone()[0])  # type: ignore[index]
         wait_for(server, "sq", lambda st: parse_lsn(st["confirmed_lsn"]) >= end, 300, "SQLite caught up")
         S.FEED = "sq"
-        out["latency_sqlite"] = report("SQLite", S.latency(server, cluster.bindir, dsn, args.rate,
+        out["latency_sqlite"] = report("SQLite", P.latency(server, cluster.bindir, dsn, args.rate,
                                                            args.seconds, args.connections, work))
     return out
 

@@ -39,6 +39,7 @@ from clients._cursor import parse_lsn
 from service.changelog import open_changelog
 from service.feeds.model import FeedOptions, FeedSpec
 from service.feeds.notify import HeadNotifier
+from service.feeds.source import capture_config
 from service.localpg import LocalCluster
 from service.replication.capture import Capture, CaptureStats
 from service.replication.stream import create_slot
@@ -82,7 +83,8 @@ def one_run(cluster: LocalCluster, db: str, messages: bool, rows: int, workdir: 
                     options=FeedOptions(messages=messages, streaming=True, heartbeat_seconds=0))
     changelog = open_changelog("sqlite", workdir / "changelog.db")
     stats = CaptureStats()
-    cap = Capture(spec, changelog, HeadNotifier(changelog.head()), stats, spill_dir=workdir / "spill")
+    cap = Capture(capture_config(spec), changelog, stats, spill_dir=workdir / "spill",
+                  on_durable=HeadNotifier(changelog.head()).publish)
     stop = threading.Event()
     thread = threading.Thread(target=cap.run, args=(stop,), name="capture-bench")
     thread.start()

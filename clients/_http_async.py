@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 import httpx
 
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 __all__ = ["AsyncFeedClient"]
 
 Names = str | Iterable[str] | None
+
+
+_T = TypeVar("_T")
 
 
 class AsyncFeedClient:
@@ -67,6 +70,12 @@ class AsyncFeedClient:
                         raise TransportFailed(f"{method} {path}: {exc!r}", code="transport") from exc
                     raise
                 await asyncio.sleep(delay)
+
+    @overload
+    async def _json(self, method: str, path: str, build: Callable[[Any], _T], **kw: Any) -> _T: ...
+
+    @overload
+    async def _json(self, method: str, path: str, build: None = None, **kw: Any) -> Any: ...
 
     async def _json(self, method: str, path: str, build: Callable[[Any], Any] | None = None,
                     **kw: Any) -> Any:

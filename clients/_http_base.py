@@ -200,39 +200,19 @@ def resolve_to(to: CursorLike | None) -> Cursor | None:
 
 # -- answer shapes ---------------------------------------------------------------------------------
 
-def split_boundaries(body: Any) -> list[str]:
-    """``/splits`` answer -> its ascending boundary cursors."""
-    if isinstance(body, dict):
-        for key in ("boundaries", "splits", "points"):
-            if key in body:
-                body = body[key]
-                break
-    out: list[str] = []
-    for item in body or ():
-        if isinstance(item, dict):  # [{"from": a, "to": b}, ...] ranges
-            if not out:
-                out.append(str(item["from"]))
-            out.append(str(item["to"]))
-        else:
-            out.append(str(item))
-    return out
+def split_boundaries(body: dict[str, Any]) -> list[str]:
+    """``/splits`` answer (``{"boundaries": [...]}``) -> its ascending boundary cursors."""
+    return [str(b) for b in body["boundaries"]]
 
 
-def table_infos(body: Any) -> list[TableInfo]:
-    if isinstance(body, dict):
-        items = body.get("tables", body)
-        if isinstance(items, dict):  # {"public.t": {...}}
-            items = [dict(v, name=k) if "schema" not in v else v for k, v in items.items()]
-    else:
-        items = body
-    return [TableInfo.from_json(t) for t in items or ()]
+def table_infos(body: dict[str, Any]) -> list[TableInfo]:
+    """``/tables`` answer (``{"tables": [...]}``) -> each table's newest version."""
+    return [TableInfo.from_json(t) for t in body["tables"]]
 
 
-def consumer_cursor(body: Any) -> str | None:
-    if isinstance(body, dict):
-        value = body.get("cursor")
-        return None if value is None else str(value)
-    return None if body is None else str(body)
+def consumer_cursor(body: dict[str, Any]) -> str:
+    """A consumer's answer -> its acknowledged cursor."""
+    return str(body["cursor"])
 
 
 def is_missing_consumer(exc: ClientError) -> bool:
@@ -253,7 +233,6 @@ def feed_create_body(name: str, dsn: str, tables: Iterable[str] | None, all_tabl
     return body
 
 
-def feed_list(body: Any) -> list[dict[str, Any]]:
-    if isinstance(body, dict):
-        body = body.get("feeds", [])
-    return list(body or ())
+def feed_list(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``GET /v1/feeds`` answer (``{"feeds": [...]}``) -> each feed's status."""
+    return list(body["feeds"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 import httpx
 
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 __all__ = ["FeedClient"]
 
 Names = str | Iterable[str] | None
+
+
+_T = TypeVar("_T")
 
 
 class FeedClient:
@@ -71,6 +74,12 @@ class FeedClient:
                         raise TransportFailed(f"{method} {path}: {exc!r}", code="transport") from exc
                     raise
                 time.sleep(delay)
+
+    @overload
+    def _json(self, method: str, path: str, build: Callable[[Any], _T], **kw: Any) -> _T: ...
+
+    @overload
+    def _json(self, method: str, path: str, build: None = None, **kw: Any) -> Any: ...
 
     def _json(self, method: str, path: str, build: Callable[[Any], Any] | None = None,
               **kw: Any) -> Any:

@@ -138,9 +138,7 @@ class ColumnInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ColumnInfo:
-        return cls(d["name"], int(d.get("type_oid") or 0), d.get("type_name"),
-                   int(d.get("typmod", -1) if d.get("typmod") is not None else -1),
-                   bool(d.get("key", d.get("is_key", False))))
+        return cls(d["name"], int(d["type_oid"]), d["type_name"], int(d["typmod"]), bool(d["key"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,16 +162,10 @@ class TableInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TableInfo:
-        """Accepts a table with ``columns`` directly or with a ``versions`` list (newest last)."""
-        versions = tuple(d.get("versions") or ())
-        latest = versions[-1] if versions else d
-        schema, table = d.get("schema"), d.get("table")
-        if schema is None and "name" in d:
-            schema, _, table = str(d["name"]).rpartition(".")
+        """A table as ``/tables`` serves it: its newest version's fields, and every version."""
         return cls(
-            schema=str(schema or "public"), table=str(table),
-            columns=tuple(ColumnInfo.from_json(c) for c in latest.get("columns") or ()),
-            version=int(latest.get("version", len(versions) or 1)),
-            replica_identity=latest.get("replica_identity", d.get("replica_identity")),
-            versions=versions,
+            schema=str(d["schema"]), table=str(d["table"]),
+            columns=tuple(ColumnInfo.from_json(c) for c in d["columns"]),
+            version=int(d["version"]), replica_identity=d["replica_identity"],
+            versions=tuple(d["versions"]),
         )

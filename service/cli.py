@@ -176,11 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--grpc-port", type=int, default=50051)
     demo.set_defaults(func=_demo)
 
-    from service import peek, tail
+    from service import peek, tail_cli
     from service.backfill import cli as backfill_cli
 
     peek.add_parser(sub)
-    tail.add_parser(sub)
+    tail_cli.add_parser(sub)
     backfill_cli.add_parser(sub)
     return parser
 

@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -51,7 +52,7 @@ def _workload(dsn: str, stop: threading.Event) -> None:
                 conn.execute("DELETE FROM orders WHERE id = (SELECT min(id) FROM orders WHERE status = 'shipped')")
 
 
-def _row_text(change: dict) -> str:
+def _row_text(change: dict[str, Any]) -> str:
     row = change.get("after") or change.get("key") or {}
     return ", ".join(f"{k}={v}" for k, v in list(row.items())[:4])
 
@@ -66,7 +67,7 @@ def _backfill_line(client: httpx.Client) -> str:
             f"{b['rows']} rows in {b['chunks']} chunks (op 'read')")
 
 
-def _view(changes: list[dict], count: int, cursor: str, urls: list[str]) -> Group:
+def _view(changes: list[dict[str, Any]], count: int, cursor: str, urls: list[str]) -> Group:
     table = Table(expand=True, title="latest changes (feed 'shop')")
     for column in ("commit_lsn", "xid", "op", "table", "row"):
         table.add_column(column, overflow="ellipsis", no_wrap=True)
@@ -83,7 +84,7 @@ def _view(changes: list[dict], count: int, cursor: str, urls: list[str]) -> Grou
 def _plain(base: str, urls: list[str], end: float | None) -> int:
     """The demo without a terminal: the addresses, then one flushed line per change (the same
     lines as ``pgfeed tail``); returns how many changes were shown."""
-    from service.tail import event_line
+    from service.tail_cli import event_line
 
     print("\n".join(urls), flush=True)
     count, cursor = 0, "earliest"
@@ -146,7 +147,7 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
     stop = threading.Event()
     worker = threading.Thread(target=_workload, args=(dsn, stop), daemon=True)
     worker.start()
-    seen: list[dict] = []
+    seen: list[dict[str, Any]] = []
     cursor, count = "earliest", 0
     end = time.monotonic() + seconds if seconds else None
     try:

@@ -77,7 +77,7 @@ def known_secrets(settings: Any, supervisor: Any) -> list[str]:
     from psycopg.conninfo import conninfo_to_dict
 
     out = [t.get_secret_value() for t in [*settings.read_tokens, *settings.admin_tokens]]
-    store = getattr(settings, "store", None)
+    store: Any = getattr(settings, "store", None)
     store_text = store.get_secret_value() if hasattr(store, "get_secret_value") else store
     if store_text:
         try:

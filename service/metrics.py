@@ -34,6 +34,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 REQUEST_LATENCY = "pgfeed_request_duration_seconds"
 SERVED_CHANGES = "pgfeed_served_changes"  # exposed as pgfeed_served_changes_total
 SUBSCRIBERS = "pgfeed_subscribers"
+TAIL_ANSWERS = "pgfeed_http_tail_answers"  # exposed as pgfeed_http_tail_answers_total
 FEED_CHANGES = "pgfeed_feed_changes_captured"
 FEED_BYTES = "pgfeed_feed_bytes_captured"
 FEED_CONFIRMED = "pgfeed_feed_confirmed_lsn"
@@ -66,6 +67,8 @@ class Metrics:
     - ``served_changes``: Counter, labels ``feed`` and ``surface``; incremented by the number of
       changes each answer (page, stream frame) carried.
     - ``subscribers``: Gauge, label ``feed``; live gRPC subscriptions.
+    - ``tail_answers``: Counter, label ``feed``; caught-up long-polls answered from the shared
+      tail ahead of routing (``http_api.fastpath``).
     - per-feed capture and log figures, collected from ``supervisor`` when scraped.
     """
 
@@ -79,6 +82,8 @@ class Metrics:
                                       ["feed", "surface"], registry=self.registry)
         self.subscribers = Gauge(SUBSCRIBERS, "Live streaming subscribers", ["feed"],
                                  registry=self.registry)
+        self.tail_answers = Counter(TAIL_ANSWERS, "Caught-up HTTP long-polls answered from the "
+                                    "shared tail ahead of routing", ["feed"], registry=self.registry)
         self.feeds: FeedCollector | None = None
         if supervisor is not None:
             self.feeds = FeedCollector(supervisor, probe_ttl=probe_ttl)

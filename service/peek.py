@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from clients._cursor import format_lsn
 from service.assembler.changes import TransactionDecoder
@@ -24,8 +23,9 @@ from service.assembler.relations import RelationCatalog
 from service.assembler.transactions import TransactionAssembler
 from service.dsn import mask_dsn, scrub
 from service.encoding.to_json import change_to_dict, dumps
-from service.errors import PgfeedError
+from service.errors import PgfeedError, SourceError
 from service.replication import session
+from service.replication.connect import conninfo
 
 __all__ = [
     "PeekError",
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--limit must be >= 0")
     try:
         conn = _connect(args.dsn)
-    except psycopg.Error as exc:
+    except (psycopg.Error, SourceError) as exc:
         return _fail(f"cannot connect to {mask_dsn(args.dsn)}: {scrub(str(exc).strip(), args.dsn)}")
     out = sys.stdout
     shown = 0
@@ -210,12 +210,7 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
-    params = conninfo_to_dict(dsn)
-    own = params.get("options")
-    params["options"] = session.connection_options(str(own) if own else None)
-    params.setdefault("application_name", "pgfeed-peek")
-    params.setdefault("connect_timeout", 10)
-    return psycopg.connect(make_conninfo(**{k: str(v) for k, v in params.items()}), autocommit=True)
+    return psycopg.connect(conninfo(dsn, "pgfeed-peek"), autocommit=True)
 
 
 def _prepare(conn: psycopg.Connection[Any], slot: str, publications: list[str],

@@ -20,17 +20,16 @@ import psycopg
 
 from service.assembler.model import BackfillProgress
 from service.backfill import source
-from service.backfill.model import (
+from service.backfill.window import Chunk, WindowTracker
+from service.changelog.backfills import (
     MAX_CHUNK_ROWS,
     MAX_PARALLEL,
     BackfillPart,
     BackfillRecord,
 )
-from service.backfill.window import Chunk, WindowTracker
 from service.changelog.base import ChangeLog
 from service.dsn import scrub
 from service.errors import BackfillError, PgfeedError
-from service.feeds.model import FeedSpec
 
 log = logging.getLogger("pgfeed.backfill")
 
@@ -89,13 +88,24 @@ class _Run:
             return (r1 - r0) / (t1 - t0) if t1 > t0 else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class BackfillSource:
+    """What a backfill needs to know of its feed (read afresh for each backfill and part: the
+    feed's tables may change meanwhile)."""
+
+    feed: str
+    dsn: str
+    publication: str
+    messages: bool
+
+
 class BackfillManager:
     """The backfills of one feed. ``start_workers``/``stop_workers`` follow the feed's capture:
     workers only run while capture does (a watermark needs someone to see it)."""
 
-    def __init__(self, spec: Callable[[], FeedSpec], changelog: ChangeLog,
+    def __init__(self, feed: Callable[[], BackfillSource], changelog: ChangeLog,
                  tracker: WindowTracker) -> None:
-        self._spec = spec
+        self._feed = feed
         self._changelog = changelog
         self.tracker = tracker
         # rows and chunks stored (and chunks redone) by this process's workers: metrics
@@ -111,22 +121,22 @@ class BackfillManager:
     def start(self, tables: Sequence[str], *, chunk_rows: int, parallel: int,
               initial: bool = False) -> BackfillRecord:
         """Validate, plan and start a backfill; BackfillError (nothing started) when refused."""
-        spec = self._spec()
+        spec = self._feed()
         if not tables:
             raise BackfillError("a backfill needs at least one table in 'tables'")
         if not 1 <= chunk_rows <= MAX_CHUNK_ROWS:
             raise BackfillError(f"chunk_rows must be between 1 and {MAX_CHUNK_ROWS}, got {chunk_rows}")
         if not 1 <= parallel <= MAX_PARALLEL:
             raise BackfillError(f"parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")
-        if not spec.options.messages:
-            raise BackfillError(f"feed {spec.name!r} has option messages off: a backfill's "
+        if not spec.messages:
+            raise BackfillError(f"feed {spec.feed!r} has option messages off: a backfill's "
                                 "watermarks are logical messages the feed must receive")
         names = [source.split_name(t) for t in tables]
         if len(set(names)) != len(names):
             raise BackfillError("'tables' names a table twice")
         try:
             with source.connect(spec.dsn) as conn:
-                plans = [source.describe(conn, spec.publication_name, t) for t in tables]
+                plans = [source.describe(conn, spec.publication, t) for t in tables]
                 with self._lock:
                     busy = self._busy_tables()
                     for plan in plans:
@@ -151,7 +161,7 @@ class BackfillManager:
             raise BackfillError(f"the source refused the backfill's checks: "
                                 f"{scrub(str(exc).strip(), spec.dsn)}", status=422,
                                 code="source_error") from None
-        log.info("feed %s: backfill %s of %s started", spec.name, record.id, ", ".join(record.tables))
+        log.info("feed %s: backfill %s of %s started", spec.feed, record.id, ", ".join(record.tables))
         return record
 
     def records(self) -> list[BackfillRecord]:
@@ -198,13 +208,32 @@ class BackfillManager:
         """Capture runs: start workers for every backfill the log says is running."""
         with self._lock:
             self._running = True
-            for record in self._changelog.backfills():
-                if record.state != "running":
-                    continue
-                run = self._runs.get(record.id)
-                if run is None or not any(t.is_alive() for t in run.threads):
-                    run = self._runs[record.id] = _Run(record)
-                    self._launch(run)
+            self._launch_stored(self._changelog.backfills())
+
+    def _launch_stored(self, records: Sequence[BackfillRecord]) -> None:
+        """Under the lock: workers for every running record that has none alive here."""
+        for record in records:
+            if record.state != "running":
+                continue
+            run = self._runs.get(record.id)
+            if run is None or not any(t.is_alive() for t in run.threads):
+                run = self._runs[record.id] = _Run(record)
+                self._launch(run)
+
+    def refresh(self) -> None:
+        """The store says this feed's backfills changed (a replica that does not capture it
+        started or cancelled one): while capture runs here, workers start for the new ones and
+        stop for those no longer running, without a capture restart."""
+        records = self._changelog.backfills()
+        states = {r.id: r.state for r in records}
+        with self._lock:
+            if not self._running:
+                return
+            ended = [self._runs.pop(i) for i in list(self._runs)
+                     if states.get(i, "running") != "running"]
+            self._launch_stored(records)
+        for run in ended:
+            self._halt(run)
 
     def stop_workers(self) -> None:
         """Capture stops (pause, delete, shutdown): workers stop; records stay ``running``."""
@@ -261,7 +290,7 @@ class BackfillManager:
             self._finish(run)
 
     def _part(self, run: _Run, part: BackfillPart) -> None:
-        spec = self._spec()
+        spec = self._feed()
         failures = 0
         # The part's progress as far as capture stored it (durable soon, or the log's own after
         # a crash): a retry after a source error goes on from here.
@@ -283,8 +312,8 @@ class BackfillManager:
                 part = replace(part, last_key=p.last_key, rows=p.rows, chunks=p.chunks, done=p.done)
 
     def _read_part(self, run: _Run, part: BackfillPart, conn: psycopg.Connection,
-                   spec: FeedSpec, state: list[BackfillProgress]) -> None:
-        plan = source.describe(conn, spec.publication_name, part.table, estimate=False)
+                   spec: BackfillSource, state: list[BackfillProgress]) -> None:
+        plan = source.describe(conn, spec.publication, part.table, estimate=False)
         tracker = self.tracker
         generation = tracker.watch(plan.oid, plan.key, plan.key_index)
         # Chunks read and not yet judged, oldest first: the next one is read while capture
@@ -328,6 +357,9 @@ class BackfillManager:
                     for c, _ in pending:  # read after it: redone with it
                         tracker.cancel(token=c.token)
                     pending.clear()
+                    if chunk.result is not None:  # pieces of it were stored: go on after them
+                        stored = state[0] = chunk.result
+                        self._count(run, chunk.stored_rows)
                     redos += 1
                     run.redos += 1
                     self.chunks_redone += 1
@@ -341,13 +373,7 @@ class BackfillManager:
                 redos = 0
                 assert chunk.result is not None
                 stored = state[0] = chunk.result
-                if run.count(chunk.stored_rows):
-                    log.info("backfill %s: %d rows in %d chunks, %.0f rows/s", run.record.id,
-                             run.rows, run.chunks, run.rate(),
-                             extra={"event": "backfill_progress", "backfill": run.record.id,
-                                    "rows": run.rows, "chunks": run.chunks})
-                self.rows_stored += chunk.stored_rows
-                self.chunks_stored += 1
+                self._count(run, chunk.stored_rows)
                 if was_last:
                     return
         finally:
@@ -355,11 +381,11 @@ class BackfillManager:
             # capture already stored count, so a retry does not read them again.
             for c, _ in pending:
                 tracker.cancel(token=c.token)
-                if c.outcome == "stored" and c.result is not None:
+                if c.result is not None:  # stored, or pieces of it before a cancel
                     state[0] = c.result
             tracker.unwatch(plan.oid)
 
-    def _chunk(self, run: _Run, part: BackfillPart, conn: psycopg.Connection, spec: FeedSpec,
+    def _chunk(self, run: _Run, part: BackfillPart, conn: psycopg.Connection, spec: BackfillSource,
                plan: source.TablePlan, after: list[str] | None, upper: list[str] | None,
                pred: Chunk | None, stored: BackfillProgress,
                ) -> tuple[Chunk, list[str] | None, bool]:
@@ -373,7 +399,7 @@ class BackfillManager:
         tracker.register(chunk)
         try:
             source.emit_watermark(conn, token, "l")
-            read = source.read_chunk(conn, spec.publication_name, part.table, after, upper,
+            read = source.read_chunk(conn, spec.publication, part.table, after, upper,
                                      run.record.chunk_rows, self._plans.get(part.table),
                                      self._fingerprints.get(part.table))
             self._plans[part.table], self._fingerprints[part.table] = read.plan, read.fingerprint
@@ -387,6 +413,15 @@ class BackfillManager:
             tracker.cancel(token=token)
             raise
         return chunk, last, read.exhausted
+
+    def _count(self, run: _Run, rows: int) -> None:
+        if run.count(rows):
+            log.info("backfill %s: %d rows in %d chunks, %.0f rows/s", run.record.id,
+                     run.rows, run.chunks, run.rate(),
+                     extra={"event": "backfill_progress", "backfill": run.record.id,
+                            "rows": run.rows, "chunks": run.chunks})
+        self.rows_stored += rows
+        self.chunks_stored += 1
 
     def _fail(self, run: _Run, error: str) -> None:
         log.error("backfill %s failed: %s", run.record.id, error)

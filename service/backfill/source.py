@@ -3,9 +3,10 @@
 Each chunk is one short REPEATABLE READ transaction that takes no lock stronger than
 ``ACCESS SHARE`` (taken first, so the columns it describes stay those it reads) and reads
 ``chunk_rows`` rows in key order after the last key read (keyset pagination on the primary key or
-replica-identity index), with ``COPY (SELECT col::text …) TO STDOUT (FORMAT binary)``: each value
-in PostgreSQL's text output in the replication session's settings, byte for byte what pgoutput
-would send. Rows are encoded here as pgoutput Insert messages (``rows``), off the capture thread.
+replica-identity index), with ``COPY (SELECT …) TO STDOUT`` in text format: each value its
+type's output function in the replication session's settings, byte for byte what pgoutput
+would send once COPY's escapes are undone. Rows are encoded here as pgoutput Insert messages
+(``rows``), off the capture thread.
 """
 
 from __future__ import annotations
@@ -13,18 +14,20 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import select
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg import errors as e
+from psycopg import pq, sql
 
-from service.backfill.rows import copy_rows
+from service.backfill.rows import copy_text_rows
 from service.backfill.schema import _COLUMNS, relation_message, type_message
 from service.backfill.window import Entry
 from service.errors import BackfillError
-from service.replication.session import connection_options
+from service.replication.connect import conninfo
 
 WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
@@ -89,17 +92,12 @@ def _unquote(part: str) -> str:
 
 
 def connect(dsn: str) -> psycopg.Connection:
-    """A normal (not replication) autocommit connection with the replication session's settings."""
-    params = conninfo_to_dict(dsn)
+    """A normal (not replication) autocommit connection with the replication session's settings
+    (``replication.connect``'s policy). psycopg errors stay psycopg errors: the manager retries."""
     # synchronous_commit on: a watermark's commit flushes WAL, so the stream gets it at once
     # (FIELD-NOTES: with it off, decoding waits for a later flush)
-    options = connection_options(params.get("options")) + " -c synchronous_commit=on"
-    extra: dict[str, str | int] = {"options": options}
-    if "connect_timeout" not in params:
-        extra["connect_timeout"] = 10
-    if "application_name" not in params:
-        extra["application_name"] = "pgfeed-backfill"
-    return psycopg.connect(make_conninfo(dsn, **extra), autocommit=True)
+    return psycopg.connect(conninfo(dsn, "pgfeed-backfill", options="-c synchronous_commit=on"),
+                           autocommit=True)
 
 
 def describe(conn: psycopg.Connection, publication: str, table: str, *,
@@ -113,7 +111,7 @@ def describe(conn: psycopg.Connection, publication: str, table: str, *,
                             code="table_not_found")
     oid, ident, relkind, reltuples = row
     modern = conn.info.server_version >= 150000
-    published = conn.execute(sql.SQL(_PUBLISHED.format(  # type: ignore[arg-type]
+    published = conn.execute(sql.SQL(_PUBLISHED.format(
         row_filter="pt.rowfilter, pt.attnames" if modern else "NULL::text, NULL::text[]")),
         (publication, schema, name)).fetchone()
     if published is None:
@@ -125,8 +123,14 @@ def describe(conn: psycopg.Connection, publication: str, table: str, *,
                             "carry no key, so a backfill could not tell which rows they remove")
     key = tuple(r[0] for r in conn.execute(_KEY, (oid, ident)).fetchall())
     if not key:
-        raise BackfillError(f"table {schema}.{name} has no primary key (nor a replica identity "
-                            "index): a backfill reads in key order and needs one")
+        raise BackfillError(
+            f"table {schema}.{name} has no primary key (nor a replica identity index): a backfill "
+            "reads in key-ordered chunks and leaves out of each chunk the rows the stream changed "
+            "while it was read, by key, and a reader applies a read as an upsert by key; without "
+            "a key neither can be exact (reading the whole table in one long snapshot instead "
+            "would hold back vacuum for as long). Add a primary key (ALTER TABLE ... ADD PRIMARY "
+            "KEY), or a unique index on NOT NULL columns and ALTER TABLE ... REPLICA IDENTITY "
+            "USING INDEX ..., then start the backfill again", code="table_without_key")
     rows = conn.execute(_COLUMNS, (oid, attnames, attnames)).fetchall()
     columns = tuple(r[0] for r in rows)
     missing = [k for k in key if k not in columns]
@@ -171,22 +175,53 @@ def _names(conn: psycopg.Connection, oid: int) -> tuple[str, str]:
     return row[0], row[1]
 
 
+SPLIT_SAMPLE_ROWS = 2_000  # keys sampled to cut a table with a non-integer key into parts
+
+
 def split(conn: psycopg.Connection, plan: TablePlan, parts: int,
           chunk_rows: int) -> list[tuple[str | None, str | None]]:
     """Key ranges ``(lower exclusive, upper inclusive)`` (JSON key lists, None: open) that cut the
-    table into up to ``parts`` of about equal size: even cuts of an integer key's span; one range
-    for other keys or small tables."""
-    if parts < 2 or len(plan.key) != 1 or plan.key_types[0] not in _INT_TYPES \
-            or plan.reltuples < 2 * chunk_rows:
+    table into up to ``parts`` of about equal size: even cuts of an integer key's span; for other
+    keys (text, uuid, composite), quantiles of a sample of the keys in the key's own order. One
+    range for small tables."""
+    if parts < 2 or plan.reltuples < 2 * chunk_rows:
         return [(None, None)]
-    column = sql.Identifier(plan.key[0])
-    low, high = conn.execute(sql.SQL("SELECT min({c}), max({c}) FROM {t}").format(
-        c=column, t=sql.Identifier(plan.schema, plan.name))).fetchone() or (None, None)
-    if low is None or high - low < parts:
-        return [(None, None)]
-    cuts = [low + (high - low) * i // parts for i in range(1, parts)]
-    bounds: list[str | None] = [None, *(json.dumps([str(c)]) for c in cuts), None]
+    table = sql.Identifier(plan.schema, plan.name)
+    if len(plan.key) == 1 and plan.key_types[0] in _INT_TYPES:
+        column = sql.Identifier(plan.key[0])
+        low, high = conn.execute(sql.SQL("SELECT min({c}), max({c}) FROM {t}").format(
+            c=column, t=table)).fetchone() or (None, None)
+        if low is None or high - low < parts:
+            return [(None, None)]
+        cuts = [[str(low + (high - low) * i // parts)] for i in range(1, parts)]
+    else:
+        cuts = _sampled_cuts(conn, plan, parts)
+    bounds: list[str | None] = [None, *(json.dumps(c) for c in cuts), None]
     return list(itertools.pairwise(bounds))
+
+
+def _sampled_cuts(conn: psycopg.Connection, plan: TablePlan, parts: int) -> list[list[str]]:
+    """Cut keys at the quantiles of a block sample (``TABLESAMPLE SYSTEM``: reads about
+    SPLIT_SAMPLE_ROWS rows' worth of pages, not the table), sorted by the key's own ordering
+    (its collation, its type's comparison) so the cuts split the ranges keyset pagination reads."""
+    percent = min(100.0, 100.0 * SPLIT_SAMPLE_ROWS / max(1, plan.reltuples))
+    keys = sql.SQL(", ").join(sql.Identifier(k) for k in plan.key)
+    texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in plan.key)
+    # ORDER BY the sample's columns qualified: bare names would be the ::text output columns
+    order = sql.SQL(", ").join(sql.Identifier("s", k) for k in plan.key)
+    rows = conn.execute(sql.SQL("SELECT {texts} FROM (SELECT {keys} FROM {t} TABLESAMPLE SYSTEM "
+                                "({p})) s ORDER BY {order}").format(
+        texts=texts, keys=keys, t=sql.Identifier(plan.schema, plan.name),
+        p=sql.Literal(percent), order=order)).fetchall()
+    cuts: list[list[str]] = []
+    for i in range(1, parts):
+        if len(rows) < parts:
+            break
+        cut = list(rows[len(rows) * i // parts])
+        if None in cut or (cuts and cut == cuts[-1]):
+            continue
+        cuts.append(cut)
+    return cuts
 
 
 def emit_watermark(conn: psycopg.Connection, token: str, kind: str) -> int:
@@ -255,7 +290,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
                              "SET LOCAL lock_timeout = '10s'; LOCK TABLE {} IN ACCESS SHARE MODE")
                      .format(sql.Identifier(schema, name)))
         oid = known.oid if known is not None else 0
-        row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),  # type: ignore[arg-type]
+        row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
                            {"oid": oid, "pub": publication, "schema": schema, "name": name}).fetchone()
         assert row is not None
         digest, xids = row
@@ -263,42 +298,83 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
         plan = known
         if plan is None or digest != fingerprint:
             plan = describe(conn, publication, table, estimate=False)
-            again = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),  # type: ignore[arg-type]
+            again = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
                                  {"oid": plan.oid, "pub": publication, "schema": schema,
                                   "name": name}).fetchone()
             digest = again[0] if again else None
         header = b"I" + _U32.pack(plan.oid) + b"N" + _I16.pack(len(plan.columns))
-        nkeys = len(plan.key)
+        positions = plan.key_index
         entries: list[Entry] = []
-        with conn.cursor().copy(_chunk_query(plan, after, upper, limit)) as copy:
-            for block in copy:
-                copy_rows(block, header, nkeys, entries)
+        copy_out(conn, _chunk_query(plan, after, upper, limit),
+                 lambda block: copy_text_rows(block, header, positions, entries))
     last_key = None if not entries else [v.decode() for v in entries[-1][0]]
     return ChunkRead(plan, entries, xip, last_key, len(entries) < limit, digest)
 
 
+def copy_out(conn: psycopg.Connection, query: sql.Composable,
+             take: Callable[[memoryview], object]) -> None:
+    """Run a ``COPY … TO STDOUT`` and hand each CopyData message to ``take``, with libpq's
+    calls in a plain loop: psycopg's ``Copy`` iterator spends ~7 µs of Python a message (PostgreSQL
+    sends one a row), more than the rest of a chunk's work together (bench/RESULTS.md, Backfill).
+    Waits for the socket with the GIL released; errors are psycopg's own."""
+    pg = conn.pgconn
+    encoding = conn.info.encoding
+    with conn.lock:
+        pg.send_query(query.as_bytes(conn))
+        error: psycopg.Error | None = None
+        result = _result(pg)
+        if result is None or result.status != pq.ExecStatus.COPY_OUT:
+            error = e.error_from_result(result, encoding=encoding) if result is not None else \
+                psycopg.OperationalError("COPY did not start")
+        else:
+            get, consume, fd = pg.get_copy_data, pg.consume_input, pg.socket
+            while True:
+                n, data = get(1)
+                if n > 0:
+                    take(data)
+                elif n == 0:
+                    select.select([fd], [], [])
+                    consume()
+                elif n == -1:
+                    break
+                else:
+                    raise psycopg.OperationalError(pg.get_error_message(encoding))
+        while (result := _result(pg)) is not None:  # the COPY's own result, then none
+            if result.status != pq.ExecStatus.COMMAND_OK and error is None:
+                error = e.error_from_result(result, encoding=encoding)
+    if error is not None:
+        raise error
+
+
+def _result(pg: pq.abc.PGconn) -> pq.abc.PGresult | None:
+    while True:
+        pg.consume_input()
+        if not pg.is_busy():
+            return pg.get_result()
+        select.select([pg.socket], [], [])
+
+
 def _chunk_query(plan: TablePlan, after: list[str] | None, upper: list[str] | None,
                  limit: int) -> sql.Composed:
-    """COPY BINARY of the chunk's key columns then every published column, each as its text
-    output (``rows.copy_rows`` turns a tuple into an Insert message)."""
-    texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c))
-                               for c in (*plan.key, *plan.columns))
+    """COPY (text format) of the chunk's published columns: each value its type's output
+    function, in the session's settings, as pgoutput sends it (a ``::text`` cast is not always
+    that: ``true::text`` is ``true`` where pgoutput sends ``t``; ``inet`` and ``char(n)`` differ
+    too). ``rows.copy_text_rows`` turns a row into an Insert message."""
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns)
     key = sql.SQL(", ").join(sql.Identifier(k) for k in plan.key)
     conditions: list[sql.Composable] = []
     if plan.row_filter:
         # the publication's own WHERE clause as the server printed it (pg_get_expr), not input
-        conditions.append(sql.SQL("({})").format(sql.SQL(plan.row_filter)))  # type: ignore[arg-type]
+        conditions.append(sql.SQL("({})").format(sql.SQL(plan.row_filter)))
     row = key if len(plan.key) == 1 else sql.SQL("ROW({})").format(key)
     if after is not None:
         conditions.append(sql.SQL("{} > {}").format(row, _literals(after)))
     if upper is not None:
         conditions.append(sql.SQL("{} <= {}").format(row, _literals(upper)))
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
-    # ORDER BY names the table's columns qualified: bare, ``id`` would be the output column
-    # ``id::text`` (SQL resolves ORDER BY names to output columns first) and sort as text.
     order = sql.SQL(", ").join(sql.Identifier(plan.schema, plan.name, k) for k in plan.key)
-    return sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT binary)").format(
-        texts, sql.Identifier(plan.schema, plan.name), where, order, sql.Literal(limit))
+    return sql.SQL("COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT").format(
+        columns, sql.Identifier(plan.schema, plan.name), where, order, sql.Literal(limit))
 
 
 def _literals(values: list[str]) -> sql.Composable:

@@ -14,6 +14,12 @@ stream than in the chunk's snapshot:
   tracker keeps, per xid, the keys recent transactions changed in watched tables, pruned below
   the oldest snapshot ``xmin`` a chunk can still have.
 
+A judged chunk is held until capture's log writer is idle (``release``), so live transactions
+never queue behind a chunk's append: it is then stored after everything passed on meanwhile,
+also minus the keys those transactions changed, at a free position inside the last one's commit
+record; while live transactions flow, in pieces of at most PIECE_BYTES, each with the part's
+progress up to its last row (a piece is a chunk of its own for resuming).
+
 A chunk is redone (outcome ``redo``) when it cannot be judged exactly: a TRUNCATE of its table
 in the window or by such an xip transaction, a transaction too large to scan (spilled), a key the
 stream did not send whole, a schema change in the window, or an xip transaction the tracker may
@@ -22,24 +28,32 @@ have forgotten. Redoing is always safe: nothing of the chunk was stored.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 import threading
+import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from service.assembler.model import BACKFILL_ORIGIN, FRAME, BackfillProgress, StoredTransaction
 from service.assembler.spill import SpilledPayload
+from service.backfill.keys import Key, add_key, key_positions, precedes, same_relation, tuple_key
 from service.pgoutput.decode import decode
 from service.pgoutput.messages import RelationMessage, TruncateMessage
 
-Key = tuple[bytes, ...]
 # One row of a chunk as the reader hands it over: its key, and ``>I`` length + Insert message.
 Entry = tuple[Key, bytes]
 
 # Keys remembered for xip lookups across all watched tables; past it the oldest xids are
 # forgotten and a chunk whose snapshot names one of them is redone.
 MAX_REMEMBERED_KEYS = 1_000_000
+# While live transactions flow (one seen in the last LIVE_SECONDS), a judged chunk is stored in
+# pieces of at most PIECE_BYTES, each when the log's writer has nothing else to do: a live commit
+# waits behind one piece's append at most, never behind a whole chunk. Otherwise chunks go whole.
+PIECE_BYTES = 192 << 10  # with framing, under the log's in-memory tail limit for a transaction
+LIVE_SECONDS = 1.0
 
 _u32 = struct.Struct(">I").unpack_from
 _u16 = struct.Struct(">H").unpack_from
@@ -47,42 +61,6 @@ _lsn8 = struct.Struct(">Q").pack
 _ROW = frozenset(b"IUD")
 _T, _R = ord("T"), ord("R")
 _INSERT, _UPDATE = ord("I"), ord("U")
-
-
-def precedes(a: int, b: int) -> bool:
-    """32-bit xid ``a`` is older than ``b`` (PostgreSQL's modulo-2^32 comparison)."""
-    return a != b and ((a - b) & 0xFFFFFFFF) >= 0x80000000
-
-
-def key_positions(relation: RelationMessage, key_names: Sequence[str]) -> tuple[int, ...] | None:
-    """Where the key columns sit in the relation's TupleData (None when one is missing)."""
-    names = [c.name for c in relation.columns]
-    try:
-        return tuple(names.index(k) for k in key_names)
-    except ValueError:
-        return None
-
-
-def tuple_key(buf: bytes | memoryview, pos: int, positions: tuple[int, ...]) -> tuple[Key | None, int]:
-    """The key values of the TupleData at ``pos`` (None when a key column is not sent whole) and
-    the position after the tuple."""
-    count = _u16(buf, pos)[0]
-    pos += 2
-    values: list[bytes | None] = [None] * count
-    for i in range(count):
-        kind = buf[pos]
-        pos += 1
-        if kind in (116, 98):  # 't', 'b'
-            n = _u32(buf, pos)[0]
-            values[i] = bytes(buf[pos + 4:pos + 4 + n])
-            pos += 4 + n
-    key = []
-    for p in positions:
-        v = values[p] if p < count else None
-        if v is None:
-            return None, pos
-        key.append(v)
-    return tuple(key), pos
 
 
 @dataclass(slots=True)
@@ -121,6 +99,19 @@ class Chunk:
 
 
 @dataclass(slots=True)
+class _Held:
+    """A chunk judged at its high watermark and not yet (wholly) handed to the log: its rows
+    ``entries[next:]`` wait for a gap between live commits (``WindowTracker.release``)."""
+
+    chunk: Chunk
+    entries: list[Entry]
+    excluded: set[Key]  # keys of its snapshot's in-progress transactions (``chunk.changed`` grows)
+    progress: BackfillProgress  # the chunk's own: last key and done of its last row
+    next: int = 0
+    released: bool = False  # a piece of it is in the log already
+
+
+@dataclass(slots=True)
 class _Recent:
     commit_lsn: int
     keys: dict[int, set[Key]]  # relation id -> keys changed
@@ -142,13 +133,26 @@ class WindowTracker:
         self._forgotten_below: int | None = None  # xids older than this may have been dropped
         self._suspects: set[int] = set()
         self._floor: int | None = None
+        self._held: deque[_Held] = deque()
+        # The last unit capture passed on: (commit_lsn, end_lsn, commit_ts, first free offset).
+        # Positions from commit_lsn + offset up to end_lsn - 1 lie inside its commit record (or
+        # are a watermark's own, never stored): no other unit can have them, and they sort after
+        # it and before the next. Held chunks are stored there.
+        self._host: tuple[int, int, int, int] | None = None
+        self._live_at = float("-inf")  # when a live transaction last passed (monotonic)
+        self._parts: dict[tuple[str, int], BackfillProgress] = {}  # last progress handed to the log
         self.generation = 0  # bumped by watch(); capture acknowledges in ``synced``
         self.synced = 0
 
     # -- workers ----------------------------------------------------------------------------------
     @property
     def active(self) -> bool:
-        return bool(self._watched) or bool(self._chunks)
+        return bool(self._watched) or bool(self._chunks) or bool(self._held)
+
+    @property
+    def holding(self) -> bool:
+        """Judged chunks wait to be released into the log."""
+        return bool(self._held)
 
     def watch(self, relation_id: int, key_names: Sequence[str], positions: tuple[int, ...]) -> int:
         """Start remembering the keys the stream changes in a table (reference counted). Returns
@@ -196,11 +200,21 @@ class WindowTracker:
 
     def cancel(self, backfill_id: str | None = None, token: str | None = None) -> None:
         """Forget chunks (all of a backfill, or one): their high watermarks will store nothing."""
+        def hit(chunk: Chunk) -> bool:
+            return chunk.token == token or (token is None and (
+                backfill_id is None or chunk.backfill_id == backfill_id))
+
         with self._lock:
             for t, chunk in list(self._chunks.items()):
-                if t == token or (token is None and (backfill_id is None or chunk.backfill_id == backfill_id)):
+                if hit(chunk):
                     del self._chunks[t]
                     chunk.finish("cancelled")
+            for held in [h for h in self._held if hit(h.chunk)]:
+                self._held.remove(held)
+                held.chunk.finish("cancelled")
+            if token is None:
+                self._parts = {k: v for k, v in self._parts.items()
+                               if backfill_id is not None and k[0] != backfill_id}
 
     # -- capture ----------------------------------------------------------------------------------
     def sync(self) -> None:
@@ -208,10 +222,10 @@ class WindowTracker:
         self.synced = self.generation
 
     def process(self, units: list[StoredTransaction]) -> list[StoredTransaction]:
-        """Capture's hook, for every batch of units in commit order: watermark units become the
-        chunk's read transaction (or go), everything else passes unchanged."""
+        """Capture's hook, for every batch of units in commit order: watermark units go (a high
+        one judges its chunk and holds it for ``release``), everything else passes unchanged."""
         self.synced = self.generation
-        if not self._watched and not self._chunks:
+        if not self._watched and not self._chunks and not self._held:
             if any(u.watermark is not None for u in units):
                 return [u for u in units if u.watermark is None or _keep(u)]
             return units
@@ -219,18 +233,100 @@ class WindowTracker:
         with self._lock:
             for unit in units:
                 if unit.watermark is not None:
-                    read = self._watermark(unit)
+                    self._watermark(unit)
                     if _keep(unit):
                         unit.watermark = None
                         out.append(unit)
-                    elif read is not None:
-                        out.append(read)
-                elif unit.xid and self._watched:
-                    self._observe(unit)
-                    out.append(unit)
-                else:
-                    out.append(unit)
+                    self._host = (unit.commit_lsn, unit.end_lsn, unit.commit_ts,
+                                  1 if _keep(unit) else 0)
+                    continue
+                if unit.xid:
+                    if unit.change_count:
+                        self._live_at = time.monotonic()
+                    if self._watched:
+                        self._observe(unit)
+                out.append(unit)
+                self._host = (unit.commit_lsn, unit.end_lsn, unit.commit_ts, 1)
         return out
+
+    def release(self) -> list[StoredTransaction]:
+        """Capture's other hook, when the log's writer is idle, right after ``process``: the
+        held chunks as read transactions positioned after everything passed on so far, minus
+        the keys changed since their windows. With live transactions flowing, one piece of at
+        most PIECE_BYTES; otherwise every held chunk, whole."""
+        with self._lock:
+            limit = PIECE_BYTES if time.monotonic() - self._live_at < LIVE_SECONDS else None
+            out: list[StoredTransaction] = []
+            while self._held and self._host is not None:
+                held = self._held[0]
+                if held.chunk.problem is not None:
+                    self._drop(held)
+                    continue
+                commit_lsn, end_lsn, commit_ts, offset = self._host
+                if commit_lsn + offset >= end_lsn:
+                    break  # no free position until the next unit
+                self._host = (commit_lsn, end_lsn, commit_ts, offset + 1)
+                out.append(self._piece(held, commit_lsn + offset, end_lsn, commit_ts, limit))
+                if limit is not None:
+                    break
+            return out
+
+    def restart(self) -> None:
+        """Capture starts a session: the stream replays from the confirmed position, so a held
+        chunk could be positioned among units the log already has (and would skip). Held chunks
+        are redone instead."""
+        with self._lock:
+            while self._held:
+                self._drop(self._held[0])
+            self._host = None
+
+    def _piece(self, held: _Held, position: int, end_lsn: int, commit_ts: int,
+               limit: int | None) -> StoredTransaction:
+        chunk, entries = held.chunk, held.entries
+        stop, size = len(entries), 0
+        if limit is not None:
+            for i in range(held.next, len(entries)):
+                size += len(entries[i][1]) + 8  # and the frame's LSN
+                if size > limit:
+                    stop = max(i, held.next + 1)  # at least one row
+                    break
+        rows = entries[held.next:stop]
+        held.next = stop
+        final = stop == len(entries)
+        excluded = held.excluded | chunk.changed
+        bodies = [body for key, body in rows if key not in excluded] if excluded else \
+            [body for _, body in rows]
+        own = held.progress
+        base = self._parts.get((own.backfill_id, own.part), own)
+        last_key = own.last_key if final else json.dumps([v.decode() for v in rows[-1][0]])
+        progress = BackfillProgress(own.backfill_id, own.part, last_key, base.rows + len(bodies),
+                                    base.chunks + 1,  # a piece counts: it is a chunk for resuming
+                                    own.done and final)
+        self._parts[(own.backfill_id, own.part)] = progress
+        held.released = True
+        chunk.stored_rows += len(bodies)
+        chunk.result = progress
+        if final:
+            self._held.popleft()
+            chunk.finish("stored")
+        lsn = _lsn8(position)
+        schema = tuple(lsn + struct.pack(">I", len(m)) + m for m in chunk.schema)
+        payload = b"".join(schema) + (lsn + lsn.join(bodies) if bodies else b"")
+        return StoredTransaction(0, position, end_lsn, commit_ts,
+                                 f"{BACKFILL_ORIGIN}:{chunk.backfill_id}", len(bodies), payload,
+                                 schema, progress=progress)
+
+    def _drop(self, first: _Held) -> None:
+        """A held chunk can no longer be stored exactly: it and the held chunks of its part after
+        it are redone (from the last piece stored, which ``result`` keeps)."""
+        key = (first.chunk.backfill_id, first.chunk.part)
+        for held in [h for h in self._held if (h.chunk.backfill_id, h.chunk.part) == key]:
+            self._held.remove(held)
+            if held is not first:
+                held.chunk.problem = "the chunk before it was not stored"
+            if not held.released:
+                held.chunk.result = None
+            held.chunk.finish("redo")
 
     def _observe(self, unit: StoredTransaction) -> None:
         touched: dict[int, set[Key]] = {}
@@ -242,7 +338,7 @@ class WindowTracker:
             self._relation_seen(rel)
         if not (touched or truncated or unknown):
             return
-        for chunk in self._chunks.values():
+        for chunk in self._open():
             if chunk.low_lsn is None or chunk.outcome is not None:
                 continue
             if unknown:
@@ -280,18 +376,18 @@ class WindowTracker:
                 at = start + 5
                 if tag == _INSERT:
                     key, _ = tuple_key(view, at + 1, positions)
-                    ok = _add(keys, key) and ok
+                    ok = add_key(keys, key) and ok
                     continue
                 kind = view[at]
                 if tag == _UPDATE and kind == ord("N"):
                     key, _ = tuple_key(view, at + 1, positions)
-                    ok = _add(keys, key) and ok
+                    ok = add_key(keys, key) and ok
                     continue
                 key, after = tuple_key(view, at + 1, positions)  # 'K' or 'O': the old row's key
-                ok = _add(keys, key) and ok
+                ok = add_key(keys, key) and ok
                 if tag == _UPDATE:  # then 'N' and the new row
                     key, _ = tuple_key(view, after + 1, positions)
-                    ok = _add(keys, key) and ok
+                    ok = add_key(keys, key) and ok
             elif tag == _T:
                 msg = decode(view[start:pos])
                 assert isinstance(msg, TruncateMessage)
@@ -303,12 +399,16 @@ class WindowTracker:
                     relations.append(rel)
         return ok
 
+    def _open(self) -> Iterable[Chunk]:
+        """Chunks whose window is still open: registered, or judged and held."""
+        return itertools.chain(self._chunks.values(), (h.chunk for h in self._held))
+
     def _relation_seen(self, rel: RelationMessage) -> None:
         names, _, refs = self._watched[rel.relation_id]
         self._watched[rel.relation_id] = (names, key_positions(rel, names), refs)
-        for chunk in self._chunks.values():
+        for chunk in self._open():
             if (chunk.relation_id == rel.relation_id and chunk.low_lsn is not None
-                    and chunk.outcome is None and not _same_relation(chunk.schema, rel)):
+                    and chunk.outcome is None and not same_relation(chunk.schema, rel)):
                 chunk.problem = chunk.problem or "its table's schema changed in its window"
 
     def _remember(self, xid: int, recent: _Recent) -> None:
@@ -344,29 +444,35 @@ class WindowTracker:
             self._remembered -= _size(self._recent.pop(xid))
         self._suspects = {x for x in self._suspects if not precedes(x, floor)}
 
-    def _watermark(self, unit: StoredTransaction) -> StoredTransaction | None:
+    def _watermark(self, unit: StoredTransaction) -> None:
         try:
             data = json.loads(unit.watermark or b"")
             token, kind = data["t"], data["k"]
         except (ValueError, KeyError, TypeError):
-            return None  # not one of ours (or from an older pgfeed): never stored
+            return  # not one of ours (or from an older pgfeed): never stored
         chunk = self._chunks.get(token)
         if chunk is None:
-            return None  # a replay from before a restart, or a cancelled chunk
+            return  # a replay from before a restart, or a cancelled chunk
         if kind == "l":
             chunk.low_lsn = unit.commit_lsn
             chunk.changed = set()
             chunk.problem = None
             self._floor = chunk.floor
-            return None
+            return
         del self._chunks[token]
         self._prune()
-        read = self._judge(chunk, unit)
-        if read is None:
+        excluded = self._judge(chunk, unit)
+        if excluded is None:
             chunk.finish("redo")
-        return read
+            return
+        assert chunk.entries is not None and chunk.progress is not None
+        self._held.append(_Held(chunk, chunk.entries, excluded, chunk.progress))
+        chunk.entries = None
+        chunk.pred = None  # judged: no chain of chunks builds up
 
-    def _judge(self, chunk: Chunk, unit: StoredTransaction) -> StoredTransaction | None:
+    def _judge(self, chunk: Chunk, unit: StoredTransaction) -> set[Key] | None:
+        """The keys of the chunk's snapshot's in-progress transactions that committed before its
+        window (excluded as well as those its window changes); None when it must be redone."""
         if chunk.low_lsn is None or chunk.entries is None or chunk.progress is None:
             chunk.problem = "its low watermark or rows were missing"
             return None
@@ -374,10 +480,11 @@ class WindowTracker:
             chunk.problem = "its high watermark's transaction held other changes"
             return None
         pred = chunk.pred
-        if pred is not None and (pred.outcome != "stored" or pred.result is None):
+        if pred is not None and not any(h.chunk is pred for h in self._held) and (
+                pred.outcome != "stored" or pred.result is None):
             chunk.problem = "the chunk before it was not stored"
             return None
-        excluded = set(chunk.changed)
+        excluded: set[Key] = set()
         for xid in chunk.xip:
             recent = self._recent.get(xid)
             if recent is None:
@@ -390,24 +497,7 @@ class WindowTracker:
             if recent.unknown or chunk.relation_id in recent.truncated:
                 chunk.problem = f"transaction {xid} in its snapshot could not be judged"
             excluded |= recent.keys.get(chunk.relation_id, set())
-        if chunk.problem is not None:
-            return None
-        entries = chunk.entries
-        bodies = [body for key, body in entries if key not in excluded] if excluded else \
-            [body for _, body in entries]
-        lsn = _lsn8(unit.commit_lsn)
-        schema = tuple(lsn + struct.pack(">I", len(m)) + m for m in chunk.schema)
-        payload = b"".join(schema) + (lsn + lsn.join(bodies) if bodies else b"")
-        own = chunk.progress
-        base = pred.result if pred is not None and pred.result is not None else own
-        progress = BackfillProgress(own.backfill_id, own.part, own.last_key,
-                                    base.rows + len(bodies), base.chunks + 1, own.done)
-        chunk.stored_rows = len(bodies)
-        chunk.result = progress
-        chunk.finish("stored")
-        return StoredTransaction(0, unit.commit_lsn, unit.end_lsn, unit.commit_ts,
-                                 f"{BACKFILL_ORIGIN}:{chunk.backfill_id}", len(bodies), payload,
-                                 schema, progress=progress)
+        return None if chunk.problem is not None else excluded
 
 
 def _keep(unit: StoredTransaction) -> bool:
@@ -415,23 +505,5 @@ def _keep(unit: StoredTransaction) -> bool:
     return bool(unit.change_count or unit.schema_frames)
 
 
-def _add(keys: set[Key], key: Key | None) -> bool:
-    if key is None:
-        return False
-    keys.add(key)
-    return True
-
-
 def _size(recent: _Recent) -> int:
     return 1 + sum(len(k) for k in recent.keys.values())
-
-
-def _same_relation(schema: tuple[bytes, ...], rel: RelationMessage) -> bool:
-    for message in schema:
-        if message[:1] == b"R":
-            ours = decode(message)
-            assert isinstance(ours, RelationMessage)
-            if ours.relation_id == rel.relation_id:
-                return (ours.columns == rel.columns and ours.replica_identity == rel.replica_identity
-                        and (ours.namespace, ours.relation_name) == (rel.namespace, rel.relation_name))
-    return False

@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 from clients._cursor import Cursor
 from service.assembler.model import BackfillProgress, StoredTransaction
-from service.backfill.model import BackfillPart, BackfillRecord
+from service.changelog.backfills import BackfillPart, BackfillRecord
 from service.errors import PgfeedError, RetentionError
 
 log = logging.getLogger("pgfeed.changelog")
@@ -98,9 +98,13 @@ class ChangeLog(Protocol):
       replay changes nothing. Backfill records are never trimmed with transactions.
     """
 
-    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
+    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None, *,
+               sync: bool = True) -> None:
         """Store committed transactions (ascending commit_lsn) and optionally advance confirmed_lsn;
-        apply the ``progress`` of every stored one (see the class docstring)."""
+        apply the ``progress`` of every stored one (see the class docstring). ``sync=False``: the
+        append need not reach the disk before returning (it does with the next synced one; a
+        power failure may lose it whole): for what is safe to lose, a backfill's pieces, which
+        are read again with the progress they carried."""
         ...
 
     def save_backfill(self, record: BackfillRecord) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction
-from service.backfill.model import BackfillPart, BackfillRecord
+from service.changelog.backfills import BackfillPart, BackfillRecord
 from service.changelog.base import (
     ChangeLogError,
     ConsumerState,
@@ -88,7 +88,8 @@ class MemoryChangeLog:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
+    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None, *,
+               sync: bool = True) -> None:
         check_batch(transactions, confirmed_lsn)
         with self._open():
             for t in transactions:

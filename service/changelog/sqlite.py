@@ -37,7 +37,7 @@ from typing import Any
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction, payload_pieces
-from service.backfill.model import BackfillPart, BackfillRecord
+from service.changelog.backfills import BackfillPart, BackfillRecord
 from service.changelog.base import (
     CHUNK_BYTES,
     MAX_LSN,
@@ -336,9 +336,11 @@ class SqliteChangeLog:
         return conn
 
     @contextmanager
-    def _writing(self, nbytes: int = 0) -> Iterator[sqlite3.Connection]:
+    def _writing(self, nbytes: int = 0, sync: bool = True) -> Iterator[sqlite3.Connection]:
         """The writer connection inside BEGIN IMMEDIATE … COMMIT (rolled back on any error); once
-        committed, the checkpoint thread hears of it (``nbytes``: about what it added to the WAL)."""
+        committed, the checkpoint thread hears of it (``nbytes``: about what it added to the WAL).
+        ``sync=False``: that COMMIT does not fsync the WAL (``synchronous=NORMAL`` for it alone;
+        the next synced COMMIT's fsync covers it, WAL frames being written in order)."""
         with self._write_lock:
             conn = self._writer
             if conn is None:
@@ -347,15 +349,21 @@ class SqliteChangeLog:
                 self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint")
             self._tail_next = None
             try:
+                if not sync:
+                    conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute("BEGIN IMMEDIATE")
                 yield conn
                 conn.execute("COMMIT")
+                if not sync:
+                    conn.execute("PRAGMA synchronous = FULL")
                 if self._tail_next is not None:
                     self._tail, self._tail_next = self._tail_next, None
                 self._checkpointer.wrote(nbytes)
             except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                if not sync:
+                    conn.execute("PRAGMA synchronous = FULL")
                 if isinstance(exc, sqlite3.Error):  # disk full, I/O error, lock timeout …
                     raise ChangeLogError(f"change log {self.path}: {exc}") from exc
                 raise
@@ -391,9 +399,10 @@ class SqliteChangeLog:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
+    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None, *,
+               sync: bool = True) -> None:
         check_batch(transactions, confirmed_lsn)
-        with self._writing(sum(len(t.payload) for t in transactions)) as conn:
+        with self._writing(sum(len(t.payload) for t in transactions), sync=sync) as conn:
             head, confirmed, next_chunk, txn_total, change_total, byte_total, trimmed = conn.execute(
                 "SELECT head, confirmed_lsn, next_chunk, txn_total, change_total, byte_total, "
                 "trimmed_lsn FROM state").fetchone()

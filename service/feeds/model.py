@@ -6,6 +6,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from service.replication.slots import SlotFailover
+
 FeedState = Literal["starting", "snapshotting", "running", "paused", "failed"]
 ToastMode = Literal["omit", "placeholder", "reselect"]
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")
@@ -33,6 +35,9 @@ class FeedOptions:
     partition_root: bool = True
     heartbeat_seconds: float = 10.0
     retention: Retention = field(default_factory=Retention)
+    # The slot is created with FAILOVER (PostgreSQL 17+): standbys with sync_replication_slots
+    # keep a copy, so capture resumes on a promoted standby (docs/failover.md).
+    failover: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeedOptions:
@@ -127,3 +132,9 @@ class FeedStatus:
     slot_risk: SlotRisk = field(default_factory=SlotRisk)
     source: str = ""  # DSN with the password masked; never the secret
     leader: Leader | None = None  # shared store only
+    failover: SlotFailover | None = None  # PostgreSQL 17+ sources, when probed
+    # Whose capture counters (rate, totals, proto_version, streaming_in_use) these are: this
+    # replica's id when it captures, else the replica that last reported them to the store
+    # (shared store; None when nobody has yet).
+    counters_from: str | None = None
+    counters_at: float | None = None  # when they were reported (Unix s); None: live, this replica

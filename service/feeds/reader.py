@@ -188,11 +188,13 @@ class FeedReader:
                                            tables=table_set, ops=op_set, lazy=lazy)
             finally:
                 self._lock.release()
-            scanned = txn.last_seq - first + 1
+            last_seq = txn.last_seq
+            assert last_seq is not None  # decode() always says where it stopped
+            scanned = last_seq - first + 1
             remaining -= scanned
             count += 1
-            whole = txn.last_seq >= stored.change_count - 1
-            next_cursor = Cursor(stored.commit_lsn) if whole else Cursor(stored.commit_lsn, txn.last_seq)
+            whole = last_seq >= stored.change_count - 1
+            next_cursor = Cursor(stored.commit_lsn) if whole else Cursor(stored.commit_lsn, last_seq)
             self._current = None if whole else stored
             if txn.changes:
                 out.append(txn)

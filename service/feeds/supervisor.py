@@ -10,32 +10,37 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
-
-import psycopg
+from typing import Any, TypeVar
 
 from service.assembler.relations import RelationCatalog
 from service.backfill.manager import BackfillManager
-from service.backfill.model import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
 from service.backfill.window import WindowTracker
+from service.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
 from service.changelog.base import ChangeLog, ChangeLogError, LeaseLost
-from service.dsn import mask_dsn, scrub
+from service.dsn import mask_dsn
 from service.encoding.to_proto import JsonColumnCache
 from service.errors import BackfillError, FeedExists, FeedNotFound, SourceError
-from service.feeds.leadership import Leadership, SupervisorEvents, replica_infos
-from service.feeds.model import ADOPTED_TABLES, NAME_RE, FeedSpec, FeedStatus, Leader, ReplicaInfo, SlotRisk
+from service.feeds import source
+from service.feeds.leadership import Leadership, SupervisorEvents, merge_report, replica_infos
+from service.feeds.model import (
+    ADOPTED_TABLES,
+    NAME_RE,
+    FeedSpec,
+    FeedState,
+    FeedStatus,
+    Leader,
+    ReplicaInfo,
+    SlotRisk,
+)
 from service.feeds.notify import HeadNotifier
 from service.feeds.reader import FeedReader
 from service.feeds.store import FeedStore, LocalStore
 from service.feeds.tail import SharedTail
 from service.feeds.toastindex import ToastIndex
-from service.replication import slots
 from service.replication.capture import Capture, CaptureStats
-from service.replication.commands import source_refusal
 
 log = logging.getLogger("pgfeed.supervisor")
 
-_SOURCE_TIMEOUT = 5  # seconds for admin queries against the source
 _T = TypeVar("_T")
 
 
@@ -129,7 +134,8 @@ class Supervisor:
         changelog = self._store.open_log(spec.name)
         stats = CaptureStats(state="paused" if paused else "starting")
         feed = _Feed(spec, changelog, HeadNotifier(changelog.head()), stats, paused)
-        feed.backfills = BackfillManager(lambda: feed.spec, changelog, feed.tracker)
+        feed.backfills = BackfillManager(lambda: source.backfill_source(feed.spec), changelog,
+                                         feed.tracker)
         return feed
 
     def _start_capture(self, feed: _Feed) -> None:
@@ -137,10 +143,11 @@ class Supervisor:
             return
         feed.stop_event = threading.Event()
         feed.stats.state = "starting"
-        capture = Capture(feed.spec, feed.changelog, feed.notifier, feed.stats,
+        capture = Capture(source.capture_config(feed.spec), feed.changelog, feed.stats,
                           spill_dir=self._store.spill_dir(feed.spec.name),
+                          on_durable=feed.notifier.publish,
                           before_start=(lambda: self._take_slot(feed)) if self._store.shared else None,
-                          tracker=feed.tracker)
+                          hook=feed.tracker)
         feed.thread = threading.Thread(target=capture.run, args=(feed.stop_event,),
                                        name=f"capture-{feed.spec.name}", daemon=True)
         feed.thread.start()
@@ -185,7 +192,7 @@ class Supervisor:
         with self._lock:
             if spec.name in self._feeds or any(s.name == spec.name for s, _ in self._store.feeds()):
                 raise FeedExists(f"feed {spec.name!r} already exists")
-            spec = self._prepare_source(spec)
+            spec = source.prepare(spec)
             self._store.add(spec)
             feed = self._open(spec, paused=False)
             self._feeds[spec.name] = feed
@@ -203,14 +210,13 @@ class Supervisor:
         assert feed.backfills is not None
         spec = feed.spec
         try:
-            with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                tables = slots.quoted_publication_tables(conn, spec.publication_name)
+            tables = source.published_tables(spec)
             if tables:
                 feed.backfills.start(tables, chunk_rows=DEFAULT_CHUNK_ROWS,
                                      parallel=DEFAULT_PARALLEL, initial=True)
-        except (BackfillError, psycopg.Error) as exc:
+        except (BackfillError, SourceError) as exc:
             self.delete(spec.name, force=True)
-            reason = scrub(str(exc).strip(), spec.dsn)
+            reason = str(exc).strip()  # both scrub the DSN's password
             raise ValueError(f"feed {spec.name!r} not created: its initial snapshot (option "
                              f"snapshot) cannot run: {reason}") from None
 
@@ -218,38 +224,6 @@ class Supervisor:
         manager = self._get(name).backfills
         assert manager is not None
         return manager
-
-    def _prepare_source(self, spec: FeedSpec) -> FeedSpec:
-        from service.replication.stream import create_slot
-
-        owns_pub = spec.publication is None
-        owns_slot = spec.slot is None
-        try:
-            with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase)
-                if refusal:
-                    raise SourceError(refusal)
-                if owns_pub:
-                    slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
-                                             all_tables=spec.all_tables,
-                                             partition_root=spec.options.partition_root)
-                else:  # adopted as it is: the feed shows what it really publishes
-                    held = slots.publication_tables(conn, spec.publication_name)
-                    if held is None:
-                        raise SourceError(f"publication {spec.publication_name!r} does not exist on "
-                                          "the source")
-                    spec = replace(spec, all_tables=held[0], tables=held[1])
-                exists = slots.slot_exists(conn, spec.slot_name)
-            if owns_slot and exists:
-                raise SourceError(f"replication slot {spec.slot_name!r} already exists on the source; "
-                                  "name it as 'slot' to adopt it")
-            if not owns_slot and not exists:
-                raise SourceError(f"replication slot {spec.slot_name!r} does not exist on the source")
-            if owns_slot:
-                create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase)
-        except psycopg.Error as exc:
-            raise SourceError(f"source refused feed setup: {scrub(str(exc).strip(), spec.dsn)}") from None
-        return replace(spec, owns_slot=owns_slot, owns_publication=owns_pub)
 
     def delete(self, name: str, *, force: bool = False) -> None:
         """Stop the feed, drop the slot and publication pgfeed owns, and remove its log.
@@ -266,13 +240,9 @@ class Supervisor:
             spec = feed.spec
             self._join(feed)
             try:
-                with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                    if spec.owns_slot:
-                        slots.drop_slot(conn, spec.slot_name)
-                    if spec.owns_publication:
-                        slots.drop_publication(conn, spec.publication_name)
-            except (psycopg.Error, SourceError) as exc:
-                reason = scrub(str(exc).strip(), spec.dsn)
+                source.drop(spec)
+            except SourceError as exc:
+                reason = str(exc).strip()
                 if not force:
                     if self._store.shared:
                         feed.paused = was_paused
@@ -309,11 +279,7 @@ class Supervisor:
         names = tuple(dict.fromkeys(t.strip() for t in tables))
         if not names:
             raise ValueError("a feed needs at least one table")
-        try:
-            with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                slots.set_publication_tables(conn, spec.publication_name, names)
-        except psycopg.Error as exc:
-            raise SourceError(f"source refused the table list: {scrub(str(exc).strip(), spec.dsn)}") from None
+        source.set_tables(spec, names)
         with self._lock:
             feed.spec = replace(spec, tables=names)
             self._store.put(feed.spec, feed.paused)
@@ -348,6 +314,8 @@ class Supervisor:
 
     def resume(self, name: str) -> FeedStatus:
         feed = self._get(name)
+        if self._leadership is not None:
+            self._leadership.forgive(name)
         with self._lock:
             feed.paused = False
             self._store.put(feed.spec, False)
@@ -387,6 +355,9 @@ class Supervisor:
         for name in held + [feed.spec.name for feed in gone]:
             if self._leadership is not None:
                 self._leadership.drop(name)
+        for feed in list(self._feeds.values()):  # backfills started elsewhere (lost notifications)
+            if feed.backfills is not None:
+                feed.backfills.refresh()
         for feed in gone:  # deleted by another replica: no source work here
             self._join(feed)
             feed.changelog.close()
@@ -432,6 +403,24 @@ class Supervisor:
                     and (feed.thread is None or not feed.thread.is_alive())):
                 self._start_capture(feed)
 
+    def failed(self, name: str) -> bool:
+        """The feed's capture here ended in state ``failed`` (leadership gives its lease up)."""
+        with self._lock:
+            feed = self._feeds.get(name)
+        return (feed is not None and feed.stats.state == "failed"
+                and (feed.thread is None or not feed.thread.is_alive()))
+
+    def capture_report(self, name: str) -> dict[str, Any] | None:
+        """This replica's capture counters of ``name``, for the store (leadership renewals)."""
+        feed = self._feeds.get(name)
+        return None if feed is None else feed.stats.report(self.replica_id)
+
+    def backfills_changed(self, name: str) -> None:
+        """A backfill of ``name`` was started or cancelled somewhere: follow it if capturing."""
+        feed = self._feeds.get(name)
+        if feed is not None and feed.backfills is not None:
+            feed.backfills.refresh()
+
     def _take_slot(self, feed: _Feed) -> None:
         """Before START_REPLICATION on a shared store: check the lease is still ours, then end a
         previous leader's walsender, which would hold the slot until wal_sender_timeout."""
@@ -439,12 +428,7 @@ class Supervisor:
         store = self._store
         if epoch is None or store.renew(feed.spec.name, epoch, self._leadership.lease_seconds) is None:  # type: ignore[attr-defined,union-attr]
             raise LeaseLost(f"feed {feed.spec.name!r}: this replica no longer holds its lease")
-        try:
-            with psycopg.connect(feed.spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                slots.free_slot(conn, feed.spec.slot_name)
-        except psycopg.Error as exc:
-            raise SourceError(f"cannot free slot {feed.spec.slot_name!r}: "
-                              f"{scrub(str(exc).strip(), feed.spec.dsn)}") from None
+        source.free_slot(feed.spec)
 
     def leaders(self) -> dict[str, Leader]:
         """Each feed's current leader (shared store; empty for the embedded one)."""
@@ -541,7 +525,7 @@ class Supervisor:
     def status(self, name: str, *, probe_source: bool = True) -> FeedStatus:
         feed = self._get(name)
         spec, stats = feed.spec, feed.stats
-        state = stats.state
+        state: FeedState = stats.state
         if state in ("starting", "running") and feed.backfills is not None \
                 and feed.backfills.initial_running():
             state = "snapshotting"
@@ -554,23 +538,25 @@ class Supervisor:
             proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
             source=mask_dsn(spec.dsn),
         )
+        last_commit = stats.last_commit_unix() if stats.last_commit_ts else None
         if self._store.shared:
-            try:
-                status.leader = self.leaders().get(name)
-            except ChangeLogError as exc:
-                status.last_error = status.last_error or str(exc)
             capturing = feed.thread is not None and feed.thread.is_alive()
-            if not feed.paused and not capturing and status.leader is not None:
-                status.state = "running"  # captured by the replica named in ``leader``
+            status.counters_from = self.replica_id if capturing else None
+            try:
+                lease = self._store.leases().get(name)  # type: ignore[attr-defined]
+            except ChangeLogError as exc:
+                lease = None
+                status.last_error = status.last_error or str(exc)
+            if lease is not None and lease.live:
+                status.leader = Leader(lease.holder, lease.epoch, lease.since.timestamp())
+            if lease is not None and not capturing:  # the leader's counters, as last reported
+                last_commit = merge_report(status, lease.stats, live=lease.live, paused=feed.paused)
         if probe_source:
             try:
-                with psycopg.connect(spec.dsn, autocommit=True, connect_timeout=_SOURCE_TIMEOUT) as conn:
-                    info = slots.slot_info(conn, spec.slot_name)
-                    held = None if spec.owns_publication else slots.publication_tables(
-                        conn, spec.publication_name)
-            except psycopg.Error as exc:
+                info, held, status.failover = source.probe(spec)
+            except SourceError as exc:
                 info = held = None
-                status.last_error = status.last_error or f"source unreachable: {scrub(str(exc).strip(), spec.dsn)}"
+                status.last_error = status.last_error or str(exc)
             if held is not None:  # an adopted publication changes on the source, not through pgfeed
                 status.all_tables, status.tables = held[0], list(held[1])
             if info:
@@ -579,9 +565,9 @@ class Supervisor:
                                             info.get("retained_bytes"))
                 if status.server_lsn is not None:
                     status.lag_bytes = max(0, status.server_lsn - status.confirmed_lsn)
-        if stats.last_commit_ts:
+        if last_commit:
             caught_up = status.lag_bytes is not None and status.lag_bytes < 64 * 1024
-            status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - stats.last_commit_unix())
+            status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - last_commit)
         return status
 
 

@@ -86,7 +86,7 @@ class _Images:
         row = self.conn.execute("SELECT data FROM image WHERE rel = ? AND ident = ?", key).fetchone()
         if row is None:
             return None
-        return {name: tuple(held) for name, held in orjson.loads(row[0]).items()}  # type: ignore[misc]
+        return {name: tuple(held) for name, held in orjson.loads(row[0]).items()}
 
     def put(self, relation_id: int, ident: bytes, image: Image) -> None:
         self.pending[(relation_id, ident)] = image

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import grpc
@@ -269,5 +270,17 @@ def feed_message(status: FeedStatus) -> feed_pb2.Feed:
         value = getattr(risk, name)
         if value is not None:
             setattr(msg.slot_risk, name, value)
+    if status.leader is not None:
+        msg.leader.replica, msg.leader.epoch = status.leader.replica, status.leader.epoch
+        msg.leader.since = datetime.fromtimestamp(status.leader.since, UTC).isoformat()
+    if status.counters_from is not None:
+        msg.counters_from = status.counters_from
+    failover = status.failover
+    if failover is not None:
+        msg.failover.enabled, msg.failover.synced = failover.enabled, failover.synced
+        msg.failover.ready = failover.ready
+        msg.failover.standby_slots.extend(s.name for s in failover.standby_slots)
+        if failover.note is not None:
+            msg.failover.note = failover.note
     return msg
 

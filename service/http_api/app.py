@@ -14,6 +14,7 @@ from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.http_api.auth import TokenAuth
 from service.http_api.errors import install_handlers
+from service.http_api.fastpath import TailFastPath
 from service.http_api.middleware import ObserveMiddleware
 from service.http_api.readahead import ReadAhead
 from service.http_api.routes import backfills, changes, consumers, feeds, ops, replicas, retention
@@ -71,7 +72,10 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     install_docs(app)  # /docs, /redoc from packaged assets (no CDN)
     install_ui(app)  # /ui: the admin console
     install_handlers(app)
-    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)
+    changes_route = next(r for r in changes.router.routes if getattr(r, "path", None) == changes.CHANGES_PATH)
+    app.add_middleware(TailFastPath, route=changes_route, max_limit=changes.MAX_LIMIT,
+                       max_wait=changes.MAX_WAIT)
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

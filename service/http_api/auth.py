@@ -28,6 +28,15 @@ class TokenAuth:
     def enabled(self) -> bool:
         return self._tokens.enabled
 
+    def allows(self, authorization: str | None, needed: Scope) -> bool:
+        """Does an ``Authorization`` header grant ``needed``? (The ASGI fast path's check; any
+        other answer than yes goes through ``check`` to get its 401/403.)"""
+        if not self.enabled:
+            return True
+        scheme, _, token = (authorization or "").partition(" ")
+        scope = self._tokens.scope_of(token) if scheme.lower() == "bearer" and token else None
+        return scope is not None and grants(scope, needed)
+
     def check(self, credentials: HTTPAuthorizationCredentials | None, needed: Scope) -> None:
         """Raise the 401/403 ApiError unless ``credentials`` grant ``needed``."""
         if not self.enabled:

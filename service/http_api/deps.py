@@ -1,4 +1,4 @@
-"""Typed dependencies of the routes: the supervisor, settings and metrics the app was built with,
+"""Typed dependencies of the routes: the supervisor and metrics the app was built with,
 and the two token scopes."""
 
 from __future__ import annotations
@@ -9,25 +9,19 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
 from service.access import FEED_STATUS
-from service.config import Settings
 from service.feeds.notify import StopSignal
 from service.feeds.supervisor import Supervisor
 from service.http_api.auth import TokenAuth, bearer_scheme
 from service.http_api.readahead import ReadAhead
 from service.metrics import Metrics
 
-__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "SettingsDep", "StatusScope",
+__all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "StatusScope",
            "StopDep", "SupervisorDep"]
 
 
 def _supervisor(request: Request) -> Supervisor:
     supervisor: Supervisor = request.app.state.supervisor
     return supervisor
-
-
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
 
 
 def _read_ahead(request: Request) -> ReadAhead:
@@ -46,7 +40,6 @@ def _metrics(request: Request) -> Metrics:
 
 
 SupervisorDep = Annotated[Supervisor, Depends(_supervisor)]
-SettingsDep = Annotated[Settings, Depends(_settings)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 ReadAheadDep = Annotated[ReadAhead, Depends(_read_ahead)]
 StopDep = Annotated[StopSignal, Depends(_stop)]

@@ -27,7 +27,7 @@ from service.errors import (
     SourceError,
 )
 
-__all__ = ["ApiError", "error_response", "install_handlers"]
+__all__ = ["ApiError", "answer_for", "error_response", "install_handlers"]
 
 log = logging.getLogger("pgfeed.http")
 
@@ -84,20 +84,25 @@ def _pgfeed_error(exc: Exception) -> Response:
     return error_response(500, exc.code, str(exc))
 
 
-async def _on_api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, headers=exc.headers, **exc.extra)
-
-
-async def _on_pgfeed_error(request: Request, exc: Exception) -> Response:
-    return _pgfeed_error(exc)
-
-
-async def _on_cursor_error(request: Request, exc: Exception) -> Response:
+def _cursor_error(exc: CursorError) -> Response:
     message = str(exc)
     if CursorError.expected not in message:
         message = f"{message}; expected {CursorError.expected}"
     return error_response(400, "invalid_cursor", message)
+
+
+def answer_for(exc: ApiError | PgfeedError | CursorError) -> Response:
+    """The answer to an error a route raised (what the handlers below give FastAPI)."""
+    if isinstance(exc, ApiError):
+        return error_response(exc.status, exc.code, exc.message, headers=exc.headers, **exc.extra)
+    if isinstance(exc, CursorError):
+        return _cursor_error(exc)
+    return _pgfeed_error(exc)
+
+
+async def _on_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError | PgfeedError | CursorError)
+    return answer_for(exc)
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
@@ -146,8 +151,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
 
 
 def install_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(ApiError, _on_api_error)
-    app.add_exception_handler(PgfeedError, _on_pgfeed_error)
-    app.add_exception_handler(CursorError, _on_cursor_error)
+    for kind in (ApiError, PgfeedError, CursorError):
+        app.add_exception_handler(kind, _on_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)

@@ -123,8 +123,9 @@ async def serve_page(supervisor: Supervisor, feed: str, request: PageRequest,
             return answer
     reading = _Reading(supervisor, feed, request)
     after, head = await run_in_threadpool(reading.resolve)
-    out = await read_ahead.take(reading.key(after)) if read_ahead is not None else None
-    if out is None:
+    if read_ahead is not None:  # shared with readers asking for the same page
+        out = await read_ahead.read(reading.key(after), lambda: reading.read(after))
+    else:
         out = await run_in_threadpool(reading.read, after)
     while True:
         page = out.page
@@ -197,6 +198,7 @@ class _Reading:
         self.request = request
         self.to: Cursor | None = None
         self.reader: FeedReader | None = None
+        self.trimmed = 0
         tables = request.tables
         self.typed_table = (next(iter(tables)) if request.fmt == "arrow" and tables is not None
                             and len(tables) == 1 and request.transactions is None else None)
@@ -206,6 +208,9 @@ class _Reading:
         reader = self.reader = self.supervisor.reader(self.feed)
         request = self.request
         head = reader.changelog.head()
+        # A page below the head stays the same until retention trims under it: pages are shared
+        # (``ReadAhead``) per trimmed position
+        self.trimmed = reader.changelog.trimmed_lsn()
         after = reader.resolve(request.after)
         if request.to is not None:
             self.to = Cursor(head) if request.to == "latest" else request.to
@@ -221,7 +226,8 @@ class _Reading:
 
     def key(self, after: Cursor) -> Hashable:
         r = self.request
-        return (self.reader, after, r.limit, r.tables, r.ops, self.to, r.fmt, r.transactions)
+        return (self.reader, self.trimmed, after, r.limit, r.tables, r.ops, self.to, r.fmt,
+                r.transactions)
 
     def worth_reading_ahead(self, out: Encoded, head: int) -> bool:
         """A reader with more to read right now, and a bound that does not move (``to=latest``

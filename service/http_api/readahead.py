@@ -1,6 +1,9 @@
-"""Read-ahead: while a client handles a page, the next one (same parameters, from its ``next``
-cursor) is read and encoded in a worker thread, so paging overlaps the server's decoding with the
-client's parsing instead of adding them up.
+"""Read-ahead and shared pages: while a client handles a page, the next one (same parameters,
+from its ``next`` cursor) is read and encoded in a worker thread, so paging overlaps the server's
+decoding with the client's parsing instead of adding them up; and every page read is kept for a
+while, so that replaying readers with the same parameters (a dozen consumers catching up from the
+same cursor) share one read and one encoding of each page, reading it once even when they ask
+at the same moment.
 
 Pages are immutable once written (the log only grows and loses its oldest part); an entry is keyed
 by the feed's reader object (a re-created feed has a new one) and the full page parameters.
@@ -74,17 +77,31 @@ class ReadAhead:
         self.hits += 1
         return out
 
-    def start(self, key: Hashable, read: Callable[[], Encoded]) -> None:
+    async def read(self, key: Hashable, read: Callable[[], Encoded]) -> Encoded:
+        """``key``'s page: the one kept or being read, or read now in a worker thread and kept
+        (empty pages are not kept: the next request at that cursor may find commits)."""
+        out = await self.take(key)
+        if out is None:
+            out = await asyncio.shield(self.start(key, read))
+        return out
+
+    def start(self, key: Hashable, read: Callable[[], Encoded]) -> asyncio.Task[Encoded]:
         """Read ``key``'s page in a worker thread, unless it is already there or being read."""
         if key in self._entries:
-            return
+            return self._entries[key].task
         task = asyncio.get_running_loop().create_task(run_in_threadpool(read))
         self._running.add(task)
         task.add_done_callback(self._finished)
         self._entries[key] = _Entry(task, time.monotonic())
         self._expire(time.monotonic())
+        return task
 
     def _finished(self, task: asyncio.Task[Encoded]) -> None:
         self._running.discard(task)
+        failed = task.cancelled() or task.exception() is not None
         if not task.cancelled() and task.exception() is not None:
             log.debug("read-ahead failed: %r", task.exception())
+        if failed or not task.result().change_count:
+            for key, entry in list(self._entries.items()):
+                if entry.task is task:
+                    del self._entries[key]

@@ -210,6 +210,11 @@ class FeedOptionsIn(BaseModel):
                                      description="Interval of the heartbeat that keeps an idle "
                                                  "slot's WAL bounded")
     retention: RetentionIn = Field(default_factory=RetentionIn)
+    failover: bool = Field(False, description="Create the slot with FAILOVER (PostgreSQL 17+) so "
+                                              "standbys with `sync_replication_slots` keep a copy; "
+                                              "name every host in the DSN (`host=a,b "
+                                              "target_session_attrs=read-write`) and capture "
+                                              "resumes on the promoted standby")
 
 
 # A `schema.table` name (a bare name means public): non-blank, at most 200 characters. The pattern
@@ -284,6 +289,28 @@ class LogOut(BaseModel):
     forced_trims: int
 
 
+class StandbySlotOut(BaseModel):
+    name: str = Field(description="A physical slot named in `synchronized_standby_slots`")
+    exists: bool
+    active: bool = Field(description="A standby streams from it now")
+    restart_lsn: str | None = None
+    caught_up: bool = Field(description="The standby has the WAL up to the feed's confirmed "
+                                        "position")
+
+
+class FailoverOut(BaseModel):
+    """The slot's failover state as the source sees it (PostgreSQL 17+). A primary cannot see a
+    standby's copy of the slot: `ready` says the slot has FAILOVER and every standby slot the
+    source waits for (`synchronized_standby_slots`) is streaming and caught up."""
+
+    enabled: bool = Field(description="pg_replication_slots.failover")
+    synced: bool = Field(description="The slot is a standby's synchronized copy (true only when "
+                                     "the DSN reached a standby)")
+    standby_slots: list[StandbySlotOut]
+    ready: bool
+    note: str | None = Field(None, description="What is missing when not ready")
+
+
 class LeaderOut(BaseModel):
     """The replica capturing a feed (PostgreSQL store): its id, lease epoch and since when."""
 
@@ -320,6 +347,7 @@ class FeedOptionsOut(BaseModel):
     partition_root: bool
     heartbeat_seconds: float
     retention: RetentionOut
+    failover: bool = False
 
 
 class BackfillCreate(BaseModel):
@@ -398,9 +426,17 @@ class FeedPublic(BaseModel):
                           "commit; false with `messages` on, whatever `options.streaming` says "
                           "(see the `streaming` option); null until capture has connected")
     slot_risk: SlotRiskOut
+    failover: FailoverOut | None = Field(None, description="PostgreSQL 17+ sources, when probed")
     log: LogOut | None = None
     consumers: list[ConsumerOut] = Field(default_factory=list)
     leader: LeaderOut | None = None
+    counters_from: str | None = Field(
+        None, description="Whose capture counters (`changes_per_second`, `changes_captured`, "
+                          "`bytes_captured`, `proto_version`, `streaming_in_use`) these are "
+                          "(PostgreSQL store): the answering replica's id when it captures the "
+                          "feed, else the replica that last reported them to the store")
+    counters_at: str | None = Field(None, description="When `counters_from` reported them (ISO "
+                                                      "8601 UTC); null: live, this replica's")
     backfills: list[BackfillOut] = Field(default_factory=list, description="Running backfills")
 
 

@@ -40,9 +40,6 @@ class UnchangedToast:
 
 UNCHANGED_TOAST = UnchangedToast()
 
-# A column value in TupleData: None (NULL), UNCHANGED_TOAST, str (text format) or bytes (binary).
-ColumnValue = "None | UnchangedToast | str | bytes"
-
 
 @dataclass(frozen=True, slots=True)
 class TupleData:
@@ -263,6 +260,3 @@ TAG_PREPARE = ord("P")
 TAG_COMMIT_PREPARED = ord("K")
 TAG_ROLLBACK_PREPARED = ord("r")
 TAG_STREAM_PREPARE = ord("p")
-
-# Messages that are changes served to readers (each gets a seq in its transaction).
-CHANGE_TAGS = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE, TAG_TRUNCATE, TAG_MESSAGE})

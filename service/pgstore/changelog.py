@@ -35,7 +35,7 @@ from psycopg import sql
 
 from clients._cursor import Cursor
 from service.assembler.model import StoredTransaction, payload_pieces
-from service.backfill.model import BackfillPart, BackfillRecord
+from service.changelog.backfills import BackfillPart, BackfillRecord
 from service.changelog.base import (
     CHUNK_BYTES,
     MAX_LSN,
@@ -164,7 +164,8 @@ class PgChangeLog(ConsumersAndRetention):
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None) -> None:
+    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None, *,
+               sync: bool = True) -> None:
         check_batch(transactions, confirmed_lsn)
         epoch = self._epoch
         with self._write_lock, self._connection() as conn, conn.transaction():
@@ -276,6 +277,8 @@ class PgChangeLog(ConsumersAndRetention):
                                         "%s, %s) ON CONFLICT DO NOTHING").format(self._t["backfill_part"]),
                                 [(self.feed, record.id, p.part, p.table, p.lower, p.upper, p.estimate,
                                   p.last_key, p.rows, p.chunks, p.done) for p in record.parts])
+            # A backfill started or cancelled on any replica: the leader's workers follow.
+            conn.execute("SELECT pg_notify(%s, %s)", (self._channel, f"b {self.feed}"))
 
     def backfills(self) -> list[BackfillRecord]:
         with self._connection() as conn:

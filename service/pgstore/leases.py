@@ -9,16 +9,17 @@ replica has taken over, the old holder can no longer write, however late it wake
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from service.pgstore.schema import channel, table
 
-__all__ = ["Lease", "ReplicaBeat", "acquire", "fair_share", "heartbeat", "leases", "release", "renew",
+__all__ = ["Lease", "ReplicaBeat", "acquire", "heartbeat", "leases", "release", "renew",
            "replicas"]
 
 
@@ -30,6 +31,7 @@ class Lease:
     since: datetime
     expires_at: datetime
     live: bool  # not expired when read
+    stats: dict[str, Any] | None = None  # the capture counters its holder (or the last) reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +42,10 @@ class ReplicaBeat:
     age_seconds: float  # since its last heartbeat, in the store's clock
 
 
-_RETURNING = sql.SQL(" RETURNING feed, holder, epoch, since, expires_at, expires_at > now()")
+_RETURNING = sql.SQL(" RETURNING feed, holder, epoch, since, expires_at, expires_at > now(), stats")
 
 
-def _lease(row: tuple | None) -> Lease | None:
+def _lease(row: tuple[Any, ...] | None) -> Lease | None:
     return None if row is None else Lease(*row)
 
 
@@ -65,11 +67,14 @@ def acquire(conn: psycopg.Connection, schema: str, feed: str, holder: str, ttl: 
 
 
 def renew(conn: psycopg.Connection, schema: str, feed: str, holder: str, epoch: int,
-          ttl: float) -> Lease | None:
-    """Extend the lease ``holder`` holds at ``epoch``; None if it was taken over meanwhile."""
-    query = sql.SQL("UPDATE {} SET expires_at = now() + make_interval(secs => %s) "
-                    "WHERE feed = %s AND holder = %s AND epoch = %s").format(table(schema, "lease"))
-    return _lease(conn.execute(query + _RETURNING, (ttl, feed, holder, epoch)).fetchone())
+          ttl: float, stats: dict[str, Any] | None = None) -> Lease | None:
+    """Extend the lease ``holder`` holds at ``epoch`` (and record its capture counters, when
+    given); None if it was taken over meanwhile."""
+    query = sql.SQL("UPDATE {} SET expires_at = now() + make_interval(secs => %s), "
+                    "stats = coalesce(%s, stats) WHERE feed = %s AND holder = %s AND epoch = %s"
+                    ).format(table(schema, "lease"))
+    values = (ttl, None if stats is None else Jsonb(stats), feed, holder, epoch)
+    return _lease(conn.execute(query + _RETURNING, values).fetchone())
 
 
 def release(conn: psycopg.Connection, schema: str, feed: str, holder: str, epoch: int) -> None:
@@ -81,8 +86,8 @@ def release(conn: psycopg.Connection, schema: str, feed: str, holder: str, epoch
 
 
 def leases(conn: psycopg.Connection, schema: str) -> dict[str, Lease]:
-    rows = conn.execute(sql.SQL("SELECT feed, holder, epoch, since, expires_at, expires_at > now() "
-                                "FROM {}").format(table(schema, "lease"))).fetchall()
+    rows = conn.execute(sql.SQL("SELECT feed, holder, epoch, since, expires_at, expires_at > now(), "
+                                "stats FROM {}").format(table(schema, "lease"))).fetchall()
     return {row[0]: Lease(*row) for row in rows}
 
 
@@ -97,7 +102,3 @@ def replicas(conn: psycopg.Connection, schema: str) -> list[ReplicaBeat]:
                         .format(table(schema, "replica"))).fetchall()
     return [ReplicaBeat(*row) for row in rows]
 
-
-def fair_share(feeds: int, live_replicas: int) -> int:
-    """How many feeds one replica should lead: leases spread the feeds over the live replicas."""
-    return math.ceil(feeds / max(1, live_replicas))

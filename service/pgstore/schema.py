@@ -14,7 +14,7 @@ from service.changelog.base import ChangeLogError
 
 __all__ = ["SCHEMA_VERSION", "channel", "ensure_schema", "table"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Each migration brings the store from the version before it to its index + 1. Statements use
 # {s} for the schema identifier.
@@ -109,6 +109,11 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             done boolean NOT NULL,
             PRIMARY KEY (feed, backfill_id, part))""",
     ),
+    # The leader's capture counters (rate, totals, state, last error), written at each renewal
+    # and kept when the lease goes: every replica's status shows them (leadership.capture_report).
+    (
+        "ALTER TABLE {s}.lease ADD COLUMN stats jsonb",
+    ),
 )
 
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -137,7 +142,7 @@ def ensure_schema(conn: psycopg.Connection, schema: str) -> int:
                 f"understands ({SCHEMA_VERSION}): upgrade pgfeed, or use another schema")
         for version in range(found, SCHEMA_VERSION):
             for statement in _MIGRATIONS[version]:
-                conn.execute(sql.SQL(statement).format(s=s))  # type: ignore[arg-type]
+                conn.execute(sql.SQL(statement).format(s=s))
         if found == 0:
             conn.execute(sql.SQL("INSERT INTO {}.meta VALUES (1, %s)").format(s), (SCHEMA_VERSION,))
         elif found < SCHEMA_VERSION:

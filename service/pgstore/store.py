@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -51,6 +52,8 @@ class StoreEvents:
     def catalogue(self, feed: str) -> None: ...
 
     def lease(self, feed: str) -> None: ...
+
+    def backfill(self, feed: str) -> None: ...
 
 
 class PgStore:
@@ -145,9 +148,10 @@ class PgStore:
         with self._pool.connection() as conn:
             return leases.acquire(conn, self.schema, feed, self.replica_id, ttl)
 
-    def renew(self, feed: str, epoch: int, ttl: float) -> Lease | None:
+    def renew(self, feed: str, epoch: int, ttl: float,
+              stats: dict[str, Any] | None = None) -> Lease | None:
         with self._pool.connection() as conn:
-            return leases.renew(conn, self.schema, feed, self.replica_id, epoch, ttl)
+            return leases.renew(conn, self.schema, feed, self.replica_id, epoch, ttl, stats)
 
     def release(self, feed: str, epoch: int) -> None:
         with self._pool.connection() as conn:
@@ -220,3 +224,5 @@ def _dispatch(payload: str, events: StoreEvents) -> None:
         events.catalogue(rest)
     elif kind == "l":
         events.lease(rest)
+    elif kind == "b":
+        events.backfill(rest)

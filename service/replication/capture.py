@@ -14,20 +14,19 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import psycopg
 
 from service.assembler.model import StoredTransaction
 from service.assembler.transactions import TransactionAssembler
-from service.backfill.window import WindowTracker
 from service.changelog.base import ChangeLog, LeaseLost, StoreUnavailable
 from service.changelog.spill_files import FileSpillStore
 from service.dsn import scrub
 from service.errors import PgfeedError, SourceError
-from service.feeds.model import FeedSpec
-from service.feeds.notify import HeadNotifier
 from service.replication import protocol, slots
 from service.replication.commands import max_proto_version, streaming_mode
+from service.replication.connect import connect
 from service.replication.stream import ReplicationStream
 from service.replication.writer import LogWriter
 
@@ -39,6 +38,9 @@ FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sende
 # commits a second cost both this loop and the walsender CPU, and moved the slot no sooner.
 ADVANCE_INTERVAL = 0.01
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# A failover feed waits for a standby's promotion: it retries at least this often, so it resumes
+# within seconds of the promotion however long that took.
+FAILOVER_BACKOFF_MAX = 5.0
 # In-memory buffers of open transactions before the largest spills to disk; a spilled transaction
 # goes to the change log piece by piece, so this bounds capture's memory whatever the size of a
 # transaction (a 1M-row one: bench/RESULTS.md, Capture).
@@ -46,13 +48,51 @@ ASSEMBLER_MEMORY = 16 << 20
 # Batches up to this size are appended on the capture thread when the writer thread is idle (live
 # commits: no hand-over on their way to subscribers); bigger ones overlap with receiving.
 INLINE_APPEND_BYTES = 256 << 10
+HOLDING_POLL = 0.002  # seconds a read waits while backfill chunks wait for the writer to be idle
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureConfig:
+    """What capture needs to know of a feed: its source, slot and publication, and how to stream.
+    (The feed layer builds it from its ``FeedSpec``: capture knows nothing of feeds.)"""
+
+    name: str
+    dsn: str
+    slot: str
+    publication: str
+    streaming: bool = True
+    messages: bool = True
+    two_phase: bool = False
+    heartbeat_seconds: float = 10.0
+    failover: bool = False  # a failover slot: retry at least every FAILOVER_BACKOFF_MAX seconds
+
+
+Batch = list[StoredTransaction]
+
+
+class BatchHook(Protocol):
+    """What capture asks of the feed's batch hook (the feed's backfill ``WindowTracker``,
+    service/backfill/window.py): ``process`` sees every assembled batch, in commit order, before
+    it is written (watermarks become chunks, held for later); while ``holding``, capture reads
+    its stream often and, whenever the log's writer is idle, appends what ``release`` hands back
+    (positioned after everything passed on so far); ``restart`` begins a session."""
+
+    @property
+    def holding(self) -> bool: ...
+
+    def process(self, batch: Batch) -> Batch: ...
+
+    def release(self) -> Batch: ...
+
+    def restart(self) -> None: ...
+CaptureState = Literal["starting", "running", "paused", "failed"]  # a subset of feeds' FeedState
 
 
 @dataclass
 class CaptureStats:
     """Live counters of one feed's capture, written by its thread, read by status calls."""
 
-    state: str = "starting"
+    state: CaptureState = "starting"
     last_error: str | None = None
     changes: int = 0
     bytes: int = 0
@@ -86,6 +126,15 @@ class CaptureStats:
     def last_commit_unix(self) -> float:
         return PG_EPOCH_UNIX + self.last_commit_ts / 1e6
 
+    def report(self, replica: str) -> dict[str, Any]:
+        """These counters as JSON for a shared store, where replicas that do not capture the
+        feed read them (``feeds.leadership.merge_report``)."""
+        return {"replica": replica, "at": time.time(), "state": self.state,
+                "changes_per_second": round(self.rate(), 1), "changes_captured": self.changes,
+                "bytes_captured": self.bytes, "last_error": self.last_error,
+                "proto_version": self.proto_version, "streaming_in_use": self.streaming_in_use,
+                "last_commit_unix": self.last_commit_unix() if self.last_commit_ts else None}
+
 
 class Capture:
     """Captures one feed until its stop event is set; reconnects with backoff on source errors.
@@ -94,18 +143,20 @@ class Capture:
     slot stays at the last durable position, so nothing is lost and an operator can resume.
     """
 
-    def __init__(self, spec: FeedSpec, changelog: ChangeLog, notifier: HeadNotifier,
-                 stats: CaptureStats, *, spill_dir: Path, batch_messages: int = 20_000,
-                 before_start: Callable[[], None] | None = None,
-                 tracker: WindowTracker | None = None) -> None:
-        """``before_start`` runs before each START_REPLICATION (a shared store's leader checks
-        its lease there and frees the slot from a previous leader's walsender)."""
-        self.spec = spec
-        # Backfill watermarks: their units become chunks' read transactions (or go), and while a
-        # backfill runs the keys of every transaction are noted (service/backfill/window.py).
-        self.tracker = tracker or WindowTracker()
+    def __init__(self, config: CaptureConfig, changelog: ChangeLog, stats: CaptureStats, *,
+                 spill_dir: Path, on_durable: Callable[[int], None] | None = None,
+                 batch_messages: int = 20_000, before_start: Callable[[], None] | None = None,
+                 hook: BatchHook | None = None) -> None:
+        """``on_durable(head)`` runs once the change log holds every commit up to ``head`` (on the
+        writer's or the capture thread; the feed layer wakes its readers there).
+        ``before_start`` runs before each START_REPLICATION (a shared store's leader checks its
+        lease there and frees the slot from a previous leader's walsender). ``hook`` sees every
+        assembled batch, in commit order, before it is written, and hands back units it held
+        when the writer is idle (``BatchHook``)."""
+        self.config = config
+        self.hook = hook
         self.changelog = changelog
-        self.notifier = notifier
+        self.on_durable = on_durable
         self.stats = stats
         self.spill_dir = spill_dir
         self.batch_messages = batch_messages
@@ -120,46 +171,48 @@ class Capture:
             except LeaseLost as exc:  # another replica leads this feed now: stand by
                 self.stats.state = "starting"
                 self.stats.last_error = None
-                log.warning("feed %s: %s; capture stops here", self.spec.name, exc)
+                log.warning("feed %s: %s; capture stops here", self.config.name, exc)
                 return
             except (SourceError, StoreUnavailable) as exc:
                 self.stats.state = "starting"
-                self.stats.last_error = scrub(str(exc), self.spec.dsn)
+                self.stats.last_error = scrub(str(exc), self.config.dsn)
                 self.stats.reconnects += 1
                 delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
+                if self.config.failover:
+                    delay = min(delay, FAILOVER_BACKOFF_MAX)
                 attempt += 1
-                log.warning("feed %s: %s; reconnecting in %.1f s", self.spec.name, self.stats.last_error, delay,
-                            extra={"feed": self.spec.name, "event": "reconnect",
+                log.warning("feed %s: %s; reconnecting in %.1f s", self.config.name, self.stats.last_error, delay,
+                            extra={"feed": self.config.name, "event": "reconnect",
                                    "reason": self.stats.last_error, "delay": delay})
                 stop.wait(delay)
             except PgfeedError as exc:  # undecodable or inconsistent stream: stop, keep the slot
                 self.stats.state = "failed"
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
-                log.error("feed %s failed: %s", self.spec.name, self.stats.last_error)
+                log.error("feed %s failed: %s", self.config.name, self.stats.last_error)
                 return
             except Exception as exc:  # a bug: fail loudly but keep the service up
                 self.stats.state = "failed"
-                self.stats.last_error = scrub(f"{type(exc).__name__}: {exc}", self.spec.dsn)
-                log.exception("feed %s failed unexpectedly", self.spec.name)
+                self.stats.last_error = scrub(f"{type(exc).__name__}: {exc}", self.config.dsn)
+                log.exception("feed %s failed unexpectedly", self.config.name)
                 return
         if self.stats.state != "failed":
             self.stats.state = "paused"
 
     def _session(self, stop: threading.Event) -> None:
-        spec, options = self.spec, self.spec.options
-        stream = ReplicationStream(spec.dsn)
+        config = self.config
+        stream = ReplicationStream(config.dsn)
         try:
             proto = max_proto_version(stream.server_version)
             self.stats.proto_version = proto
-            streaming = streaming_mode(options.streaming, messages=options.messages,
+            streaming = streaming_mode(config.streaming, messages=config.messages,
                                        proto_version=proto)
             self.stats.streaming_in_use = streaming != "off"
             if self.before_start is not None:
                 self.before_start()
             start_lsn = self.changelog.confirmed_lsn()
-            stream.start(spec.slot_name, start_lsn, proto_version=proto,
-                         publications=[spec.publication_name], streaming=streaming,
-                         messages=options.messages, two_phase=options.two_phase and proto >= 3)
+            stream.start(config.slot, start_lsn, proto_version=proto,
+                         publications=[config.publication], streaming=streaming,
+                         messages=config.messages, two_phase=config.two_phase and proto >= 3)
             self.stats.state = "running"
             self.stats.last_error = None
             self._loop(stream, stop)
@@ -170,16 +223,20 @@ class Capture:
         assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir),
                                          memory_limit=ASSEMBLER_MEMORY)
         feed_batch = assembler.feed_batch
-        process = self.tracker.process
-        writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.spec.name}",
+        hook = self.hook or _NO_HOOK
+        hook.restart()
+        process = hook.process
+        writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.config.name}",
                            inline_bytes=INLINE_APPEND_BYTES)
         submitted = received = writer.durable_lsn  # highest position handed to the writer
         reported = -1  # flush position last sent to PostgreSQL
         last_feedback = 0.0
-        heartbeat = _Heartbeat(self.spec)
+        heartbeat = _Heartbeat(self.config)
         try:
             while not stop.is_set():
-                frames, keepalives = stream.read_batch(self.batch_messages, timeout=0.2)
+                # held backfill chunks go to the writer as soon as it is idle: look often
+                frames, keepalives = stream.read_batch(
+                    self.batch_messages, timeout=HOLDING_POLL if hook.holding else 0.2)
                 stored = process(feed_batch(frames))
                 if frames:
                     received = max(received, frames[-1][0])
@@ -194,11 +251,18 @@ class Capture:
                 hold = assembler.hold_lsn
                 if hold is not None:
                     target = min(target, hold - 1)
+                # Backfill chunks judged and held: positioned after `stored`, appended in the gap
+                # a live commit does not need the writer (service/backfill/window.py).
+                pieces = hook.release() if hook.holding and writer.idle else []
                 if stored or target > submitted:
                     # The writer stores the batch (fsync'd) before it records `target`: only then
                     # does durable_lsn, the one position ever reported as flushed, move.
                     writer.submit(stored, target)
                     submitted = max(submitted, target)
+                if pieces:
+                    # not flushed by itself: lost on a power failure, a piece is read again
+                    # (its progress goes with it), and the next live commit's flush covers it
+                    writer.submit(pieces, submitted, background=True, sync=False)
                 writer.raise_if_failed()
                 durable = writer.durable_lsn
                 now = time.monotonic()
@@ -218,11 +282,28 @@ class Capture:
 
     def _durable(self, stored: Sequence[StoredTransaction]) -> None:
         """Once ``stored`` is durable (on the writer's or the capture thread): counters, and wake the
-        readers. The new head is the batch's last commit (batches come in commit order; replays
-        the log skipped do not move the notifier), so no read of the log is needed."""
+        readers (``on_durable``). The new head is the batch's last commit (batches come in commit
+        order; replays the log skipped do not move it), so no read of the log is needed."""
         self.stats.last_commit_ts = stored[-1].commit_ts or self.stats.last_commit_ts
         self.stats.count(sum(t.change_count for t in stored), sum(len(t.payload) for t in stored))
-        self.notifier.publish(stored[-1].commit_lsn)
+        if self.on_durable is not None:
+            self.on_durable(stored[-1].commit_lsn)
+
+
+class _NoHook:
+    holding = False
+
+    def process(self, batch: Batch) -> Batch:
+        return batch
+
+    def release(self) -> Batch:
+        return []
+
+    def restart(self) -> None:
+        return None
+
+
+_NO_HOOK = _NoHook()
 
 
 class _Heartbeat:
@@ -231,9 +312,9 @@ class _Heartbeat:
 
     PREFIX = "pgfeed.heartbeat"
 
-    def __init__(self, spec: FeedSpec) -> None:
-        self.spec = spec
-        self.interval = spec.options.heartbeat_seconds
+    def __init__(self, config: CaptureConfig) -> None:
+        self.config = config
+        self.interval = config.heartbeat_seconds
         self.next_at = time.monotonic() + self.interval
         self.conn: psycopg.Connection | None = None
 
@@ -243,10 +324,10 @@ class _Heartbeat:
         self.next_at = time.monotonic() + self.interval
         try:
             if self.conn is None or self.conn.closed:
-                self.conn = psycopg.connect(self.spec.dsn, autocommit=True, connect_timeout=5)
+                self.conn = connect(self.config.dsn, "pgfeed-heartbeat")
             slots.emit_heartbeat(self.conn, self.PREFIX)
-        except psycopg.Error as exc:  # the stream will notice a dead source on its own
-            log.info("feed %s: heartbeat failed: %s", self.spec.name, scrub(str(exc).strip(), self.spec.dsn))
+        except (psycopg.Error, SourceError) as exc:  # the stream will notice a dead source on its own
+            log.info("feed %s: heartbeat failed: %s", self.config.name, scrub(str(exc).strip(), self.config.dsn))
             self.close()
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from service.replication import session
 from service.replication.session import STREAMING_MODES, max_proto_version, streaming_mode
 
 __all__ = [
+    "FAILOVER_SERVER",
     "OLDEST_SERVER",
     "STREAMING_MODES",
     "ReplicationLiteral",
@@ -59,9 +60,11 @@ class ReplicationLiteral(sql.Composable):
 # The oldest PostgreSQL pgfeed captures from (server_version_num): 14 brought pgoutput v2
 # (streaming, logical messages), which the feed options rely on. The suite tests 14, 15 and 18.
 OLDEST_SERVER = 140000
+# Slots synchronized to standbys (``FAILOVER``, ``sync_replication_slots``) came with 17.
+FAILOVER_SERVER = 170000
 
 
-def source_refusal(server_version: int, *, two_phase: bool) -> str | None:
+def source_refusal(server_version: int, *, two_phase: bool, failover: bool = False) -> str | None:
     """Why a source cannot carry a feed with these options (None: it can). Asked at feed creation,
     before anything is created on the source."""
     release = f"{server_version // 10000}.{server_version % 10000}"
@@ -70,6 +73,9 @@ def source_refusal(server_version: int, *, two_phase: bool) -> str | None:
                 f"{OLDEST_SERVER // 10000} or later")
     if two_phase and max_proto_version(server_version) < 3:
         return f"two_phase needs PostgreSQL 15 or later; the source runs PostgreSQL {release}"
+    if failover and server_version < FAILOVER_SERVER:
+        return (f"failover needs PostgreSQL 17 or later (slots synchronized to standbys); the "
+                f"source runs PostgreSQL {release}")
     return None
 
 
@@ -100,14 +106,17 @@ def start_replication(slot: str, start_lsn: int, *, proto_version: int,
 
 
 def create_replication_slot(slot: str, *, snapshot: str = "nothing", two_phase: bool = False,
-                            server_version: int = 150000) -> sql.Composed:
-    """``CREATE_REPLICATION_SLOT "slot" LOGICAL pgoutput (SNAPSHOT '...'[, TWO_PHASE])``.
+                            failover: bool = False, server_version: int = 150000) -> sql.Composed:
+    """``CREATE_REPLICATION_SLOT "slot" LOGICAL pgoutput (SNAPSHOT '...'[, TWO_PHASE][, FAILOVER])``.
 
     ``snapshot``: ``"export"`` (the slot's consistent snapshot is exported for
     ``SET TRANSACTION SNAPSHOT`` while the creating connection stays idle) or ``"nothing"``.
     PostgreSQL 14 only knows the older spelling (``EXPORT_SNAPSHOT``/``NOEXPORT_SNAPSHOT``) and no
-    two-phase slots.
+    two-phase slots; ``FAILOVER`` (a slot standbys with ``sync_replication_slots`` keep a copy of)
+    needs PostgreSQL 17.
     """
+    if failover and server_version < FAILOVER_SERVER:
+        raise ValueError("failover slots need PostgreSQL 17 or later")
     if snapshot not in ("export", "nothing"):
         raise ValueError(f"snapshot must be 'export' or 'nothing', got {snapshot!r}")
     head = sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput").format(sql.Identifier(slot))
@@ -119,4 +128,6 @@ def create_replication_slot(slot: str, *, snapshot: str = "nothing", two_phase: 
     options: list[sql.Composable] = [sql.SQL("SNAPSHOT {}").format(ReplicationLiteral(snapshot))]
     if two_phase:
         options.append(sql.SQL("TWO_PHASE"))
+    if failover:
+        options.append(sql.SQL("FAILOVER"))
     return sql.SQL("{} ({})").format(head, sql.SQL(", ").join(options))

@@ -15,7 +15,6 @@ from service.pgoutput._wire import Layout, show_byte
 __all__ = [
     "KEEPALIVE",
     "PG_EPOCH_UNIX",
-    "STATUS_UPDATE",
     "XLOG_DATA",
     "XLOG_HEADER",
     "Keepalive",
@@ -31,7 +30,6 @@ __all__ = [
 
 XLOG_DATA = 0x77  # 'w'
 KEEPALIVE = 0x6B  # 'k'
-STATUS_UPDATE = 0x72  # 'r'
 PG_EPOCH_UNIX = 946_684_800  # 2000-01-01 00:00:00 UTC in Unix seconds
 _MAX_U64 = (1 << 64) - 1
 

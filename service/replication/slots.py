@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -15,18 +16,51 @@ from psycopg import sql
 
 from clients._cursor import parse_lsn
 from service.errors import SourceError
+from service.replication.commands import FAILOVER_SERVER
 
 __all__ = [
     "drop_publication",
     "drop_slot",
     "emit_heartbeat",
     "ensure_publication",
+    "failover_info",
     "publication_exists",
     "set_publication_tables",
     "slot_exists",
     "slot_info",
     "split_table_name",
 ]
+
+@dataclass(frozen=True, slots=True)
+class StandbySlot:
+    """A physical slot named in the source's ``synchronized_standby_slots``: a standby the
+    logical walsender waits for, so a promoted one never lacks what the feed was sent."""
+
+    name: str
+    exists: bool
+    active: bool  # a standby streams from it now
+    restart_lsn: int | None
+    caught_up: bool  # the standby has the WAL up to the feed slot's confirmed position
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFailover:
+    """What the source (PostgreSQL 17+) says about the feed slot's failover readiness.
+
+    ``enabled``: ``pg_replication_slots.failover``. ``synced``: the slot is a standby's
+    synchronized copy (only true when the DSN reached a standby). The primary cannot see whether
+    a standby has copied the slot (``synced`` is a column of the standby's view); what it can
+    show is ``synchronized_standby_slots`` and the state of those physical slots. ``ready``:
+    enabled, at least one standby slot, and every one active and caught up. ``note`` says what
+    is missing when not ready.
+    """
+
+    enabled: bool
+    synced: bool
+    standby_slots: tuple[StandbySlot, ...] = ()
+    ready: bool = False
+    note: str | None = None
+
 
 DROP_WAIT = 5.0  # seconds drop_slot waits for a terminated walsender to let go of its slot
 
@@ -219,6 +253,73 @@ def slot_info(conn: psycopg.Connection, slot: str) -> dict[str, Any] | None:
         "plugin": plugin,
         "two_phase": bool(two),
     }
+
+
+def setting_list(value: str) -> list[str]:
+    """A list setting's names (``a, "B c"``: SplitIdentifierString's syntax, case kept)."""
+    names, i, n = [], 0, len(value)
+    while i < n:
+        while i < n and value[i] in " \t,":
+            i += 1
+        if i >= n:
+            break
+        if value[i] == '"':
+            j, name = i + 1, []
+            while j < n:
+                if value[j] == '"':
+                    if j + 1 < n and value[j + 1] == '"':
+                        name.append('"')
+                        j += 2
+                        continue
+                    break
+                name.append(value[j])
+                j += 1
+            names.append("".join(name))
+            i = j + 1
+        else:
+            j = i
+            while j < n and value[j] not in " \t,":
+                j += 1
+            names.append(value[i:j])
+            i = j
+    return names
+
+
+def failover_info(conn: psycopg.Connection, slot: str) -> SlotFailover | None:
+    """The slot's failover state as this server sees it (None before PostgreSQL 17, or when
+    there is no such slot): its ``failover`` and ``synced`` flags, and on a primary the physical
+    slots of ``synchronized_standby_slots`` the logical walsender waits for."""
+    if conn.info.server_version < FAILOVER_SERVER:
+        return None
+    row = conn.execute("SELECT failover, synced, confirmed_flush_lsn::text, pg_is_in_recovery(), "
+                       "current_setting('synchronized_standby_slots', true) "
+                       "FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    if row is None:
+        return None
+    enabled, synced, confirmed, standby, setting = row
+    names = setting_list(setting or "")
+    states = {name: (bool(active), parse_lsn(lsn) if lsn else None) for name, active, lsn in
+              conn.execute("SELECT slot_name, active, restart_lsn::text FROM pg_replication_slots "
+                           "WHERE slot_type = 'physical' AND slot_name = ANY(%s)", (names,))}
+    confirmed_lsn = parse_lsn(confirmed) if confirmed else 0
+    held = []
+    for name in names:
+        active, lsn = states.get(name, (False, None))
+        held.append(StandbySlot(name, name in states, active, lsn,
+                                lsn is not None and lsn >= confirmed_lsn))
+    note = None
+    if not enabled:
+        note = "the slot was not created with FAILOVER: standbys do not synchronize it"
+    elif standby:
+        note = None if synced else "the source is a standby and this slot is not a synchronized copy"
+    elif not held:
+        note = ("synchronized_standby_slots is empty on the source: the feed may be sent changes a "
+                "standby lacks, which a failover to it would lose")
+    else:
+        missing = [s.name for s in held if not (s.exists and s.active and s.caught_up)]
+        if missing:
+            note = ("standby slot(s) missing, inactive or behind the feed: " + ", ".join(missing))
+    return SlotFailover(bool(enabled), bool(synced), tuple(held), note is None and bool(enabled), note)
 
 
 def emit_heartbeat(conn: psycopg.Connection, prefix: str) -> int:

@@ -18,18 +18,17 @@ from typing import Any, NoReturn, Self
 
 import psycopg
 from psycopg import pq, sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from clients._cursor import parse_lsn
 from service.dsn import scrub
 from service.errors import SourceError
-from service.replication import commands, protocol, session
+from service.replication import commands, protocol
+from service.replication.connect import connect, one_line
 
 __all__ = ["ReplicationStream", "create_slot", "exported_slot"]
 
 log = logging.getLogger("pgfeed.replication")
 
-CONNECT_TIMEOUT = 10  # seconds, unless the DSN says otherwise
 WRITE_TIMEOUT = 30.0  # seconds a status update may wait for a writable socket
 CLOSE_TIMEOUT = 5.0  # seconds close() waits for the server to end the copy cleanly
 
@@ -56,32 +55,8 @@ def _wait(fd: int, timeout: float, *, write: bool = False) -> int:
     return ready[0][1] if ready else 0
 
 
-def _one_line(text: str) -> str:
-    """libpq messages span lines (``\\n\\tThis probably means...``): one line for logs and status."""
-    return " ".join(text.split())
-
-
-def _conninfo(dsn: str) -> str:
-    """The DSN plus replication=database, the session's pinned settings (``session.SETTINGS``),
-    defaults for timeout and name."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.Error as exc:
-        raise SourceError(f"invalid source DSN: {_one_line(scrub(str(exc), dsn))}") from None
-    options = session.connection_options(str(params["options"]) if params.get("options") else None)
-    extra: dict[str, str | int] = {"replication": "database", "options": options}
-    if "connect_timeout" not in params:
-        extra["connect_timeout"] = CONNECT_TIMEOUT
-    if "application_name" not in params:
-        extra["application_name"] = "pgfeed"
-    return make_conninfo(dsn, **extra)
-
-
 def _connect(dsn: str) -> psycopg.Connection:
-    try:
-        return psycopg.connect(_conninfo(dsn), autocommit=True)
-    except psycopg.Error as exc:
-        raise SourceError(f"cannot open a replication connection: {_one_line(scrub(str(exc), dsn))}") from None
+    return connect(dsn, replication=True)
 
 
 class ReplicationStream:
@@ -219,12 +194,12 @@ class ReplicationStream:
                 res = pg.get_result()
                 if res is None:
                     break
-                message = _one_line(scrub(res.error_message.decode("utf-8", "replace"), self._dsn))
+                message = one_line(scrub(res.error_message.decode("utf-8", "replace"), self._dsn))
                 if message:
                     reason = f"{reason}: {message}"
                     break
             if pg.status != _CONN_OK:
-                err = _one_line(scrub(pg.error_message.decode("utf-8", "replace"), self._dsn))
+                err = one_line(scrub(pg.error_message.decode("utf-8", "replace"), self._dsn))
                 if err and err not in reason:
                     reason = f"{reason}: {err}"
         raise SourceError(scrub(reason, self._dsn))
@@ -270,7 +245,7 @@ class ReplicationStream:
             if self._streaming and pg is not None and pg.status == _CONN_OK:
                 self._end_copy(pg)
         except Exception as exc:  # noqa: BLE001 - the connection is going away regardless
-            log.debug("replication stream did not end cleanly: %s", _one_line(scrub(str(exc), self._dsn)))
+            log.debug("replication stream did not end cleanly: %s", one_line(scrub(str(exc), self._dsn)))
         finally:
             self._streaming = False
             conn.close()
@@ -309,7 +284,7 @@ class ReplicationStream:
         return self._conn
 
     def _error(self, what: str, exc: BaseException) -> SourceError:
-        return SourceError(f"{what}: {_one_line(scrub(str(exc), self._dsn))}")
+        return SourceError(f"{what}: {one_line(scrub(str(exc), self._dsn))}")
 
     def __enter__(self) -> Self:
         return self
@@ -318,8 +293,8 @@ class ReplicationStream:
         self.close()
 
 
-def create_slot(dsn: str, slot: str, *, snapshot: str = "nothing",
-                two_phase: bool = False) -> tuple[int, str | None]:
+def create_slot(dsn: str, slot: str, *, snapshot: str = "nothing", two_phase: bool = False,
+                failover: bool = False) -> tuple[int, str | None]:
     """Create a pgoutput logical slot; return (consistent point LSN, exported snapshot name).
 
     The connection is closed on return, so with ``snapshot="export"`` the returned snapshot name
@@ -327,7 +302,8 @@ def create_slot(dsn: str, slot: str, *, snapshot: str = "nothing",
     the slot's consistent snapshot, use ``exported_slot`` instead. Blocks until transactions
     running on the source have ended (the slot needs a consistent point).
     """
-    with _created_slot(dsn, slot, snapshot=snapshot, two_phase=two_phase) as created:
+    with _created_slot(dsn, slot, snapshot=snapshot, two_phase=two_phase,
+                       failover=failover) as created:
         return created
 
 
@@ -354,17 +330,18 @@ def exported_slot(dsn: str, slot: str, *, two_phase: bool = False) -> Iterator[t
 
 
 @contextlib.contextmanager
-def _created_slot(dsn: str, slot: str, *, snapshot: str,
-                  two_phase: bool) -> Iterator[tuple[int, str | None]]:
+def _created_slot(dsn: str, slot: str, *, snapshot: str, two_phase: bool,
+                  failover: bool = False) -> Iterator[tuple[int, str | None]]:
     conn = _connect(dsn)
     try:
         cmd = commands.create_replication_slot(slot, snapshot=snapshot, two_phase=two_phase,
+                                               failover=failover,
                                                server_version=conn.info.server_version)
         try:
             row = conn.execute(cmd).fetchone()
         except psycopg.Error as exc:
             raise SourceError(f"cannot create replication slot {slot!r}: "
-                              f"{_one_line(scrub(str(exc), dsn))}") from None
+                              f"{one_line(scrub(str(exc), dsn))}") from None
         if row is None:
             raise SourceError(f"CREATE_REPLICATION_SLOT {slot!r} returned no row")
         yield parse_lsn(row[1]), row[2]

@@ -20,7 +20,7 @@ from service.changelog.base import ChangeLog
 
 __all__ = ["LogWriter"]
 
-_Batch = tuple[Sequence[StoredTransaction], int]
+_Batch = tuple[Sequence[StoredTransaction], int, bool]  # transactions, confirmed_lsn, sync
 
 
 class LogWriter:
@@ -51,20 +51,29 @@ class LogWriter:
         """The highest position whose transactions are all durable in the change log."""
         return self._durable
 
-    def submit(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int) -> None:
+    @property
+    def idle(self) -> bool:
+        """Nothing submitted is waiting or being stored (by the thread)."""
+        return self._queued == self._stored
+
+    def submit(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int, *,
+               background: bool = False, sync: bool = True) -> None:
         """Queue ``transactions`` (possibly none) to be stored and ``confirmed_lsn`` recorded with
-        them; blocks while ``depth`` batches are already waiting."""
+        them; blocks while ``depth`` batches are already waiting. ``background``: always on the
+        thread (a backfill's piece: the caller goes on receiving meanwhile). ``sync=False``: the
+        append is not flushed to disk by itself (``ChangeLog.append``) and moves ``durable_lsn``
+        no further; a synced append stored with or after it flushes it."""
         self.raise_if_failed()
         # A small batch while the thread is idle is stored right here: handing it over would cost
         # a thread wake-up (0.3-3 ms at 2,000 commits/s on two busy cores) with nothing to overlap.
         # Order is kept: nothing submitted earlier is still waiting or being stored.
-        if (self._inline_bytes and transactions and self._queued == self._stored
+        if (self._inline_bytes and transactions and not background and self._queued == self._stored
                 and sum(len(t.payload) for t in transactions) <= self._inline_bytes):
             self._store(transactions, confirmed_lsn)
             self.raise_if_failed()
             return
         self._queued += 1
-        self._queue.put((transactions, confirmed_lsn))
+        self._queue.put((transactions, confirmed_lsn, sync))
 
     def raise_if_failed(self) -> None:
         if self._error is not None:
@@ -80,7 +89,7 @@ class LogWriter:
         while (batch := self._queue.get()) is not None:
             if self._error is not None:
                 continue  # keep draining so a blocked submit wakes up; nothing is stored now
-            transactions, confirmed = batch
+            transactions, confirmed, sync = batch
             taken = 1
             # Group commit: whatever queued up during the last fsync goes into this append, so
             # under load one fsync covers many commits and nothing waits behind a queue of them.
@@ -95,20 +104,26 @@ class LogWriter:
                 else:
                     transactions = [*transactions, *more[0]]
                     confirmed = max(confirmed, more[1])
+                    sync = sync or more[2]
                     taken += 1
-            self._store(transactions, confirmed)
+            self._store(transactions, confirmed, sync)
             self._stored += taken
             if stop:
                 break
 
-    def _store(self, transactions: Sequence[StoredTransaction], confirmed: int) -> None:
+    def _store(self, transactions: Sequence[StoredTransaction], confirmed: int,
+               sync: bool = True) -> None:
         try:
             if transactions:
-                self._changelog.append(transactions, confirmed_lsn=confirmed)
+                if sync:
+                    self._changelog.append(transactions, confirmed_lsn=confirmed)
+                else:
+                    self._changelog.append(transactions, confirmed_lsn=confirmed, sync=False)
                 self._on_durable(transactions)
             else:
                 self._changelog.set_confirmed_lsn(confirmed)
         except BaseException as exc:  # noqa: BLE001 - re-raised on the capture thread
             self._error = exc
         else:
-            self._durable = max(self._durable, confirmed)
+            if sync:
+                self._durable = max(self._durable, confirmed)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.backfill.model import BackfillRecord
+from service.changelog.backfills import BackfillRecord
 from service.feeds.model import FeedOptions, FeedSpec
 from service.feeds.supervisor import Supervisor
 from tests.integration.capture_helpers import wait_until

@@ -23,19 +23,13 @@ import httpx
 import psycopg
 import pyarrow as pa
 import pytest
-import schemathesis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
 from pgfeed.v1 import feed_pb2, feed_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
-from schemathesis import GenerationMode
-from schemathesis.core.result import Ok
-from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from clients import Cursor, parse_cursor, parse_lsn
-from service.feeds.model import FeedOptions
-from tests.fixtures.fix_http import OFFLINE_DSN, OfflineService, run_offline
+from tests.fixtures.fix_http import OFFLINE_DSN
+from tests.fixtures.fix_http import error_body as _error
 from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.fixtures.fix_service import FeedFactory, Service, current_lsn, run_service, wait_until
 from tests.fixtures.fix_testdecoding import (
@@ -46,7 +40,6 @@ from tests.fixtures.fix_testdecoding import (
     peek_test_decoding,
     table_info,
 )
-from tests.unit.changelog.txns import txn
 
 pg = pytest.mark.pg
 
@@ -170,18 +163,6 @@ def _units(changes: list[dict[str, Any]], tables: dict[str, TableInfo]) -> list[
 
 def _positions(changes: list[dict[str, Any]]) -> list[tuple[int, int]]:
     return [(parse_lsn(c["commit_lsn"]), c["seq"]) for c in changes]
-
-
-def _error(response: httpx.Response, status: int) -> dict[str, Any]:
-    """The contract's error body, with the expected status; returns ``error``."""
-    assert response.status_code == status, (response.status_code, response.text)
-    assert response.headers["content-type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"error"}, body
-    assert isinstance(body["error"]["code"], str) and body["error"]["code"]
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    assert "Traceback" not in response.text and 'File "' not in response.text
-    return body["error"]
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -787,25 +768,6 @@ def test_every_error_is_the_contract_json(captured: Captured) -> None:
         assert client.get(f"/v1/feeds/{feed}").json()["state"] == "running"
 
 
-def test_a_cursor_older_than_retention_is_410_naming_the_oldest_position(tmp_path: Path) -> None:
-    with run_offline(tmp_path / "data", {"shop": FeedOptions()}) as svc:
-        log = svc.supervisor.changelog("shop")
-        log.append([txn(n * 0x1000, 4, schema=n == 1, ts=n) for n in range(1, 11)])
-        log.trim(0x5000, force=True)  # transactions up to 0/4000 are gone; 0/5000 is the oldest
-        with httpx.Client(base_url=svc.url, timeout=30) as client:
-            for path, params in (("changes", {"after": "0/2000"}), ("changes", {"after": "0/4000:2"}),
-                                 ("transactions", {"after": "0/1000"}),
-                                 ("splits", {"from": "0/3FFF"})):
-                error = _error(client.get(f"/v1/feeds/shop/{path}", params=params), 410)
-                assert error["code"] == "cursor_expired" and error["oldest"] == "0/5000"
-                assert "0/5000" in error["message"]
-            # From earliest (or from the trim point itself) is still fine: the oldest kept first.
-            page = client.get("/v1/feeds/shop/changes", params={"after": "earliest"}).json()
-            assert page["changes"][0]["commit_lsn"] == "0/5000" and len(page["changes"]) == 24
-            assert client.get("/v1/feeds/shop/changes", params={"after": "0/4000"}).json()["changes"] == \
-                page["changes"]
-
-
 # -- tokens -----------------------------------------------------------------------------------------
 
 READ, ADMIN = "read-token-http-1", "admin-token-http-1"
@@ -950,71 +912,3 @@ def test_health_readiness_and_metrics(captured: Captured) -> None:
     assert after[("pgfeed_feed_confirmed_lsn", frozenset({("feed", feed)}))] >= head
     assert after[("pgfeed_log_changes", frozenset({("feed", feed)}))] == len(everything)
     assert after[("pgfeed_feed_state", frozenset({("feed", feed), ("state", "running")}))] == 1
-
-
-# -- schemathesis -----------------------------------------------------------------------------------
-
-# Examples per operation: positive, negative, and positive on a feed that exists.
-EXAMPLES = {"positive": 15, "negative": 10, "existing": 15}
-
-
-@pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflineService]:
-    with run_offline(tmp_path_factory.mktemp("fuzz"), {"shop": FeedOptions(), "quiet": FeedOptions(toast="omit")},
-                     read_tokens=[READ], admin_tokens=[ADMIN]) as svc:
-        log = svc.supervisor.changelog("shop")
-        log.append([txn(n * 0x1000, 1 + n % 5, schema=n == 1, ts=n) for n in range(1, 31)])
-        log.trim(0x3000, force=True)  # so some generated cursors are older than retention
-        yield svc
-
-
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(fuzzed: OfflineService) -> None:
-    """Every operation of /openapi.json, positive and negative cases: no 5xx, every answer
-    matches the document (status, content type, headers, body schema), invalid requests are
-    refused. Operations on one feed also run against a feed that exists, so paging code runs
-    with generated cursors, filters and limits, not only 404s."""
-    schema = schemathesis.openapi.from_url(f"{fuzzed.url}/openapi.json")
-    headers = {"Authorization": f"Bearer {ADMIN}"}
-    ran: list[str] = []
-    started = time.monotonic()
-    for result in schema.get_all_operations():
-        assert isinstance(result, Ok), result.err()
-        operation = result.ok()
-        label = f"{operation.method.upper()} {operation.path}"
-        mutating = operation.method.upper() != "GET"
-        runs: list[tuple[GenerationMode, dict[str, str] | None]] = [
-            (GenerationMode.POSITIVE, None), (GenerationMode.NEGATIVE, None)]
-        if "{feed}" in operation.path:  # on a feed that exists; changes only to the spare one
-            runs.append((GenerationMode.POSITIVE, {"feed": "quiet" if mutating else "shop"}))
-        for mode, path_parameters in runs:
-            @given(case=operation.as_strategy(mode, path_parameters=path_parameters))
-            @settings(max_examples=EXAMPLES["existing" if path_parameters else mode.value],
-                      deadline=None, database=None, derandomize=True,
-                      suppress_health_check=list(HealthCheck))
-            def check(case: Any) -> None:
-                query = case.query if isinstance(case.query, dict) else {}
-                wait = query.get("wait")
-                if isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 <= wait <= 60:
-                    query["wait"] = 0  # long-polls on an idle feed would only slow the run
-                if isinstance(case.body, dict) and isinstance(case.body.get("dsn"), str):
-                    case.body["dsn"] = OFFLINE_DSN  # never connect where a generated DSN points
-                response = case.call(base_url=fuzzed.url, headers=headers, timeout=30)
-                assert response.status_code < 500, (f"{case.method} {case.formatted_path} "
-                                                    f"{case.query} -> {response.status_code}: "
-                                                    f"{response.text[:500]}")
-                # Every check but "valid data is accepted": schema-valid requests may still be
-                # refused by rules a schema cannot state (a range that ends before it starts,
-                # a cursor past the head, an expired one, a source that refuses a feed).
-                case.validate_response(response, headers=headers,
-                                       excluded_checks=[positive_data_acceptance])
-
-            try:
-                check()
-            except Unsatisfiable:
-                # Nothing can be invalid about a request without parameters or body (/healthz).
-                assert mode is GenerationMode.NEGATIVE and not operation.path.startswith("/v1/")
-        ran.append(label)
-    assert {"GET /v1/feeds/{feed}/changes", "GET /v1/feeds/{feed}/transactions", "POST /v1/feeds",
-            "PUT /v1/feeds/{feed}/consumers/{name}", "GET /v1/feeds/{feed}/splits",
-            "DELETE /v1/feeds/{feed}"} <= set(ran)
-    assert time.monotonic() - started < 90

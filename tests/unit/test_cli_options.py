@@ -10,7 +10,7 @@ from service.http_api.schemas import FeedOptionsIn
 
 ALL = ["--toast", "reselect", "--snapshot", "export", "--no-messages", "--two-phase", "--no-streaming",
        "--no-partition-root", "--heartbeat-seconds", "0.5", "--retention-hours", "none",
-       "--retention-bytes", "1000", "--retention-consumer-max-idle-hours", "null"]
+       "--retention-bytes", "1000", "--retention-consumer-max-idle-hours", "null", "--failover"]
 
 
 def _body(*flags: str) -> dict[str, object]:
@@ -25,7 +25,8 @@ def test_every_api_option_has_a_flag_and_round_trips() -> None:
     assert FeedOptionsIn.model_validate(body).model_dump() == body == {
         "toast": "reselect", "snapshot": "export", "messages": False, "two_phase": True,
         "streaming": False, "partition_root": False, "heartbeat_seconds": 0.5,
-        "retention": {"hours": None, "bytes": 1000, "consumer_max_idle_hours": None}}
+        "retention": {"hours": None, "bytes": 1000, "consumer_max_idle_hours": None},
+        "failover": True}
 
 
 def test_flags_left_out_leave_the_server_defaults() -> None:

@@ -111,3 +111,171 @@ def test_serving_starts_without_pyarrow() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# -- layering --------------------------------------------------------------------------------------
+# Who may import whom, bottom floor first: a module imports only from its own unit or from units on
+# lower floors, so dependencies run one way (capture never reaches up into the feeds that drive it;
+# a change log never into the backfills it stores). Units are ``service.<name>`` (a subpackage or a
+# top-level module), ``service`` (its __init__), ``clients`` and ``spark_connector``. A new module
+# must be given a floor here (test_every_unit_has_a_floor).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("clients",),
+    ("spark_connector", "service", "service.errors", "service.dsn", "service.config", "service.logs",
+     "service.tls", "service.localpg"),
+    ("service.access", "service.pgoutput"),
+    ("service.assembler",),
+    ("service.encoding", "service.changelog"),
+    ("service.replication",),
+    ("service.backfill", "service.peek"),
+    ("service.feeds",),
+    ("service.pgstore", "service.metrics"),
+    ("service.grpc_api", "service.http_api"),
+    ("service.cli_options", "service.runtime", "service.tail_cli"),
+    ("service.demo",),
+    ("service.cli",),
+    ("service.__main__",),
+)
+FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
+# Import cycles between files that another change breaks (issue 16: the assembler's framing helpers
+# leave its model module); none may be added.
+KNOWN_CYCLES = [["service/assembler/model.py", "service/assembler/spill.py"]]
+
+
+def _source_files() -> list[Path]:
+    return sorted(p for top in ("service", "clients", "spark_connector") for p in (ROOT / top).rglob("*.py"))
+
+
+def _unit(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts[0] != "service":
+        return parts[0]
+    if len(parts) == 2 and parts[1] == "__init__":
+        return "service"
+    return f"service.{parts[1]}"
+
+
+def _targets(path: Path) -> set[Path]:
+    """The first-party files ``path`` imports: ``from pkg import mod`` is an import of ``pkg/mod.py``
+    (a package's __init__ runs for any of its modules, so it is not an edge of its own then)."""
+    names = _imports(path)
+    found = set()
+    for name in names:
+        target = _first_party_file(name)
+        if target is None or target == path:
+            continue
+        if target.name == "__init__.py" and any(
+                other.startswith(name + ".") and _first_party_file(other) not in (None, target)
+                for other in names) and not _names_a_definition(path, name):
+            continue
+        found.add(target)
+    return found
+
+
+def _names_a_definition(path: Path, package: str) -> bool:
+    """Whether ``path`` takes from ``package`` a name that is not one of its modules."""
+    tree = ast.parse(path.read_text())
+    here = ".".join(path.relative_to(ROOT).parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                base = here.split(".")[:len(here.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            if mod == package and any(_first_party_file(f"{mod}.{a.name}") is None for a in node.names):
+                return True
+    return False
+
+
+def _upward(unit: str, other: str) -> bool:
+    """Whether an import from ``unit`` into ``other`` breaks the floors (up, or sideways)."""
+    return other != unit and FLOOR[other] >= FLOOR[unit]
+
+
+def _layer_violations() -> list[str]:
+    found = []
+    for path in _source_files():
+        unit = _unit(path)
+        for target in _targets(path):
+            other = _unit(target)
+            if _upward(unit, other):
+                found.append(f"{path.relative_to(ROOT)} (floor {FLOOR[unit]}) imports "
+                             f"{target.relative_to(ROOT)} (floor {FLOOR[other]})")
+    return found
+
+
+def _cycles(graph: dict[Path, set[Path]] | None = None) -> list[list[str]]:
+    """Strongly connected groups of two or more files (Tarjan's algorithm, iterative)."""
+    if graph is None:
+        graph = {p: _targets(p) for p in _source_files()}
+    index: dict[Path, int] = {}
+    low: dict[Path, int] = {}
+    stack: list[Path] = []
+    on_stack: set[Path] = set()
+    groups = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(str(member.relative_to(ROOT)))
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return sorted(groups)
+
+
+def test_every_unit_has_a_floor() -> None:
+    assert sorted({_unit(p) for p in _source_files()} - set(FLOOR)) == []
+
+
+def test_imports_run_down_the_floors() -> None:
+    assert _layer_violations() == []
+
+
+def test_no_import_cycles() -> None:
+    assert [c for c in _cycles() if c not in KNOWN_CYCLES] == []
+
+
+def test_layer_checker_sees_a_cycle_and_an_upward_import(tmp_path: Path) -> None:
+    """The checkers above fail on what they guard against: an import up the floors, a loop."""
+    assert FLOOR["service.replication"] < FLOOR["service.feeds"]  # capture sits below the feeds
+    assert FLOOR["service.changelog"] < FLOOR["service.backfill"]
+    assert _upward("service.replication", "service.feeds")  # capture reaching into feeds
+    assert _upward("service.changelog", "service.encoding")  # same floor, another unit
+    assert not _upward("service.feeds", "service.replication")
+    assert not _upward("service.feeds", "service.feeds")
+    capture = ROOT / "service/replication/capture.py"
+    assert _unit(capture) == "service.replication" and _unit(ROOT / "service/__init__.py") == "service"
+    assert ROOT / "service/feeds/model.py" not in _targets(capture)
+    assert ROOT / "service/replication/stream.py" in _targets(capture)
+    sync = ROOT / "clients/_http_sync.py"  # `from clients import _http_base`: the module, not __init__
+    assert ROOT / "clients/_http_base.py" in _targets(sync)
+    assert ROOT / "clients/__init__.py" not in _targets(sync)
+    a, b, c, d = (ROOT / f"service/{n}.py" for n in "abcd")
+    assert _cycles({a: {b}, b: {c}, c: {a, d}, d: set()}) == [
+        ["service/a.py", "service/b.py", "service/c.py"]]
+    assert _cycles({a: {b}, b: {c}, c: {d}, d: set()}) == []

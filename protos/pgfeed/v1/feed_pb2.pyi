@@ -179,7 +179,7 @@ class GetFeedRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class Feed(_message.Message):
-    __slots__ = ("name", "state", "slot", "publication", "tables", "all_tables", "source", "confirmed_lsn", "head_lsn", "server_lsn", "lag_bytes", "lag_seconds", "changes_per_second", "changes_captured", "bytes_captured", "last_error", "proto_version", "slot_risk")
+    __slots__ = ("name", "state", "slot", "publication", "tables", "all_tables", "source", "confirmed_lsn", "head_lsn", "server_lsn", "lag_bytes", "lag_seconds", "changes_per_second", "changes_captured", "bytes_captured", "last_error", "proto_version", "slot_risk", "leader", "counters_from", "failover")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
@@ -198,6 +198,9 @@ class Feed(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     PROTO_VERSION_FIELD_NUMBER: _ClassVar[int]
     SLOT_RISK_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FROM_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: str
     slot: str
@@ -216,7 +219,34 @@ class Feed(_message.Message):
     last_error: str
     proto_version: int
     slot_risk: SlotRisk
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., slot: _Optional[str] = ..., publication: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., all_tables: _Optional[bool] = ..., source: _Optional[str] = ..., confirmed_lsn: _Optional[int] = ..., head_lsn: _Optional[int] = ..., server_lsn: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., changes_per_second: _Optional[float] = ..., changes_captured: _Optional[int] = ..., bytes_captured: _Optional[int] = ..., last_error: _Optional[str] = ..., proto_version: _Optional[int] = ..., slot_risk: _Optional[_Union[SlotRisk, _Mapping]] = ...) -> None: ...
+    leader: Leader
+    counters_from: str
+    failover: Failover
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., slot: _Optional[str] = ..., publication: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., all_tables: _Optional[bool] = ..., source: _Optional[str] = ..., confirmed_lsn: _Optional[int] = ..., head_lsn: _Optional[int] = ..., server_lsn: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., changes_per_second: _Optional[float] = ..., changes_captured: _Optional[int] = ..., bytes_captured: _Optional[int] = ..., last_error: _Optional[str] = ..., proto_version: _Optional[int] = ..., slot_risk: _Optional[_Union[SlotRisk, _Mapping]] = ..., leader: _Optional[_Union[Leader, _Mapping]] = ..., counters_from: _Optional[str] = ..., failover: _Optional[_Union[Failover, _Mapping]] = ...) -> None: ...
+
+class Leader(_message.Message):
+    __slots__ = ("replica", "epoch", "since")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    epoch: int
+    since: str
+    def __init__(self, replica: _Optional[str] = ..., epoch: _Optional[int] = ..., since: _Optional[str] = ...) -> None: ...
+
+class Failover(_message.Message):
+    __slots__ = ("enabled", "synced", "ready", "note", "standby_slots")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    SYNCED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    synced: bool
+    ready: bool
+    note: str
+    standby_slots: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, enabled: _Optional[bool] = ..., synced: _Optional[bool] = ..., ready: _Optional[bool] = ..., note: _Optional[str] = ..., standby_slots: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SlotRisk(_message.Message):
     __slots__ = ("wal_status", "safe_wal_size", "retained_bytes")

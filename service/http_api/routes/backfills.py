@@ -8,7 +8,7 @@ from fastapi import APIRouter, status
 from starlette.responses import Response
 
 from service.backfill.manager import BackfillManager
-from service.backfill.model import BackfillRecord
+from service.changelog.backfills import BackfillRecord
 from service.feeds.supervisor import Supervisor
 from service.http_api.deps import AdminScope, SupervisorDep
 from service.http_api.routes.changes import FeedName

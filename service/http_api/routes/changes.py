@@ -33,6 +33,7 @@ MAX_LIMIT = 100_000
 MAX_WAIT = 60.0
 MAX_TRANSACTIONS = 10_000
 MAX_SPLITS = 1000
+CHANGES_PATH = "/v1/feeds/{feed}/changes"  # also answered by http_api.fastpath (caught-up polls)
 
 FeedName = Annotated[str, Path(min_length=1, max_length=200, description="The feed's name")]
 # Cursor parameters document their grammar and length; parse_cursor_param checks both, so that a
@@ -69,7 +70,7 @@ def _answer(out: Answer, metrics: Metrics, feed: str) -> Response:
     return Response(out.body, media_type=out.media_type, headers=out.headers, background=background)
 
 
-@router.get("/{feed}/changes", response_model=ChangesPage | DebeziumChangesPage,
+@router.get(CHANGES_PATH.removeprefix(router.prefix), response_model=ChangesPage | DebeziumChangesPage,
             summary="A page of changes",
             responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
 async def changes(

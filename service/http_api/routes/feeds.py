@@ -21,6 +21,7 @@ from service.http_api.routes.consumers import consumers_of
 from service.http_api.schemas import (
     BackfillOut,
     ErrorBody,
+    FailoverOut,
     FeedCreate,
     FeedList,
     FeedOptionsOut,
@@ -29,7 +30,9 @@ from service.http_api.schemas import (
     LeaderOut,
     LogOut,
     SlotRiskOut,
+    StandbySlotOut,
 )
+from service.replication.slots import SlotFailover
 
 log = logging.getLogger("pgfeed.http")
 
@@ -65,9 +68,22 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         proto_version=status_.proto_version, streaming_in_use=status_.streaming_in_use,
         slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,
                               retained_bytes=risk.retained_bytes),
+        failover=_failover_out(status_.failover), counters_from=status_.counters_from,
+        counters_at=None if status_.counters_at is None else iso_time(status_.counters_at),
         log=log_out, consumers=consumers, backfills=_running_backfills(supervisor, status_.name),
         leader=None if status_.leader is None else LeaderOut(
             replica=status_.leader.replica, epoch=status_.leader.epoch, since=iso_time(status_.leader.since)))
+
+
+def _failover_out(failover: SlotFailover | None) -> FailoverOut | None:
+    if failover is None:
+        return None
+    return FailoverOut(
+        enabled=failover.enabled, synced=failover.synced, ready=failover.ready, note=failover.note,
+        standby_slots=[StandbySlotOut(
+            name=s.name, exists=s.exists, active=s.active, caught_up=s.caught_up,
+            restart_lsn=None if s.restart_lsn is None else format_lsn(s.restart_lsn))
+            for s in failover.standby_slots])
 
 
 def iso_time(unix: float) -> str:
@@ -87,7 +103,7 @@ def _spec(body: FeedCreate) -> FeedSpec:
     options = FeedOptions(toast=o.toast, snapshot=o.snapshot, messages=o.messages,
                           two_phase=o.two_phase, streaming=o.streaming,
                           partition_root=o.partition_root, heartbeat_seconds=o.heartbeat_seconds,
-                          retention=Retention(**o.retention.model_dump()))
+                          retention=Retention(**o.retention.model_dump()), failover=o.failover)
     return FeedSpec(name=body.name, dsn=body.dsn, tables=tuple(t.strip() for t in body.tables),
                     all_tables=body.all_tables, publication=body.publication, slot=body.slot,
                     options=options)

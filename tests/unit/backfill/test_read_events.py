@@ -32,7 +32,7 @@ def chunk_unit():  # type: ignore[no-untyped-def]
     start(tracker)
     tracker.process([watermark("c1", "l", 1000)])
     read(tracker, "c1", (1, 2))
-    (unit,) = tracker.process([watermark("c1", "h", 0x5000_0000)])
+    (unit,) = tracker.process([watermark("c1", "h", 0x5000_0000)]) + tracker.release()
     return unit
 
 

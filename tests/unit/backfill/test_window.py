@@ -59,6 +59,11 @@ def read(tracker: WindowTracker, token: str, ids: tuple[int, ...], xip: tuple[in
                                                             10, 1, False), SCHEMA)
 
 
+def step(tracker: WindowTracker, units: list[StoredTransaction]) -> list[StoredTransaction]:
+    """What capture does with a batch while its writer is idle: pass it on, then release."""
+    return tracker.process(units) + tracker.release()
+
+
 def stored_ids(unit: StoredTransaction) -> list[int]:
     from service.assembler.changes import TransactionDecoder
     from service.assembler.relations import RelationCatalog
@@ -79,27 +84,27 @@ def test_rows_changed_in_the_window_are_left_out_and_the_chunk_sits_at_the_high_
         txn(203, 1300, DeleteMessage(None, REL, ord("K"), TupleData(("4", None)))),
         txn(204, 1350, InsertMessage(None, REL + 1, row(5))),  # another table
     ]
-    out = tracker.process(units)
+    out = step(tracker, units)
     assert [u.commit_lsn for u in out] == [900, 1100, 1200, 1300, 1350]  # the low watermark goes
     read(tracker, "c1", (1, 2, 3, 4, 5, 30))
-    (unit,) = tracker.process([watermark("c1", "h", 2000)])
+    (unit,) = step(tracker, [watermark("c1", "h", 2000)])
     assert (unit.commit_lsn, unit.end_lsn, unit.commit_ts, unit.xid) == (2000, 2008, 5, 0)
     assert unit.origin == "pgfeed.backfill:bf_1" and unit.change_count == 2
     assert stored_ids(unit) == [1, 5]
     assert unit.progress == BackfillProgress("bf_1", 0, '["30"]', 12, 2, False)
     assert chunk.outcome == "stored" and chunk.stored_rows == 2 and chunk.done.is_set()
-    assert not tracker.process([watermark("c1", "h", 3000)])  # a replay: nothing stored twice
+    assert not step(tracker, [watermark("c1", "h", 3000)])  # a replay: nothing stored twice
 
 
 def test_in_progress_transactions_committed_before_the_low_watermark_are_left_out() -> None:
     """FIELD-NOTES: a commit before the low watermark can still be invisible to the snapshot."""
     tracker = WindowTracker()
     start(tracker, floor=150)
-    tracker.process([txn(160, 900, UpdateMessage(None, REL, None, None, row(1, "new"))),
+    step(tracker, [txn(160, 900, UpdateMessage(None, REL, None, None, row(1, "new"))),
                      txn(170, 950, UpdateMessage(None, REL, None, None, row(2, "new"))),
                      watermark("c1", "l", 1000)])
     read(tracker, "c1", (1, 2, 3), xip=(160,))  # 160 was in progress for the snapshot, 170 not
-    (unit,) = tracker.process([watermark("c1", "h", 2000)])
+    (unit,) = step(tracker, [watermark("c1", "h", 2000)])
     assert stored_ids(unit) == [2, 3]
 
 
@@ -109,18 +114,18 @@ def test_a_truncate_or_an_unscannable_transaction_in_the_window_redoes_the_chunk
                                      SpilledPayload(lambda: iter(()), 0, b""))):
         tracker = WindowTracker()
         chunk = start(tracker)
-        tracker.process([watermark("c1", "l", 1000), middle])
+        step(tracker, [watermark("c1", "l", 1000), middle])
         read(tracker, "c1", (1,))
-        assert tracker.process([watermark("c1", "h", 2000)]) == []
+        assert step(tracker, [watermark("c1", "h", 2000)]) == []
         assert chunk.outcome == "redo" and chunk.problem
 
 
 def test_a_truncate_by_an_xip_transaction_before_the_window_redoes_the_chunk() -> None:
     tracker = WindowTracker()
     chunk = start(tracker)
-    tracker.process([txn(150, 900, TruncateMessage(None, 0, (REL,))), watermark("c1", "l", 1000)])
+    step(tracker, [txn(150, 900, TruncateMessage(None, 0, (REL,))), watermark("c1", "l", 1000)])
     read(tracker, "c1", (1,), xip=(150,))
-    assert tracker.process([watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
+    assert step(tracker, [watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
 
 
 def test_a_schema_change_in_the_window_redoes_the_chunk() -> None:
@@ -128,10 +133,10 @@ def test_a_schema_change_in_the_window_redoes_the_chunk() -> None:
     chunk = start(tracker)
     wider = RelationMessage(None, REL, "public", "t", ord("d"), (
         RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1), RelationColumn(0, "w", 23, -1)))
-    tracker.process([watermark("c1", "l", 1000),
+    step(tracker, [watermark("c1", "l", 1000),
                      txn(201, 1100, wider, InsertMessage(None, REL, TupleData(("7", "a", "1"))))])
     read(tracker, "c1", (1,))
-    assert tracker.process([watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
+    assert step(tracker, [watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
     assert "schema" in (chunk.problem or "")
 
 
@@ -139,39 +144,39 @@ def test_suspects_and_forgotten_xids_redo_the_chunk_until_they_are_gone() -> Non
     tracker = WindowTracker(max_keys=4)
     chunk = start(tracker)
     tracker.suspect([140])
-    tracker.process([watermark("c1", "l", 1000)])
+    step(tracker, [watermark("c1", "l", 1000)])
     read(tracker, "c1", (1,), xip=(140,))
-    assert tracker.process([watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
+    assert step(tracker, [watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
     # more remembered keys than allowed: the oldest xids are forgotten, and a snapshot naming one
     # of them can no longer be judged
     for xid in range(300, 306):
-        tracker.process([txn(xid, 2100 + xid, InsertMessage(None, REL, row(xid)))])
+        step(tracker, [txn(xid, 2100 + xid, InsertMessage(None, REL, row(xid)))])
     second = Chunk("c2", "bf_1", 0, REL, 290)
     tracker.register(second)
-    tracker.process([watermark("c2", "l", 3000)])
+    step(tracker, [watermark("c2", "l", 3000)])
     read(tracker, "c2", (1,), xip=(300,))
-    assert tracker.process([watermark("c2", "h", 3100)]) == [] and second.outcome == "redo"
+    assert step(tracker, [watermark("c2", "h", 3100)]) == [] and second.outcome == "redo"
     third = Chunk("c3", "bf_1", 0, REL, 290)
     tracker.register(third)
-    tracker.process([watermark("c3", "l", 3200)])
+    step(tracker, [watermark("c3", "l", 3200)])
     read(tracker, "c3", (1, 305), xip=(305,))  # remembered: judged exactly
-    (unit,) = tracker.process([watermark("c3", "h", 3300)])
+    (unit,) = step(tracker, [watermark("c3", "h", 3300)])
     assert stored_ids(unit) == [1]
 
 
 def test_cancel_finishes_the_chunk_and_its_watermark_stores_nothing() -> None:
     tracker = WindowTracker()
     chunk = start(tracker)
-    tracker.process([watermark("c1", "l", 1000)])
+    step(tracker, [watermark("c1", "l", 1000)])
     tracker.cancel(backfill_id="bf_1")
     assert chunk.outcome == "cancelled"
-    assert tracker.process([watermark("c1", "h", 2000)]) == []
+    assert step(tracker, [watermark("c1", "h", 2000)]) == []
 
 
 def test_watermarks_are_never_stored_even_when_nothing_is_watched() -> None:
     tracker = WindowTracker()
     plain = txn(5, 500, InsertMessage(None, REL, row(1)))
-    assert tracker.process([watermark("zz", "l", 400), plain, watermark("zz", "h", 600)]) == [plain]
+    assert step(tracker, [watermark("zz", "l", 400), plain, watermark("zz", "h", 600)]) == [plain]
 
 
 def test_tuple_key_and_xid_order() -> None:
@@ -185,7 +190,7 @@ def test_a_foreign_watermark_payload_is_dropped() -> None:
     tracker = WindowTracker()
     start(tracker)
     bad = StoredTransaction(7, 1000, 1008, 0, None, 0, b"", watermark=b"not json")
-    assert tracker.process([bad]) == []
+    assert step(tracker, [bad]) == []
 
 
 def test_the_assembler_takes_watermark_messages_out_of_their_transaction() -> None:
@@ -212,23 +217,114 @@ def test_the_assembler_takes_watermark_messages_out_of_their_transaction() -> No
 def test_a_chunk_read_before_the_previous_was_judged_follows_its_fate() -> None:
     tracker = WindowTracker()
     first = start(tracker)
-    tracker.process([watermark("c1", "l", 1000)])
+    step(tracker, [watermark("c1", "l", 1000)])
     read(tracker, "c1", (1, 2))
     second = Chunk("c2", "bf_1", 0, REL, 100, pred=first)
     tracker.register(second)
-    tracker.process([watermark("c1", "h", 1100), watermark("c2", "l", 1200)])
+    step(tracker, [watermark("c1", "h", 1100), watermark("c2", "l", 1200)])
     tracker.read("c2", entries(3, 4, 5), (), BackfillProgress("bf_1", 0, '["5"]', 0, 0, True), SCHEMA)
-    (unit,) = tracker.process([watermark("c2", "h", 1300)])
+    (unit,) = step(tracker, [watermark("c2", "h", 1300)])
     assert stored_ids(unit) == [3, 4, 5]
     assert unit.progress == BackfillProgress("bf_1", 0, '["5"]', 12 + 3, 2 + 1, True)
 
     redone = start(tracker, "c3")
-    tracker.process([watermark("c3", "l", 2000), txn(300, 2050, TruncateMessage(None, 0, (REL,)))])
+    step(tracker, [watermark("c3", "l", 2000), txn(300, 2050, TruncateMessage(None, 0, (REL,)))])
     read(tracker, "c3", (6,))
     after = Chunk("c4", "bf_1", 0, REL, 100, pred=redone)
     tracker.register(after)
-    tracker.process([watermark("c3", "h", 2100), watermark("c4", "l", 2200)])
+    step(tracker, [watermark("c3", "h", 2100), watermark("c4", "l", 2200)])
     read(tracker, "c4", (7,))
-    assert tracker.process([watermark("c4", "h", 2300)]) == []
+    assert step(tracker, [watermark("c4", "h", 2300)]) == []
     assert (redone.outcome, after.outcome) == ("redo", "redo")
     assert after.problem == "the chunk before it was not stored"
+
+
+def test_a_held_chunk_goes_after_the_live_commits_that_came_meanwhile_minus_their_keys() -> None:
+    """Capture's writer was busy at the high watermark: the chunk waits, and the live commits
+    after it are stored first; the chunk then sits inside the last one's commit record."""
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1, 2, 3))
+    assert tracker.process([watermark("c1", "h", 2000)]) == [] and tracker.holding
+    live = [txn(300, 2100, UpdateMessage(None, REL, None, None, row(2, "live"))),
+            txn(301, 2200, DeleteMessage(None, REL, ord("K"), TupleData(("3", None))))]
+    assert tracker.process(live) == live and not chunk.done.is_set()
+    (unit,) = tracker.release()
+    assert 2200 < unit.commit_lsn < 2208 and unit.end_lsn == 2208  # after both, before anything next
+    assert stored_ids(unit) == [1]  # 2 and 3 changed after the snapshot, before this position
+    assert chunk.outcome == "stored" and chunk.stored_rows == 1 and not tracker.holding
+    assert unit.progress == BackfillProgress("bf_1", 0, '["3"]', 11, 2, False)
+
+
+def test_a_non_transactional_unit_leaves_no_position_free_until_the_next_commit() -> None:
+    tracker = WindowTracker()
+    start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1,))
+    message = StoredTransaction(0, 2099, 2100, 0, None, 1, b"")  # end_position: end_lsn - 1
+    tracker.process([watermark("c1", "h", 2000), message])
+    assert tracker.release() == [] and tracker.holding
+    (unit,) = step(tracker, [txn(302, 2200, InsertMessage(None, REL + 1, row(9)))])[1:]
+    assert 2200 < unit.commit_lsn < 2208
+
+
+def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progress() -> None:
+    from service.backfill import window
+
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    ids = tuple(range(10, 40))  # rows of one size: ten to a piece
+    read(tracker, "c1", ids)
+    piece = sum(len(body) + 8 for _, body in entries(*ids)) // 3  # a row's bytes and its frame LSN
+    original, window.PIECE_BYTES = window.PIECE_BYTES, piece
+    try:
+        tracker.process([watermark("c1", "h", 2000), txn(303, 2100, InsertMessage(None, REL + 1, row(1)))])
+        first = tracker.release()
+        assert len(first) == 1 and not chunk.done.is_set()
+        tracker.process([txn(304, 2200, UpdateMessage(None, REL, None, None, row(39, "live")))])
+        rest = tracker.release() + tracker.release() + tracker.release()
+    finally:
+        window.PIECE_BYTES = original
+    units = first + rest
+    assert len(units) == 3 and chunk.outcome == "stored"
+    assert [stored_ids(u) for u in units] == [  # 39 changed before the last pieces: left out
+        list(range(10, 20)), list(range(20, 30)), list(range(30, 39))]
+    assert [u.progress.last_key for u in units] == ['["19"]', '["29"]', '["39"]']  # type: ignore[union-attr]
+    assert [u.progress.chunks for u in units] == [2, 3, 4]  # type: ignore[union-attr]
+    assert [u.progress.rows for u in units] == [20, 30, 39]  # type: ignore[union-attr]
+    assert [u.commit_lsn for u in units] == sorted({u.commit_lsn for u in units})
+
+
+def test_a_truncate_while_a_chunk_is_held_redoes_it_from_its_last_stored_piece() -> None:
+    from service.backfill import window
+
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", tuple(range(1, 21)))
+    original, window.PIECE_BYTES = window.PIECE_BYTES, 1  # one row a piece
+    try:
+        tracker.process([watermark("c1", "h", 2000), txn(305, 2100, InsertMessage(None, REL + 1, row(1)))])
+        (piece,) = tracker.release()
+        tracker.process([txn(306, 2200, TruncateMessage(None, 0, (REL,)))])
+        assert tracker.release() == []
+    finally:
+        window.PIECE_BYTES = original
+    assert stored_ids(piece) == [1]
+    assert chunk.outcome == "redo" and chunk.result == piece.progress  # the worker goes on after it
+    assert piece.progress == BackfillProgress("bf_1", 0, '["1"]', 11, 2, False)
+
+
+def test_a_new_capture_session_redoes_held_chunks() -> None:
+    """The stream replays from the confirmed position: a held chunk placed among replayed units
+    would sit below the log's head (and be skipped), so it is redone."""
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1,))
+    tracker.process([watermark("c1", "h", 2000)])
+    tracker.restart()
+    assert chunk.outcome == "redo" and chunk.result is None and not tracker.holding
+    assert step(tracker, [txn(300, 1500, InsertMessage(None, REL + 1, row(1)))])[1:] == []

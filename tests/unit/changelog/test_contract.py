@@ -13,7 +13,7 @@ import pytest
 
 from clients._cursor import EARLIEST, Cursor
 from service.assembler.model import BackfillProgress
-from service.backfill.model import BackfillPart, BackfillRecord
+from service.changelog.backfills import BackfillPart, BackfillRecord
 from service.changelog import KINDS, ChangeLogError, open_changelog
 from service.changelog.base import ChangeLog, ConsumerState, LogStats, pg_now_us
 from service.errors import RetentionError

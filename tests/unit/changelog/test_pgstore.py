@@ -17,6 +17,7 @@ from clients._cursor import EARLIEST
 from service.assembler.transactions import TransactionAssembler
 from service.changelog.base import LeaseLost
 from service.changelog.spill_files import FileSpillStore
+from service.feeds.leadership import fair_share
 from service.pgstore import leases
 from service.pgstore.changelog import CHUNK_BYTES, PgChangeLog
 from service.pgstore.connections import ConnectionPool, connect
@@ -130,7 +131,7 @@ def test_leases_spread_and_heartbeats(pg_cluster):
         leases.heartbeat(conn, SCHEMA, "b")
         assert [r.id for r in leases.replicas(conn, SCHEMA)] == ["a", "b"]
         assert all(r.age_seconds < 5 for r in leases.replicas(conn, SCHEMA))
-    assert leases.fair_share(3, 2) == 2 and leases.fair_share(1, 3) == 1 and leases.fair_share(0, 0) == 0
+    assert fair_share(3, 2) == 2 and fair_share(1, 3) == 1 and fair_share(0, 0) == 0
 
 
 def test_concurrent_appends_and_reads_share_the_pool(pg_cluster):

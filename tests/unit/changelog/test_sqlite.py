@@ -499,3 +499,20 @@ def test_a_version_1_log_is_upgraded_and_its_consumers_start_their_idle_time_the
         log.close()
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_an_unsynced_append_is_stored_and_the_next_commits_sync_again(tmp_path: Path) -> None:
+    """``sync=False`` (a backfill's piece): synchronous=NORMAL for that COMMIT only."""
+    log = SqliteChangeLog(tmp_path / "log.db")
+    try:
+        log.append([txn(100)], confirmed_lsn=50, sync=False)
+        assert log._writer is not None
+        assert log._writer.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+        log.append([txn(200)], confirmed_lsn=208)
+    finally:
+        log.close()
+    reopened = SqliteChangeLog(tmp_path / "log.db")
+    try:
+        assert lsns(reopened.read(EARLIEST, 10)) == [100, 200] and reopened.confirmed_lsn() == 208
+    finally:
+        reopened.close()

@@ -214,10 +214,12 @@ def test_token_and_paths() -> None:
         if path.endswith("/splits"):
             return httpx.Response(200, json={"boundaries": ["0/10", "0/20", "0/30"]})
         if path.endswith("/tables"):
-            return httpx.Response(200, json={"tables": [{
-                "schema": "public", "table": "t", "versions": [{"version": 2, "columns": [
-                    {"name": "id", "type_oid": 20, "type_name": "int8", "typmod": -1,
-                     "key": True}]}]}]})
+            version = {"version": 2, "valid_from": "0/10", "replica_identity": "default",
+                       "columns": [{"name": "id", "type_oid": 20, "type_name": "int8",
+                                    "typmod": -1, "key": True}]}
+            return httpx.Response(200, json={"tables": [{  # the server's TablesOut
+                **version, "relation_id": 16384, "schema": "public", "table": "t",
+                "name": "public.t", "versions": [version]}]})
         if "/consumers/" in path and request.method == "GET":
             if path.endswith("/nobody"):
                 return httpx.Response(404, json=_err("consumer_not_found", "no consumer"))

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from service.feeds import supervisor as supervisor_module
 from service.feeds.catalogue import Catalogue
 from service.feeds.model import FeedSpec
 from service.feeds.supervisor import Supervisor
 from service.metrics import Metrics
+from service.replication import connect as connect_module
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ TIMEOUT = 2  # libpq's smallest connect_timeout
 
 def test_unreachable_sources_are_probed_at_once(tmp_path: Path, silent_source: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(supervisor_module, "_SOURCE_TIMEOUT", TIMEOUT)
+    monkeypatch.setattr(connect_module, "CONNECT_TIMEOUT", TIMEOUT)
     catalogue = Catalogue(tmp_path / "catalogue.json")
     for name in ("a", "b", "c"):
         catalogue.put(FeedSpec(name=name, dsn=silent_source, tables=("public.orders",)))

@@ -182,3 +182,15 @@ def test_source_refusal_names_the_oldest_server_and_two_phase() -> None:
         "two_phase needs PostgreSQL 15 or later; the source runs PostgreSQL 14.23"
     assert source_refusal(150018, two_phase=True) is None
     assert source_refusal(180001, two_phase=True) is None
+
+
+def test_failover_slot_needs_postgresql_17() -> None:
+    cmd = text(create_replication_slot("s", two_phase=True, failover=True, server_version=170000))
+    assert cmd == "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'nothing', TWO_PHASE, FAILOVER)"
+    with pytest.raises(ValueError, match="PostgreSQL 17"):
+        create_replication_slot("s", failover=True, server_version=160004)
+    assert source_refusal(160004, two_phase=False, failover=True) == (
+        "failover needs PostgreSQL 17 or later (slots synchronized to standbys); the source runs "
+        "PostgreSQL 16.4")
+    assert source_refusal(170000, two_phase=True, failover=True) is None
+    assert source_refusal(160004, two_phase=False) is None

@@ -8,7 +8,7 @@ from psycopg.conninfo import conninfo_to_dict
 from service.peek import PeekError, peek_options
 from service.replication import session
 from service.replication.commands import start_replication
-from service.replication.stream import _conninfo
+from service.replication.connect import conninfo
 
 
 def test_pinned_settings_come_after_the_dsn_own() -> None:
@@ -17,7 +17,7 @@ def test_pinned_settings_come_after_the_dsn_own() -> None:
     assert options.endswith("-c bytea_output=hex")  # the last -c wins in PostgreSQL
     for name, value in session.SETTINGS:
         assert f"-c {name}={value}" in session.connection_options()
-    stream = conninfo_to_dict(_conninfo("dbname=x options='-c work_mem=1MB'"))
+    stream = conninfo_to_dict(conninfo("dbname=x options='-c work_mem=1MB'", replication=True))
     assert stream["options"] == session.connection_options("-c work_mem=1MB")
 
 

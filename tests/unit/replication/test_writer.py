@@ -146,3 +146,43 @@ def test_an_inline_append_that_fails_is_raised_by_submit_and_stops_durability() 
         assert writer.durable_lsn == 0 and log.read(EARLIEST, 10) == []
     finally:
         writer.close()
+
+
+class SyncRecordingLog(MemoryChangeLog):
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs: list[bool] = []
+
+    def append(self, transactions: Sequence[StoredTransaction], confirmed_lsn: int | None = None, *,
+               sync: bool = True) -> None:
+        self.syncs.append(sync)
+        super().append(transactions, confirmed_lsn)
+
+
+def test_an_unsynced_batch_is_stored_but_moves_the_durable_position_no_further() -> None:
+    """A backfill's pieces: not flushed by themselves, so never reported to PostgreSQL as such."""
+    log, seen = SyncRecordingLog(), []
+    writer = LogWriter(log, seen.append)
+    try:
+        writer.submit([txn(100)], 108)
+        writer.close()
+        writer = LogWriter(log, seen.append)
+        writer.submit([txn(200)], 208, background=True, sync=False)
+        writer.close()
+        assert log.syncs == [True, False] and lsns(log.read(EARLIEST, 10)) == [100, 200]
+        assert writer.durable_lsn == 108 and [lsns(list(b)) for b in seen] == [[100], [200]]
+    finally:
+        writer.close()
+
+
+def test_a_synced_batch_grouped_with_an_unsynced_one_flushes_both() -> None:
+    log = SyncRecordingLog()
+    writer = LogWriter(log, lambda _: None)
+    try:
+        writer.submit([txn(100)], 108, background=True, sync=False)
+        writer.submit([txn(200)], 208, background=True)
+        writer.close()
+        assert writer.durable_lsn == 208 and lsns(log.read(EARLIEST, 10)) == [100, 200]
+        assert log.syncs[-1] is True
+    finally:
+        writer.close()

@@ -169,7 +169,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:  # `pgfeed tail … | head`: the reader went away
-        sys.stdout = None  # type: ignore[assignment]  # nothing more to flush at exit
+        sys.stdout = None  # nothing more to flush at exit
         return 0
     print(f"pgfeed tail: stopped at {cursor} (resume with --from {cursor})", file=err, flush=True)
     return 0

@@ -1,0 +1,115 @@
+"""Caught-up long-polls answered before FastAPI.
+
+A subscriber that follows a feed's head asks for ``/changes`` once per commit, and FastAPI's
+work for each of those requests (routing through every route, dependency injection, query
+validation, the Response object) costs more than the page, which the shared tail already holds
+encoded. This ASGI layer recognises the one request shape the tail serves — ``GET
+/v1/feeds/{feed}/changes`` with only ``after`` (an LSN), ``limit``, ``wait`` and ``format=json``, a
+granted token, and a cursor the tail covers — and answers it with ``serve_page``, the function
+the route calls, so the bytes and headers are the route's. Everything else, including every
+request it has the least doubt about (an unusual spelling of a number, a repeated parameter, a
+missing token), goes to the application untouched, which gives the contract's answer or error.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from clients._cursor import Cursor, CursorError, parse_cursor
+from service.errors import PgfeedError
+from service.http_api.errors import ApiError, answer_for
+from service.http_api.paging import MAX_CURSOR_LENGTH, PageRequest, serve_page
+
+__all__ = ["TailFastPath"]
+
+_PATH = re.compile(r"/v1/feeds/([^/]{1,200})/changes")
+_INT = re.compile(r"[0-9]{1,6}")
+_SECONDS = re.compile(r"[0-9]{1,2}(\.[0-9]{1,6})?")
+
+
+class TailFastPath:
+    """ASGI middleware in front of the routes (inside the latency middleware, so requests it
+    answers are measured under the route's template)."""
+
+    def __init__(self, app: ASGIApp, *, route: object, max_limit: int, max_wait: float) -> None:
+        self.app = app
+        self.route = route  # the /changes route, for the latency metric's label
+        self.max_limit = max_limit
+        self.max_wait = max_wait
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            match = _PATH.fullmatch(scope["path"])
+            if match is not None and await self._answer(scope, receive, send, match[1]):
+                return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, feed: str) -> bool:
+        """Answer the request if it is a caught-up long-poll the tail covers; False otherwise."""
+        request = self._request(scope["query_string"])
+        if request is None:
+            return False
+        state = scope["app"].state
+        if not state.auth.allows(_header(scope, b"authorization"), "read"):
+            return False
+        supervisor = state.supervisor
+        try:
+            tail = supervisor.tail(feed)
+        except PgfeedError:  # unknown feed: the route's 404
+            return False
+        assert isinstance(request.after, Cursor)
+        if not tail.may_answer(request.after):
+            return False
+        scope["route"] = self.route
+        try:
+            out = await serve_page(supervisor, feed, request, state.read_ahead, state.stop)
+        except (ApiError, PgfeedError, CursorError) as exc:
+            await answer_for(exc)(scope, receive, send)
+            return True
+        metrics = state.metrics
+        metrics.tail_answers.labels(feed=feed).inc()
+        if out.change_count:
+            metrics.served_changes.labels(feed=feed, surface="http").inc(out.change_count)
+        # the route's Response: its headers, then length and type
+        headers = [(k.lower().encode(), v.encode()) for k, v in out.headers.items()]
+        headers += [(b"content-length", str(len(out.body)).encode()),
+                    (b"content-type", out.media_type.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": out.body})
+        if out.read_next is not None:
+            await out.read_next()
+        return True
+
+    def _request(self, query: bytes) -> PageRequest | None:
+        """The page request, when the query is one the fast path takes in its plainest spelling."""
+        params: dict[str, str] = {}
+        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            if name in params or name not in ("after", "limit", "wait", "format"):
+                return None
+            params[name] = value
+        if params.get("format", "json") != "json":
+            return None
+        limit, wait, after = params.get("limit", "1000"), params.get("wait", "0"), params.get("after")
+        if after is None or len(after) > MAX_CURSOR_LENGTH or not _INT.fullmatch(limit) \
+                or not _SECONDS.fullmatch(wait):
+            return None
+        try:
+            cursor = parse_cursor(after)
+        except CursorError:
+            return None
+        if not isinstance(cursor, Cursor) or cursor.seq is not None:
+            return None
+        count, seconds = int(limit), float(wait)
+        if not (1 <= count <= self.max_limit and seconds <= self.max_wait):
+            return None
+        return PageRequest(after=cursor, limit=count, wait=seconds)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
