@@ -19,14 +19,16 @@ _lock = threading.Lock()
 _clients: dict[tuple[object, ...], FeedClient] = {}
 
 
-def shared_client(opts: FeedOptions) -> FeedClient:
-    """The worker's client for ``opts``' server and credentials; never close it.
+def shared_client(opts: FeedOptions, partition: int = 0) -> FeedClient:
+    """The worker's client for the replica of ``partition`` and ``opts``' credentials; never
+    close it.
 
     Keyed by process id as well: a client made before a fork (Spark's daemon forks workers)
     must not share its sockets with the child."""
-    key = (os.getpid(), opts.url, opts.token, opts.timeout, opts.ca_bundle, opts.client_cert)
+    url = opts.url_for(partition)
+    key = (os.getpid(), url, opts.token, opts.timeout, opts.ca_bundle, opts.client_cert)
     with _lock:
         client = _clients.get(key)
         if client is None:
-            client = _clients[key] = opts.client()
+            client = _clients[key] = opts.client(url=url)
         return client

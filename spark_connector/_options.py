@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clients import ColumnInfo, FeedClient, parse_cursor
+from spark_connector._replicas import parse_urls, reachable_first
 
 __all__ = ["FeedOptions"]
 
-_TYPED_OPS = "insert,update,delete,read"
+_TYPED_OPS = "insert,update,delete,read,truncate"  # truncates: a mirror must see them
 
 
 def _get(options: Mapping[str, Any], name: str) -> str | None:
@@ -48,7 +49,9 @@ def _client_cert(options: Mapping[str, Any]) -> tuple[str, str] | None:
 class FeedOptions:
     """Everything a reader needs, on the driver and on executors (plain data, picklable).
 
-    Options: ``url`` and ``feed`` (required), ``from`` (default ``earliest``), ``to`` (batch,
+    Options: ``url`` and ``feed`` (required; ``url`` may list several replicas of one service,
+    comma-separated, or ``urls`` may: partitions go round robin over them, each moving on to the
+    next when one refuses connections), ``from`` (default ``earliest``), ``to`` (batch,
     default ``latest``), ``partitions`` (default 4), ``table`` (``schema.name``: typed columns),
     ``tables``/``ops`` (comma-separated filters), ``token``, ``consumer`` (streaming: acknowledge
     committed offsets), ``maxRowsPerTrigger``, ``wireFormat`` (``arrow`` or ``json``),
@@ -74,10 +77,12 @@ class FeedOptions:
     columns: tuple[ColumnInfo, ...] = field(default=())  # typed reads: the table's columns
     ca_bundle: str | None = None
     client_cert: tuple[str, str] | None = None
+    urls: tuple[str, ...] = ()  # every replica, ``url`` first
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> FeedOptions:
-        url, feed = _get(options, "url"), _get(options, "feed")
+        urls, feed = parse_urls(_get(options, "url"), _get(options, "urls")), _get(options, "feed")
+        url = urls[0] if urls else None
         if not url or not feed:
             raise ValueError("the pgfeed data source needs options 'url' (e.g. "
                              "http://127.0.0.1:8000) and 'feed' (the feed's name)")
@@ -93,7 +98,7 @@ class FeedOptions:
             raise ValueError(f"pgfeed option 'wireFormat' must be 'arrow' or 'json', not {wire!r}")
         ops = _get(options, "ops") or (_TYPED_OPS if table else None)
         return cls(
-            url=url.rstrip("/"), feed=feed, start=start, end=end,
+            url=url, urls=urls, feed=feed, start=start, end=end,
             partitions=_positive(options, "partitions", 4) or 4, table=table,
             tables=table or _get(options, "tables") or None, ops=ops,
             token=_get(options, "token") or None, consumer=_get(options, "consumer") or None,
@@ -103,6 +108,12 @@ class FeedOptions:
             ca_bundle=_get(options, "caBundle") or None, client_cert=_client_cert(options),
         )
 
-    def client(self) -> FeedClient:
-        return FeedClient(self.url, token=self.token, timeout=self.timeout,
+    def url_for(self, partition: int = 0) -> str:
+        """The replica for ``partition`` (round robin), or the next one that accepts
+        connections."""
+        return reachable_first(self.urls, partition) if len(self.urls) > 1 else self.url
+
+    def client(self, partition: int = 0, url: str | None = None) -> FeedClient:
+        """A client of ``url``, or of the replica for ``partition``."""
+        return FeedClient(url or self.url_for(partition), token=self.token, timeout=self.timeout,
                           ca_bundle=self.ca_bundle, client_cert=self.client_cert)

@@ -28,7 +28,8 @@ def read_range(opts: FeedOptions, part: LsnRange, schema: StructType,
     """All changes of ``part`` as RecordBatches matching ``schema`` exactly, through ``client``
     (kept open) or a client of its own (closed at the end)."""
     target = arrow_schema(schema)
-    with opts.client() if client is None else contextlib.nullcontext(client) as c:
+    # partitions go round robin over the replicas
+    with opts.client(part.index) if client is None else contextlib.nullcontext(client) as c:
         if opts.wire == "arrow":
             yield from _read_arrow(c, opts, part, target)
         else:

@@ -129,7 +129,8 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LsnRange)
-        return read_range(self.opts, partition, self.schema, client=shared_client(self.opts))
+        return read_range(self.opts, partition, self.schema,
+                          client=shared_client(self.opts, partition.index))
 
     def commit(self, end: dict[str, str]) -> None:
         self._acknowledge(end.get("cursor"))

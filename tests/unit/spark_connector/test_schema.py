@@ -233,7 +233,8 @@ def test_options() -> None:
                               "PARTITIONS": "8", "maxrowspertrigger": "50"})
     assert (opts.url, opts.feed, opts.table, opts.tables, opts.partitions) == (
         "http://h:1", "shop", "public.orders", "public.orders", 8)
-    assert opts.ops == "insert,update,delete,read" and opts.max_rows_per_trigger == 50
+    assert opts.ops == "insert,update,delete,read,truncate" and opts.max_rows_per_trigger == 50
+    assert opts.urls == ("http://h:1",)
     assert opts.start == "earliest" and opts.end == "latest" and opts.wire == "arrow"
     raw = FeedOptions.parse({"url": "u", "feed": "f", "tables": "public.a,public.b",
                              "from": "0/10:3", "wireFormat": "JSON"})
@@ -245,6 +246,9 @@ def test_options() -> None:
     with pytest.raises(ValueError, match="expected"):
         FeedOptions.parse({"url": "u", "feed": "f", "from": "yesterday"})
     assert pickle.loads(pickle.dumps(opts)) == opts
+    several = FeedOptions.parse({"url": "http://a:1, http://b:2/", "urls": "http://c:3",
+                                 "feed": "f"})
+    assert several.url == "http://a:1" and several.urls == ("http://a:1", "http://b:2", "http://c:3")
 
 
 def test_metadata_columns_are_the_documented_ones() -> None:
