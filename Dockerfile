@@ -27,7 +27,7 @@ COPY --from=build /wheels /tmp/wheels
 # the import check runs from / (no sources anywhere): the compiled transcoder must be the one in use
 RUN pip install -q /tmp/wheels/pgfeed-*.whl \
  && rm -rf /tmp/wheels \
- && cd / && python -c "import service.encoding.transcode as t, service.encoding._transcode as c; assert t.IMPLEMENTATION == 'c', t.IMPLEMENTATION; print(c.__file__)" \
+ && cd / && python -c "import pgfeed.encoding.transcode as t, pgfeed.encoding._transcode as c; assert t.IMPLEMENTATION == 'c', t.IMPLEMENTATION; print(c.__file__)" \
  && useradd --system --uid 10001 --home-dir /data pgfeed \
  && mkdir -p /data && chown pgfeed /data
 WORKDIR /data

@@ -9,8 +9,8 @@ _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
 
 setup(ext_modules=[Extension(name, [source], depends=depends, extra_compile_args=_FLAGS, optional=True)
                    for name, source, depends in (
-                       ("service.encoding._transcode", "service/encoding/_transcode.c",
+                       ("pgfeed.encoding._transcode", "service/encoding/_transcode.c",
                         # _kinds.h: generated (service/types/kinds_header.py); _transcode_arrow.c:
                         # included (typed Arrow rows share the transcoder's text parsers)
                         ["service/encoding/_kinds.h", "service/encoding/_transcode_arrow.c"]),
-                       ("service.backfill._rows", "service/backfill/_rows.c", []))])
+                       ("pgfeed.backfill._rows", "service/backfill/_rows.c", []))])

@@ -16,7 +16,6 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "protos"))
 sys.path.insert(0, str(BENCH))
 
 

@@ -22,7 +22,6 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "protos"))
 sys.path.insert(0, str(BENCH))
 
 import _serve_servers as servers
@@ -32,8 +31,8 @@ import psycopg
 from _serve_cpu import Cpu, thread_cpu, thread_names
 from _serve_servers import Server, _die_with_parent
 
-from clients._http_base import decode
-from service.localpg import free_port
+from pgfeed_client._http_base import decode
+from pgfeed.localpg import free_port
 
 TICKS = ("CREATE TABLE ticks (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
          "sent double precision NOT NULL)")
@@ -138,7 +137,7 @@ def http_read(http: httpx.Client, params: dict[str, Any], arrow: bool) -> tuple[
 
 def _stub(target: str) -> tuple[Any, Any]:
     import grpc
-    from pgfeed.v1 import feed_pb2_grpc
+    from pgfeed_proto.v1 import feed_pb2_grpc
 
     channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", -1)])
     grpc.channel_ready_future(channel).result(timeout=30)
@@ -149,7 +148,7 @@ def grpc_read(target: str, cursor: str, until: Callable[[int, int, Any], bool],
               ) -> tuple[int, int, float]:
     """Subscribe from ``cursor`` until ``until(changes, frames, last frame)``; returns (changes,
     frames, seconds)."""
-    from pgfeed.v1 import feed_pb2
+    from pgfeed_proto.v1 import feed_pb2
 
     channel, stub = _stub(target)
     try:
@@ -176,8 +175,7 @@ def reference_server(kind: str, *args: str) -> Iterator[tuple[subprocess.Popen[b
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(BENCH / "ceiling.py"), kind, str(port), *args],
                             cwd=ROOT, preexec_fn=_die_with_parent,  # noqa: PLW1509
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
-                                                                             str(ROOT / "protos")])})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)])})
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -197,7 +195,7 @@ def sample_payloads(server: Server, limit: int, work: Path) -> tuple[Path, int, 
     saved for bench/ceiling.py; returns (page file, its changes, frames file, their changes)."""
     import grpc
     from ceiling import write_frames
-    from pgfeed.v1 import feed_pb2
+    from pgfeed_proto.v1 import feed_pb2
 
     r = server.http.get(f"/v1/feeds/{servers.FEED}/changes", params={"after": "earliest", "limit": limit})
     r.raise_for_status()
@@ -283,7 +281,7 @@ class Subscriber:
     (``time.time``: the clock of the rows' ``clock_timestamp()``) and the insert time it carries."""
 
     def __init__(self, target: str) -> None:
-        from pgfeed.v1 import feed_pb2
+        from pgfeed_proto.v1 import feed_pb2
 
         self.channel, stub = _stub(target)
         self.received: dict[int, float] = {}

@@ -13,7 +13,6 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "protos"))
 sys.path.insert(0, str(BENCH))
 
 import psycopg

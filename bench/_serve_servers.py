@@ -19,14 +19,13 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "protos"))
 sys.path.insert(0, str(BENCH))
 
 import httpx
 from _serve_cpu import Cpu
 
-from clients._cursor import parse_lsn
-from service.localpg import free_port
+from pgfeed_client._cursor import parse_lsn
+from pgfeed.localpg import free_port
 
 FEED = "bench"
 
@@ -61,25 +60,25 @@ def _die_with_parent() -> None:
 
 @contextlib.contextmanager
 def pgfeed_serve(data_dir: Path) -> Iterator[Server]:
-    """``python -m service serve`` over ``data_dir`` on free loopback ports."""
+    """``python -m pgfeed serve`` over ``data_dir`` on free loopback ports."""
     with run_server(data_dir.parent / "serve.log", "--data-dir", str(data_dir)) as server:
         yield server
 
 
 @contextlib.contextmanager
 def run_server(log: Path, *args: str) -> Iterator[Server]:
-    """``python -m service serve`` with ``args`` on free loopback ports, its output appended to
+    """``python -m pgfeed serve`` with ``args`` on free loopback ports, its output appended to
     ``log``; SIGTERM (then SIGKILL) on exit."""
     http_port, grpc_port = free_port(), free_port()
     with open(log, "ab") as out:
         # preexec_fn is safe here: the script has started no thread yet.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", *args,
+            [sys.executable, "-m", "pgfeed", "serve", *args,
              "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,  # noqa: PLW1509
             env={**os.environ, "PGFEED_LOG_LEVEL": "WARNING",
-                 "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "protos")])})
+                 "PYTHONPATH": os.pathsep.join([str(ROOT)])})
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=120) as http:
             server = Server(proc, http, f"127.0.0.1:{grpc_port}", log)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.assembler.spill import MemorySpillStore
-from service.assembler.transactions import TransactionAssembler
-from service.pgoutput.encode import encode
-from service.pgoutput.messages import (
+from pgfeed.assembler.spill import MemorySpillStore
+from pgfeed.assembler.transactions import TransactionAssembler
+from pgfeed.pgoutput.encode import encode
+from pgfeed.pgoutput.messages import (
     BeginMessage,
     CommitMessage,
     InsertMessage,

@@ -34,7 +34,6 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "protos"))
 sys.path.insert(0, str(BENCH))
 
 import psycopg
@@ -43,7 +42,7 @@ from _serve_cpu import Cpu, tree_cpu
 from _serve_phases import TICKS, Subscriber, pgbench
 from _serve_servers import FEED, Server, pgfeed_serve
 
-from service.localpg import LocalCluster
+from pgfeed.localpg import LocalCluster
 
 TARGET_RATIO = 0.5  # backfill rows/s >= half of COPY's
 P99_TARGET_MS = 50.0

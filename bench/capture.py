@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 import psycopg
 from _results import write_section
 
-from clients._cursor import format_lsn, parse_lsn
-from service.localpg import LocalCluster
-from service.replication.commands import max_proto_version
-from service.replication.stream import ReplicationStream, create_slot
+from pgfeed_client._cursor import format_lsn, parse_lsn
+from pgfeed.localpg import LocalCluster
+from pgfeed.replication.commands import max_proto_version
+from pgfeed.replication.stream import ReplicationStream, create_slot
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "RESULTS.md"
@@ -202,11 +202,11 @@ def stream_only(cluster: LocalCluster, w: Workload, slot: str, proto: int) -> Ru
 def capture(cluster: LocalCluster, w: Workload, slot: str, workdir: Path,
             profile: Path | None = None) -> Run:
     """pgfeed's Capture into a new SQLite change log, until its head passes the last commit."""
-    from service.changelog import open_changelog
-    from service.feeds.model import FeedOptions, FeedSpec
-    from service.feeds.notify import HeadNotifier
-    from service.feeds.source import capture_config
-    from service.replication.capture import Capture, CaptureStats
+    from pgfeed.changelog import open_changelog
+    from pgfeed.feeds.model import FeedOptions, FeedSpec
+    from pgfeed.feeds.notify import HeadNotifier
+    from pgfeed.feeds.source import capture_config
+    from pgfeed.replication.capture import Capture, CaptureStats
 
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -300,10 +300,10 @@ def _vm(field_name: str) -> int:
 def rss_child(args: dict[str, object]) -> None:
     """In a fresh process: capture until the huge transaction is stored; print peak RSS as JSON.
     Messages off, so that the walsender streams it (a feed with messages gets it whole at commit)."""
-    from service.changelog import open_changelog
-    from service.feeds.model import FeedOptions, FeedSpec
-    from service.feeds.source import capture_config
-    from service.replication.capture import Capture, CaptureStats
+    from pgfeed.changelog import open_changelog
+    from pgfeed.feeds.model import FeedOptions, FeedSpec
+    from pgfeed.feeds.source import capture_config
+    from pgfeed.replication.capture import Capture, CaptureStats
 
     workdir = Path(str(args["dir"]))
     target = int(args["target"])  # type: ignore[call-overload]

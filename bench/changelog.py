@@ -26,12 +26,12 @@ sys.path.insert(0, str(BENCH))
 
 from _results import write_section
 
-from clients._cursor import EARLIEST, Cursor
-from service.assembler.framing import FRAME
-from service.assembler.model import StoredTransaction
-from service.changelog.sqlite import SqliteChangeLog
-from service.pgoutput.encode import encode
-from service.pgoutput.messages import InsertMessage, TupleData
+from pgfeed_client._cursor import EARLIEST, Cursor
+from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.changelog.sqlite import SqliteChangeLog
+from pgfeed.pgoutput.encode import encode
+from pgfeed.pgoutput.messages import InsertMessage, TupleData
 
 RESULTS = BENCH / "RESULTS.md"
 TARGET = 300_000  # changes/s the capture path must sustain

@@ -1,4 +1,4 @@
-"""Decode-rate benchmark of service.pgoutput.decode over >= 1M real pgoutput messages.
+"""Decode-rate benchmark of pgfeed.pgoutput.decode over >= 1M real pgoutput messages.
 
 The corpus is captured once from a throwaway PostgreSQL (400k insert, 400k update, 200k delete in
 10k-row transactions; pgoutput proto_version 1) into bench/corpus/ and reused on later runs.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.assembler.framing import FRAME
-from service.pgoutput import decode
+from pgfeed.assembler.framing import FRAME
+from pgfeed.pgoutput import decode
 
 BENCH = Path(__file__).resolve().parent
 CORPUS_DIR = BENCH / "corpus"
@@ -54,7 +54,7 @@ def capture(pg: str) -> Path:
     """Start a throwaway cluster, run the workload, dump the slot's binary changes as frames."""
     import psycopg
 
-    from service.localpg import LocalCluster
+    from pgfeed.localpg import LocalCluster
 
     path = _corpus_path(pg)
     CORPUS_DIR.mkdir(parents=True, exist_ok=True)

@@ -46,13 +46,13 @@ from _serve_cpu import Cpu, load_text
 from _serve_phases import TICKS, WARMUP_SECONDS, pgbench
 from _serve_servers import _die_with_parent, pgfeed_serve
 
-from clients._cursor import format_lsn, parse_lsn
-from service.localpg import LocalCluster, free_port
+from pgfeed_client._cursor import format_lsn, parse_lsn
+from pgfeed.localpg import LocalCluster, free_port
 
 FEED = "fan"
 CPU_TARGET = 1.5  # pgfeed's server CPU a delivered row / the bare server's, on each surface
 P99_TARGET_MS = 50.0  # with 10 + 10 subscribers
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH.parent), str(BENCH.parent / "protos")])}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH.parent)])}
 
 
 # -- subscribers (``fanout.py client``): one process per surface ------------------------------------
@@ -61,7 +61,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH.parent), str(BENCH
 async def _grpc_subscriber(target: str, cursor: str, rows: list[tuple[int, float, float]],
                            ready: list[int], done: asyncio.Event) -> None:
     import grpc
-    from pgfeed.v1 import feed_pb2
+    from pgfeed_proto.v1 import feed_pb2
 
     async with grpc.aio.insecure_channel(target, options=[("grpc.max_receive_message_length", -1)]) as ch:
         call = ch.unary_stream("/pgfeed.v1.ChangeFeed/Subscribe",
@@ -154,7 +154,7 @@ def run_bare(grpc_port: int, http_port: int) -> None:
     Transaction frame and a JSON change event) and pushed to every subscriber."""
     import grpc
     import uvicorn
-    from pgfeed.v1 import feed_pb2
+    from pgfeed_proto.v1 import feed_pb2
 
     frames: list[bytes] = []
     events: list[bytes] = []

@@ -42,10 +42,10 @@ DSN = "host=/nonexistent port=1 dbname=bench"  # never connected: capture is off
 def fill(data_dir: Path, changes: int) -> None:
     from read_decode import RELID, build, relation  # noqa: F401  (bench/read_decode.py)
 
-    from service.assembler.framing import frame
-    from service.changelog.sqlite import SqliteChangeLog
-    from service.feeds.catalogue import Catalogue
-    from service.feeds.model import FeedSpec
+    from pgfeed.assembler.framing import frame
+    from pgfeed.changelog.sqlite import SqliteChangeLog
+    from pgfeed.feeds.catalogue import Catalogue
+    from pgfeed.feeds.model import FeedSpec
 
     data_dir.mkdir(parents=True, exist_ok=True)
     Catalogue(data_dir / "catalogue.json").put(FeedSpec(name=FEED, dsn=DSN, tables=("public.orders",)))
@@ -64,10 +64,10 @@ def fill(data_dir: Path, changes: int) -> None:
 def serve(data_dir: Path, port: int, read_ahead: bool = True) -> None:
     import uvicorn
 
-    from service.config import Settings
-    from service.feeds.supervisor import Supervisor
-    from service.http_api.app import create_app
-    from service.runtime import tune_interpreter
+    from pgfeed.config import Settings
+    from pgfeed.feeds.supervisor import Supervisor
+    from pgfeed.http_api.app import create_app
+    from pgfeed.runtime import tune_interpreter
 
     tune_interpreter()
     supervisor = Supervisor(data_dir, capture=False)

@@ -17,14 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.assembler.framing import frame
-from service.assembler.model import StoredTransaction
-from service.assembler.relations import RelationCatalog
-from service.decoding.changes import TransactionDecoder
-from service.encoding.to_json import change_events, change_to_dict, dumps
-from service.encoding.to_proto import transaction_frames
-from service.pgoutput.encode import encode
-from service.pgoutput.messages import (
+from pgfeed.assembler.framing import frame
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.encoding.to_json import change_events, change_to_dict, dumps
+from pgfeed.encoding.to_proto import transaction_frames
+from pgfeed.pgoutput.encode import encode
+from pgfeed.pgoutput.messages import (
     TUPLE_KEY,
     DeleteMessage,
     InsertMessage,

@@ -42,8 +42,8 @@ import psycopg
 from _results import write_section
 from _serve_servers import Server
 
-from clients._cursor import parse_lsn
-from service.localpg import LocalCluster
+from pgfeed_client._cursor import parse_lsn
+from pgfeed.localpg import LocalCluster
 
 CAPTURE_TARGET = READ_TARGET = 0.7
 P99_TARGET_MS = 50.0

@@ -10,7 +10,7 @@ read-ahead kept from an earlier read is reused:
 
 1. HTTP read: one httpx client pages ``/v1/feeds/bench/changes`` from ``earliest`` to the end:
    JSON at ``limit=10000`` (the page size of the target), each page parsed as pgfeed's client
-   library parses it (``clients._http_base.decode``: ``orjson``, the cyclic GC paused meanwhile);
+   library parses it (``pgfeed_client._http_base.decode``: ``orjson``, the cyclic GC paused meanwhile);
    and Arrow (``format=arrow``, typed: ``tables=public.orders``) at ``limit=100000``, each page
    read with ``pyarrow``.
 2. gRPC read: one client ``Subscribe``s from ``earliest`` with the raw ``pgfeed.v1`` stubs (each
@@ -50,7 +50,6 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "protos"))
 sys.path.insert(0, str(BENCH))
 
 import psycopg
@@ -60,8 +59,8 @@ from _serve_phases import TICKS, Rate, grpc_read, http_read, latency, reference_
 from _serve_report import _print_latency, _section
 from _serve_servers import Profiler, Server, Service, create_feed, feed_status, wait_captured
 
-from clients._cursor import format_lsn, parse_lsn
-from service.localpg import LocalCluster
+from pgfeed_client._cursor import format_lsn, parse_lsn
+from pgfeed.localpg import LocalCluster
 
 RESULTS = BENCH / "RESULTS.md"
 

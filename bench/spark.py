@@ -54,7 +54,7 @@ def _synthetic_app(total: int) -> Any:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    from clients import format_lsn, parse_cursor
+    from pgfeed_client import format_lsn, parse_cursor
 
     per_txn = PER_TXN
     txns = (total + per_txn - 1) // per_txn
@@ -262,7 +262,7 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
     from capture import SCHEMA, run_workload
     from serve import TICKS, Service, create_feed, wait_captured
 
-    from service.localpg import LocalCluster
+    from pgfeed.localpg import LocalCluster
     from tests.fixtures.fix_spark import build_session
 
     work = Path(tempfile.mkdtemp(prefix="pgfeed-bench-spark-"))

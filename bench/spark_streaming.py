@@ -47,9 +47,9 @@ from _results import write_section
 from _serve_phases import TICKS
 from _serve_servers import FEED, create_feed, pgfeed_serve, wait_captured
 
-from clients import FeedClient, parse_cursor
-from clients._cursor import parse_lsn
-from service.localpg import LocalCluster
+from pgfeed_client import FeedClient, parse_cursor
+from pgfeed_client._cursor import parse_lsn
+from pgfeed.localpg import LocalCluster
 
 THROUGHPUT_TARGET = 0.8  # streaming availableNow / batch, same range, same sink
 LATENCY_TARGET = 2.0  # pgfeed small-batch trigger time / the rate source's

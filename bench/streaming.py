@@ -35,14 +35,14 @@ import psycopg
 from _results import write_section
 from capture import INSERT_SQL, SCHEMA, WalsenderCpu
 
-from clients._cursor import parse_lsn
-from service.changelog import open_changelog
-from service.feeds.model import FeedOptions, FeedSpec
-from service.feeds.notify import HeadNotifier
-from service.feeds.source import capture_config
-from service.localpg import LocalCluster
-from service.replication.capture import Capture, CaptureStats
-from service.replication.stream import create_slot
+from pgfeed_client._cursor import parse_lsn
+from pgfeed.changelog import open_changelog
+from pgfeed.feeds.model import FeedOptions, FeedSpec
+from pgfeed.feeds.notify import HeadNotifier
+from pgfeed.feeds.source import capture_config
+from pgfeed.localpg import LocalCluster
+from pgfeed.replication.capture import Capture, CaptureStats
+from pgfeed.replication.stream import create_slot
 
 MODES = {"streamed (messages off)": False, "whole at commit (messages on)": True}
 

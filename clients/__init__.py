@@ -2,13 +2,13 @@
 
 from typing import Any as _Any
 
-from clients._cursor import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
-from clients._debezium import DebeziumPage
-from clients._http_async import AsyncFeedClient
-from clients._http_base import RetryPolicy
-from clients._http_sync import FeedClient
-from clients._models import Change, ColumnInfo, Page, TableInfo, Transaction, TransactionPage
-from clients.errors import (
+from pgfeed_client._cursor import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
+from pgfeed_client._debezium import DebeziumPage
+from pgfeed_client._http_async import AsyncFeedClient
+from pgfeed_client._http_base import RetryPolicy
+from pgfeed_client._http_sync import FeedClient
+from pgfeed_client._models import Change, ColumnInfo, Page, TableInfo, Transaction, TransactionPage
+from pgfeed_client.errors import (
     ClientError,
     CursorExpired,
     FeedNotFound,
@@ -51,12 +51,12 @@ _LAZY = {"GrpcFeedClient", "AsyncGrpcFeedClient"}
 
 def __getattr__(name: str) -> _Any:
     if name in _LAZY:
-        from clients import _grpc
+        from pgfeed_client import _grpc
 
         value = getattr(_grpc, name)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'clients' has no attribute {name!r}")
+    raise AttributeError(f"module 'pgfeed_client' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

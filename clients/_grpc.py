@@ -17,12 +17,12 @@ from typing import Any, Self
 
 import grpc
 
-from clients._cursor import format_lsn
-from clients._http_base import CursorLike, RetryPolicy
-from clients._json import embeddable, loads_exact
-from clients._models import Change, Transaction
-from clients._tls import ClientCert, PathLike, grpc_channel_credentials
-from clients.errors import (
+from pgfeed_client._cursor import format_lsn
+from pgfeed_client._http_base import CursorLike, RetryPolicy
+from pgfeed_client._json import embeddable, loads_exact
+from pgfeed_client._models import Change, Transaction
+from pgfeed_client._tls import ClientCert, PathLike, grpc_channel_credentials
+from pgfeed_client.errors import (
     ClientError,
     CursorExpired,
     FeedNotFound,
@@ -40,7 +40,7 @@ _CHANNEL_OPTIONS = (("grpc.max_receive_message_length", -1),)
 
 
 def _stubs() -> tuple[Any, Any]:
-    from pgfeed.v1 import feed_pb2, feed_pb2_grpc
+    from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
     return feed_pb2, feed_pb2_grpc
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 import httpx
 
-from clients import _http_base as base
-from clients._debezium import DebeziumPage
-from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
-from clients._models import Change, Page, TableInfo, TransactionPage
-from clients._tls import ClientCert, PathLike, http_verify
-from clients.errors import FeedNotFound, TransportFailed
+from pgfeed_client import _http_base as base
+from pgfeed_client._debezium import DebeziumPage
+from pgfeed_client._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
+from pgfeed_client._models import Change, Page, TableInfo, TransactionPage
+from pgfeed_client._tls import ClientCert, PathLike, http_verify
+from pgfeed_client.errors import FeedNotFound, TransportFailed
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from clients._cursor import Cursor, parse_cursor
-from clients._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
-from clients._json import loads_page
-from clients._models import TableInfo
-from clients.errors import ClientError, error_from_response
+from pgfeed_client._cursor import Cursor, parse_cursor
+from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
+from pgfeed_client._json import loads_page
+from pgfeed_client._models import TableInfo
+from pgfeed_client.errors import ClientError, error_from_response
 
 if TYPE_CHECKING:
     import pyarrow as pa

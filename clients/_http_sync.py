@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 import httpx
 
-from clients import _http_base as base
-from clients._debezium import DebeziumPage
-from clients._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
-from clients._models import Change, Page, TableInfo, TransactionPage
-from clients._tls import ClientCert, PathLike, http_verify
-from clients.errors import TransportFailed
+from pgfeed_client import _http_base as base
+from pgfeed_client._debezium import DebeziumPage
+from pgfeed_client._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
+from pgfeed_client._models import Change, Page, TableInfo, TransactionPage
+from pgfeed_client._tls import ClientCert, PathLike, http_verify
+from pgfeed_client.errors import TransportFailed
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -204,7 +204,7 @@ class FeedClient:
 
     def consumer(self, feed: str, name: str) -> str | None:
         """The named consumer's acknowledged cursor, or None if it has never acknowledged."""
-        from clients.errors import FeedNotFound
+        from pgfeed_client.errors import FeedNotFound
 
         try:
             body = self._json("GET", base.feed_path(feed, "consumers", name))

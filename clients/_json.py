@@ -24,7 +24,7 @@ __all__ = ["MAX_EMBEDDED_DEPTH", "dumps_exact", "embeddable", "json_depth", "loa
 # parseable (orjson stops at 1024 levels, Python's json near its recursion limit of 1000; an event
 # adds 5). The gRPC client applies the same rule to ``json_value``, so both clients give the same
 # value. The server's fast paths decline any document that might be that deep (over 1000 bytes
-# holding over 500 brackets); ``service.encoding.to_json`` applies the rule.
+# holding over 500 brackets); ``pgfeed.encoding.to_json`` applies the rule.
 MAX_EMBEDDED_DEPTH = 500
 
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from clients._cursor import Cursor, parse_lsn
+from pgfeed_client._cursor import Cursor, parse_lsn
 
 __all__ = ["Change", "ColumnInfo", "Page", "TableInfo", "Transaction", "TransactionPage"]
 

@@ -28,7 +28,7 @@ def build(out_dir: Path = PROTOS) -> list[Path]:
     code = protoc.main(args)
     if code != 0:
         raise RuntimeError(f"protoc failed with exit code {code}")
-    # The generated modules import each other as ``pgfeed.v1.feed_pb2``: the installed package
+    # The generated modules import each other as ``pgfeed_proto.v1.feed_pb2``: the installed package
     # (pyproject packages ``pgfeed*`` from protos/), so no import rewriting is needed.
     for package in ("pgfeed", "pgfeed/v1"):
         init = out_dir / package / "__init__.py"

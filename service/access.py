@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 from typing import Literal
 
-from service.config import Settings
+from pgfeed.config import Settings
 
 __all__ = ["CHANGE_FEED_SCOPES", "FEED_STATUS", "Scope", "Tokens", "grants", "grpc_scope"]
 

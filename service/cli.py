@@ -14,8 +14,8 @@ import httpx
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from service.config import Settings
-    from service.runtime import Runtime, new_event_loop
+    from pgfeed.config import Settings
+    from pgfeed.runtime import Runtime, new_event_loop
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
@@ -23,7 +23,7 @@ def _serve(args: argparse.Namespace) -> int:
                              replica_id=args.replica_id, log_format=args.log_format,
                              tls_cert_file=args.tls_cert, tls_key_file=args.tls_key,
                              tls_client_ca_file=args.tls_client_ca)
-    from service.logs import configure_logging, known_secrets
+    from pgfeed.logs import configure_logging, known_secrets
 
     runtime = Runtime(settings)
     configure_logging(settings.log_level, settings.log_format,
@@ -37,7 +37,7 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
     token = args.token or os.environ.get("PGFEED_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        from clients._tls import http_verify
+        from pgfeed_client._tls import http_verify
 
         response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers,
                                  timeout=30, verify=http_verify(args.ca_bundle, None))
@@ -57,7 +57,7 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
 
 
 def _feeds_create(args: argparse.Namespace) -> int:
-    from service.cli_options import options_from_args
+    from pgfeed.cli_options import options_from_args
 
     body: dict[str, Any] = {"name": args.name, "dsn": args.dsn, "options": {}}
     if args.all_tables:
@@ -73,7 +73,7 @@ def _feeds_create(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from service.demo import run_demo
+    from pgfeed.demo import run_demo
 
     return run_demo(pg_version=args.pg, seconds=args.seconds, http_port=args.http_port,
                     grpc_port=args.grpc_port)
@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         return _service_options(feeds_sub.add_parser(name, help=help_text))
 
     create = admin_parser("create", "create a feed (same as POST /v1/feeds)")
-    from service.cli_options import add_option_flags
+    from pgfeed.cli_options import add_option_flags
 
     create.add_argument("name")
     create.add_argument("--dsn", required=True)
@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--grpc-port", type=int, default=50051)
     demo.set_defaults(func=_demo)
 
-    from service import peek, tail_cli
-    from service.backfill import cli as backfill_cli
+    from pgfeed import peek, tail_cli
+    from pgfeed.backfill import cli as backfill_cli
 
     peek.add_parser(sub)
     tail_cli.add_parser(sub)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from service.http_api.schemas import FeedOptionsIn
+from pgfeed.http_api.schemas import FeedOptionsIn
 
 __all__ = ["add_option_flags", "options_from_args"]
 

@@ -23,10 +23,10 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
-from service.config import Settings
-from service.feeds.model import FeedOptions, FeedSpec
-from service.localpg import LocalCluster, available_versions
-from service.runtime import Runtime, new_event_loop
+from pgfeed.config import Settings
+from pgfeed.feeds.model import FeedOptions, FeedSpec
+from pgfeed.localpg import LocalCluster, available_versions
+from pgfeed.runtime import Runtime, new_event_loop
 
 SCHEMA = """
 CREATE TABLE customers (id bigserial PRIMARY KEY, name text NOT NULL, email text);
@@ -84,7 +84,7 @@ def _view(changes: list[dict[str, Any]], count: int, cursor: str, urls: list[str
 def _plain(base: str, urls: list[str], end: float | None) -> int:
     """The demo without a terminal: the addresses, then one flushed line per change (the same
     lines as ``pgfeed tail``); returns how many changes were shown."""
-    from service.tail_cli import event_line
+    from pgfeed.tail_cli import event_line
 
     print("\n".join(urls), flush=True)
     count, cursor = 0, "earliest"

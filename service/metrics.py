@@ -18,12 +18,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from service.errors import FeedNotFound
-from service.feeds.supervisor import parallel
+from pgfeed.errors import FeedNotFound
+from pgfeed.feeds.supervisor import parallel
 
 if TYPE_CHECKING:
-    from service.feeds.model import FeedStatus
-    from service.feeds.supervisor import Supervisor
+    from pgfeed.feeds.model import FeedStatus
+    from pgfeed.feeds.supervisor import Supervisor
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 

@@ -16,16 +16,16 @@ from typing import Any
 
 import psycopg
 
-from clients._cursor import format_lsn
-from service.assembler.model import Change, Op, Transaction
-from service.assembler.relations import RelationCatalog
-from service.assembler.transactions import TransactionAssembler
-from service.decoding.changes import TransactionDecoder
-from service.dsn import mask_dsn, scrub
-from service.encoding.to_json import change_to_dict, dumps
-from service.errors import PgfeedError, SourceError
-from service.replication import session
-from service.replication.connect import conninfo
+from pgfeed_client._cursor import format_lsn
+from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.assembler.transactions import TransactionAssembler
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.dsn import mask_dsn, scrub
+from pgfeed.encoding.to_json import change_to_dict, dumps
+from pgfeed.errors import PgfeedError, SourceError
+from pgfeed.replication import session
+from pgfeed.replication.connect import conninfo
 
 __all__ = [
     "PeekError",

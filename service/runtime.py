@@ -19,12 +19,12 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from service.changelog.base import age_cutoff
-from service.config import Settings
-from service.feeds.notify import StopSignal
-from service.feeds.supervisor import Supervisor
-from service.metrics import Metrics
-from service.pgoutput.messages import pg_now_us
+from pgfeed.changelog.base import age_cutoff
+from pgfeed.config import Settings
+from pgfeed.feeds.notify import StopSignal
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.metrics import Metrics
+from pgfeed.pgoutput.messages import pg_now_us
 
 log = logging.getLogger("pgfeed")
 
@@ -78,7 +78,7 @@ def build_supervisor(settings: Settings) -> Supervisor:
     other replicas (then no data dir is needed: spill files go to a temporary directory)."""
     if settings.store is None:
         return Supervisor(settings.data_dir, changelog_kind=settings.changelog)
-    from service.pgstore.store import PgStore
+    from pgfeed.pgstore.store import PgStore
 
     replica_id = settings.replica_id or default_replica_id(settings.http_port)
     store = PgStore(settings.store.get_secret_value(), replica_id=replica_id, schema=settings.store_schema)
@@ -103,11 +103,11 @@ class Runtime:
         self.started = asyncio.Event()
 
     async def serve(self) -> None:
-        from service.grpc_api.server import build_server
-        from service.http_api.app import create_app
+        from pgfeed.grpc_api.server import build_server
+        from pgfeed.http_api.app import create_app
 
         settings = self.settings
-        from service.tls import grpc_credentials, tls_files, uvicorn_options
+        from pgfeed.tls import grpc_credentials, tls_files, uvicorn_options
 
         tls = tls_files(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
         tune_interpreter()
@@ -124,7 +124,7 @@ class Runtime:
                           else grpc_server.add_secure_port(address, grpc_credentials(tls)))
         await grpc_server.start()
         retention = asyncio.create_task(self._retention_loop())
-        from service.feeds.watch import StateWatcher
+        from pgfeed.feeds.watch import StateWatcher
 
         watcher = asyncio.create_task(StateWatcher(self.supervisor).run())  # state-change lines
         log.info("gRPC on %s:%s%s", settings.grpc_host, self.grpc_port,

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from clients._tls import http_verify
+from pgfeed_client._tls import http_verify
 
 __all__ = ["add_parser", "event_line", "follow", "run"]
 

@@ -1,11 +1,11 @@
 """pgfeed's PySpark 4 data source: ``spark.dataSource.register(PgFeedDataSource)``, then
 ``spark.read.format("pgfeed")`` or ``spark.readStream.format("pgfeed")``."""
 
-from spark_connector._apply import apply_changes
-from spark_connector._datasource import PgFeedDataSource
-from spark_connector._mirror import latest_rows, mirror_writer, read_mirror
-from spark_connector._options import FeedOptions
-from spark_connector._schema import (
+from pgfeed_spark._apply import apply_changes
+from pgfeed_spark._datasource import PgFeedDataSource
+from pgfeed_spark._mirror import latest_rows, mirror_writer, read_mirror
+from pgfeed_spark._options import FeedOptions
+from pgfeed_spark._schema import (
     KEY_COLUMN,
     METADATA_COLUMNS,
     change_schema,

@@ -11,11 +11,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from clients import Cursor, FeedClient, parse_cursor
+from pgfeed_client import Cursor, FeedClient, parse_cursor
 
 __all__ = ["Acknowledger"]
 
-log = logging.getLogger("spark_connector")
+log = logging.getLogger("pgfeed_spark")
 
 
 def _key(cursor: str) -> Cursor:

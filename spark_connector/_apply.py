@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructType
 
-from spark_connector._schema import KEY_COLUMN, METADATA_NAMES
+from pgfeed_spark._schema import KEY_COLUMN, METADATA_NAMES
 
 __all__ = ["DEFAULT_SEQUENCE", "SCD2_COLUMNS", "Plan", "apply_changes", "latest_versions", "mirror_events"]
 

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from clients import parse_lsn
+from pgfeed_client import parse_lsn
 
 __all__ = ["arrow_schema", "conform", "lsn_to_int64", "rows_to_batch"]
 

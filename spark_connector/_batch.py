@@ -8,9 +8,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_connector._options import FeedOptions
-from spark_connector._partition import LsnRange, plan_ranges
-from spark_connector._read import read_range
+from pgfeed_spark._options import FeedOptions
+from pgfeed_spark._partition import LsnRange, plan_ranges
+from pgfeed_spark._read import read_range
 
 __all__ = ["PgFeedBatchReader", "plan_batch"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import threading
 
-from clients import FeedClient
-from spark_connector._options import FeedOptions
+from pgfeed_client import FeedClient
+from pgfeed_spark._options import FeedOptions
 
 __all__ = ["shared_client"]
 

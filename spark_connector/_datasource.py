@@ -7,11 +7,11 @@ from dataclasses import replace
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from clients import TableInfo
-from spark_connector._batch import PgFeedBatchReader
-from spark_connector._options import FeedOptions
-from spark_connector._schema import change_schema, table_schema
-from spark_connector._streaming import PgFeedStreamReader
+from pgfeed_client import TableInfo
+from pgfeed_spark._batch import PgFeedBatchReader
+from pgfeed_spark._options import FeedOptions
+from pgfeed_spark._schema import change_schema, table_schema
+from pgfeed_spark._streaming import PgFeedStreamReader
 
 __all__ = ["PgFeedDataSource"]
 

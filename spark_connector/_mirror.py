@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from spark_connector._apply import (
+from pgfeed_spark._apply import (
     COMMIT_TS,
     MOVE_ROUNDS,
     TOAST,
@@ -24,7 +24,7 @@ from spark_connector._apply import (
     latest_versions,
     mirror_events,
 )
-from spark_connector._schema import KEY_COLUMN
+from pgfeed_spark._schema import KEY_COLUMN
 
 __all__ = ["Manifest", "committed", "latest_rows", "mirror_writer", "read_mirror"]
 

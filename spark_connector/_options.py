@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from clients import ColumnInfo, FeedClient, parse_cursor
-from spark_connector._replicas import parse_urls, reachable_first
+from pgfeed_client import ColumnInfo, FeedClient, parse_cursor
+from pgfeed_spark._replicas import parse_urls, reachable_first
 
 __all__ = ["FeedOptions"]
 

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 from pyspark.sql.datasource import InputPartition
 
-from clients import Cursor, parse_cursor
+from pgfeed_client import Cursor, parse_cursor
 
 __all__ = ["LsnRange", "plan_ranges"]
 

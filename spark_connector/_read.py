@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
-from clients import Change, Cursor, FeedClient, parse_cursor
-from spark_connector._arrow import arrow_schema, conform, rows_to_batch
-from spark_connector._options import FeedOptions
-from spark_connector._partition import LsnRange
-from spark_connector._schema import KEY_COLUMN, METADATA_NAMES, json_converter, raw_row, typed_row
+from pgfeed_client import Change, Cursor, FeedClient, parse_cursor
+from pgfeed_spark._arrow import arrow_schema, conform, rows_to_batch
+from pgfeed_spark._options import FeedOptions
+from pgfeed_spark._partition import LsnRange
+from pgfeed_spark._schema import KEY_COLUMN, METADATA_NAMES, json_converter, raw_row, typed_row
 
 __all__ = ["read_range"]
 

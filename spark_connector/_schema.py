@@ -28,16 +28,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from clients import Change, TableInfo, parse_lsn
-from clients._json import dumps_exact
-from clients.pgtypes import JSON_TYPES, ColumnType, base_name, column_type, numeric_precision
+from pgfeed_client import Change, TableInfo, parse_lsn
+from pgfeed_client._json import dumps_exact
+from pgfeed_client.pgtypes import JSON_TYPES, ColumnType, base_name, column_type, numeric_precision
 
 __all__ = [
     "KEY_COLUMN", "METADATA_COLUMNS", "METADATA_NAMES", "change_schema", "json_converter",
     "numeric_precision", "raw_row", "spark_type", "table_schema", "typed_row",
 ]
 
-# clients.pgtypes.column_type's kinds (the one table the server's Arrow encoder reads too)
+# pgfeed_client.pgtypes.column_type's kinds (the one table the server's Arrow encoder reads too)
 _KINDS: dict[str, DataType] = {
     "int16": ShortType(), "int32": IntegerType(), "int64": LongType(), "float32": FloatType(),
     "float64": DoubleType(), "bool": BooleanType(), "binary": BinaryType(), "date": DateType(),
@@ -85,7 +85,7 @@ _CHANGE_SCHEMA = StructType([
 
 def change_schema() -> StructType:
     """The raw change schema: one row per change event, row images as JSON text, LSNs as 64-bit
-    positions (they sort numerically; ``clients.format_lsn`` gives the ``16/B374D848`` form)."""
+    positions (they sort numerically; ``pgfeed_client.format_lsn`` gives the ``16/B374D848`` form)."""
     return StructType(list(_CHANGE_SCHEMA.fields))
 
 
@@ -100,7 +100,7 @@ def _spark(t: ColumnType) -> DataType:
 
 def spark_type(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> DataType:
     """The Spark type of a PostgreSQL column: exact where Spark can hold every value, else string
-    (``clients.pgtypes.column_type``; timestamp -> TimestampNTZ, timestamptz -> Timestamp)."""
+    (``pgfeed_client.pgtypes.column_type``; timestamp -> TimestampNTZ, timestamptz -> Timestamp)."""
     return _spark(column_type(type_name, typmod, type_oid))
 
 

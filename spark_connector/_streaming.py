@@ -14,12 +14,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from clients import Cursor, FeedClient, parse_cursor
-from spark_connector._ack import Acknowledger
-from spark_connector._clients import shared_client
-from spark_connector._options import FeedOptions
-from spark_connector._partition import LsnRange, plan_ranges
-from spark_connector._read import read_range
+from pgfeed_client import Cursor, FeedClient, parse_cursor
+from pgfeed_spark._ack import Acknowledger
+from pgfeed_spark._clients import shared_client
+from pgfeed_spark._options import FeedOptions
+from pgfeed_spark._partition import LsnRange, plan_ranges
+from pgfeed_spark._read import read_range
 
 __all__ = ["PgFeedStreamReader"]
 

@@ -23,7 +23,7 @@ Output: ``tests/data/pgoutput/pg<major>_proto<N>.jsonl``, one message a line::
 ``in_stream`` follows Stream Start/Stop. For PG18 a second pass (see IMMEDIATE_PASS) is appended
 to each protocol 2+ file, because PG18 does not stream transactions it already knows aborted.
 ``expected`` is the message as ``dataclasses.asdict(decode(...))`` would give it, with bytes as hex, ``UNCHANGED_TOAST`` as the
-string "UNCHANGED_TOAST" and tuples as lists. It is NOT produced by ``service.pgoutput``: a small
+string "UNCHANGED_TOAST" and tuples as lists. It is NOT produced by ``pgfeed.pgoutput``: a small
 reference parser below, written from the protocol page, makes it, and the script then compares it
 with the service decoder and with the xid column of the peek function, printing each disagreement
 as a PROBLEM line and exiting 1 (the unit test tests/unit/pgoutput/test_goldens.py then fails). Repeats are dropped
@@ -48,8 +48,8 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.localpg import LocalCluster
-from service.pgoutput import UnchangedToast, decode
+from pgfeed.localpg import LocalCluster
+from pgfeed.pgoutput import UnchangedToast, decode
 
 OUT_DIR = ROOT / "tests" / "data" / "pgoutput"
 PROTOCOLS = {"15": (1, 2, 3), "18": (1, 2, 3, 4)}
@@ -200,7 +200,7 @@ WORKLOAD: list[tuple[str, list[str]]] = [
 ]
 
 
-# --- Reference parser: the protocol page, field by field, independent of service.pgoutput. -----
+# --- Reference parser: the protocol page, field by field, independent of pgfeed.pgoutput. -----
 
 
 class _Ref:
@@ -242,7 +242,7 @@ class _Ref:
 
 
 def reference_parse(data: bytes, in_stream: bool, parallel: bool) -> dict[str, Any]:
-    """The message as a plain dict (field names of service.pgoutput.messages)."""
+    """The message as a plain dict (field names of pgfeed.pgoutput.messages)."""
     r = _Ref(data)
     tag = chr(data[0])
     out: dict[str, Any] = {}

@@ -12,10 +12,10 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from service.assembler.framing import FRAME, chunk_bounds
+from pgfeed.assembler.framing import FRAME, chunk_bounds
 
 if TYPE_CHECKING:
-    from service.assembler.spill import SpilledPayload
+    from pgfeed.assembler.spill import SpilledPayload
 
 # In memory, or (a transaction that outgrew the assembler's memory) read back from the spill store.
 Payload: TypeAlias = "bytes | bytearray | SpilledPayload"

@@ -10,18 +10,18 @@ import bisect
 from dataclasses import dataclass, replace
 from typing import Any
 
-from clients._cursor import format_lsn
-from clients.pgtypes import (
+from pgfeed_client._cursor import format_lsn
+from pgfeed_client.pgtypes import (
     BUILTIN_TYPES,
     FIRST_NON_BUILTIN_OID,
     TEXT_ARRAY_OID,
     TEXT_OID,
     builtin_oid,
 )
-from service.assembler.framing import FRAME
-from service.errors import SchemaError
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import RelationMessage, TypeMessage
+from pgfeed.assembler.framing import FRAME
+from pgfeed.errors import SchemaError
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import RelationMessage, TypeMessage
 
 __all__ = [
     "ColumnSchema",

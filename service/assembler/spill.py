@@ -1,7 +1,7 @@
 """SpillStore: append-only per-xid byte buffers for in-progress transactions that outgrow memory,
 and SpilledPayload, a committed transaction read back from one without ever being held whole.
 
-Files: ``service.changelog.spill_files.FileSpillStore``; ``MemorySpillStore`` is its twin for tests.
+Files: ``pgfeed.changelog.spill_files.FileSpillStore``; ``MemorySpillStore`` is its twin for tests.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from itertools import chain, pairwise
 from typing import Protocol
 
-from service.assembler.framing import chunk_bounds
+from pgfeed.assembler.framing import chunk_bounds
 
 
 class SpillStore(Protocol):

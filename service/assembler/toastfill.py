@@ -26,9 +26,9 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from service.assembler.relations import RelationSchema
-from service.pgoutput.messages import TUPLE_OLD as _OLD_ROW
-from service.pgoutput.messages import (
+from pgfeed.assembler.relations import RelationSchema
+from pgfeed.pgoutput.messages import TUPLE_OLD as _OLD_ROW
+from pgfeed.pgoutput.messages import (
     UNCHANGED_TOAST,
     DeleteMessage,
     InsertMessage,

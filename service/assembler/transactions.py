@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from functools import partial
 from itertools import chain
 
-from service.assembler.framing import FRAME
-from service.assembler.model import Payload, StoredTransaction, end_position
-from service.assembler.spill import SpilledPayload, SpillStore
-from service.errors import AssemblyError
-from service.pgoutput.decode import decode, message_tag_name
-from service.pgoutput.messages import (
+from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.model import Payload, StoredTransaction, end_position
+from pgfeed.assembler.spill import SpilledPayload, SpillStore
+from pgfeed.errors import AssemblyError
+from pgfeed.pgoutput.decode import decode, message_tag_name
+from pgfeed.pgoutput.messages import (
     TAG_BEGIN,
     TAG_BEGIN_PREPARE,
     TAG_COMMIT,

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from clients import ClientError, FeedClient
+from pgfeed_client import ClientError, FeedClient
 
 POLL_SECONDS = 0.5
 PLAIN_EVERY = 2.0  # seconds between plain progress lines

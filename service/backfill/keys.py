@@ -5,8 +5,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import RelationMessage
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import RelationMessage
 
 Key = tuple[bytes, ...]
 

@@ -18,18 +18,18 @@ from dataclasses import dataclass, field, replace
 
 import psycopg
 
-from service.assembler.model import BackfillProgress
-from service.backfill import source
-from service.backfill.window import Chunk, WindowTracker
-from service.changelog.backfills import (
+from pgfeed.assembler.model import BackfillProgress
+from pgfeed.backfill import source
+from pgfeed.backfill.window import Chunk, WindowTracker
+from pgfeed.changelog.backfills import (
     MAX_CHUNK_ROWS,
     MAX_PARALLEL,
     BackfillPart,
     BackfillRecord,
 )
-from service.changelog.base import ChangeLog
-from service.dsn import scrub
-from service.errors import BackfillError, PgfeedError
+from pgfeed.changelog.base import ChangeLog
+from pgfeed.dsn import scrub
+from pgfeed.errors import BackfillError, PgfeedError
 
 log = logging.getLogger("pgfeed.backfill")
 

@@ -71,7 +71,7 @@ def _unescape(field: bytes) -> bytes:
 
 def _load() -> Any:
     try:
-        from service.backfill import _rows  # type: ignore[attr-defined]
+        from pgfeed.backfill import _rows  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _rows

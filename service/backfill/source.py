@@ -22,12 +22,12 @@ import psycopg
 from psycopg import errors as e
 from psycopg import pq, sql
 
-from service.backfill.rows import copy_text_rows
-from service.backfill.schema import _COLUMNS, relation_message, type_message
-from service.backfill.window import Entry
-from service.errors import BackfillError
-from service.pgoutput.encode import insert_head
-from service.replication.connect import conninfo
+from pgfeed.backfill.rows import copy_text_rows
+from pgfeed.backfill.schema import _COLUMNS, relation_message, type_message
+from pgfeed.backfill.window import Entry
+from pgfeed.errors import BackfillError
+from pgfeed.pgoutput.encode import insert_head
+from pgfeed.replication.connect import conninfo
 
 WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
@@ -136,7 +136,7 @@ def describe(conn: psycopg.Connection, publication: str, table: str, *,
                             "(the publication's column list leaves it out)")
     types = {r[0]: r[1] for r in rows}
     user_types = dict.fromkeys((t, ns, tn) for _, t, _, _, ns, tn in rows if t >= _FIRST_NORMAL_OID)
-    from service.backfill.schema import PublishedTable
+    from pgfeed.backfill.schema import PublishedTable
     published_table = PublishedTable(oid, schema, name, ident,
                                      tuple((n, t, m, bool(k)) for n, t, m, k, _, _ in rows),
                                      tuple(user_types), row_filter)

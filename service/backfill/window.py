@@ -37,12 +37,12 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from service.assembler.framing import FRAME
-from service.assembler.model import BACKFILL_ORIGIN, BackfillProgress, StoredTransaction
-from service.assembler.spill import SpilledPayload
-from service.backfill.keys import Key, add_key, key_positions, precedes, same_relation, tuple_key
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import (
+from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.model import BACKFILL_ORIGIN, BackfillProgress, StoredTransaction
+from pgfeed.assembler.spill import SpilledPayload
+from pgfeed.backfill.keys import Key, add_key, key_positions, precedes, same_relation, tuple_key
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import (
     TAG_DELETE,
     TAG_INSERT,
     TAG_RELATION,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.changelog.base import ChangeLog, ChangeLogError, LogStats
-from service.changelog.memory import MemoryChangeLog
-from service.changelog.sqlite import SqliteChangeLog
+from pgfeed.changelog.base import ChangeLog, ChangeLogError, LogStats
+from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.changelog.sqlite import SqliteChangeLog
 
 __all__ = ["KINDS", "ChangeLog", "ChangeLogError", "LogStats", "MemoryChangeLog", "SqliteChangeLog",
            "open_changelog"]

@@ -1,7 +1,7 @@
 """The ChangeLog protocol: the durable, ordered store of committed transactions of one feed.
 
 Implementations: ``memory.MemoryChangeLog`` (tests, demo), ``sqlite.SqliteChangeLog`` (default) and
-``service.pgstore.changelog.PgChangeLog`` (a PostgreSQL store shared by several replicas). The pure
+``pgfeed.pgstore.changelog.PgChangeLog`` (a PostgreSQL store shared by several replicas). The pure
 rules every store shares (batch checks, retention bounds, split points) live here too.
 """
 
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
-from clients._cursor import Cursor
-from service.assembler.model import BackfillProgress, StoredTransaction
-from service.changelog.backfills import BackfillPart, BackfillRecord
-from service.errors import PgfeedError, RetentionError
-from service.pgoutput.messages import PG_EPOCH_UNIX
+from pgfeed_client._cursor import Cursor
+from pgfeed.assembler.model import BackfillProgress, StoredTransaction
+from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
+from pgfeed.errors import PgfeedError, RetentionError
+from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
 
 log = logging.getLogger("pgfeed.changelog")
 

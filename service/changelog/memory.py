@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from clients._cursor import Cursor
-from service.assembler.model import StoredTransaction
-from service.changelog.backfills import BackfillPart, BackfillRecord
-from service.changelog.base import (
+from pgfeed_client._cursor import Cursor
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
+from pgfeed.changelog.base import (
     ChangeLogError,
     ConsumerState,
     LogStats,
@@ -33,7 +33,7 @@ from service.changelog.base import (
     split_bounds,
     stored_position,
 )
-from service.pgoutput.messages import pg_now_us
+from pgfeed.pgoutput.messages import pg_now_us
 
 log = logging.getLogger("pgfeed.changelog")
 

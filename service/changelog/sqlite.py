@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clients._cursor import Cursor
-from service.assembler.model import StoredTransaction, payload_pieces
-from service.changelog.backfills import BackfillPart, BackfillRecord
-from service.changelog.base import (
+from pgfeed_client._cursor import Cursor
+from pgfeed.assembler.model import StoredTransaction, payload_pieces
+from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
+from pgfeed.changelog.base import (
     CHUNK_BYTES,
     MAX_LSN,
     ChangeLogError,
@@ -57,7 +57,7 @@ from service.changelog.base import (
     split_bounds,
     stored_position,
 )
-from service.pgoutput.messages import pg_now_us
+from pgfeed.pgoutput.messages import pg_now_us
 
 __all__ = ["CHUNK_BYTES", "SqliteChangeLog"]
 

@@ -10,9 +10,9 @@ import struct
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
-from clients._cursor import format_lsn
-from service.assembler.framing import FRAME
-from service.assembler.model import (
+from pgfeed_client._cursor import format_lsn
+from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.model import (
     BACKFILL_ORIGIN,
     Change,
     Op,
@@ -20,12 +20,12 @@ from service.assembler.model import (
     Transaction,
     backfill_id_of,
 )
-from service.assembler.relations import RelationCatalog, RelationSchema, TypeName
-from service.decoding.plan import RelationPlan, WireRow
-from service.decoding.values import RowLoader
-from service.errors import SchemaError
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import (
+from pgfeed.assembler.relations import RelationCatalog, RelationSchema, TypeName
+from pgfeed.decoding.plan import RelationPlan, WireRow
+from pgfeed.decoding.values import RowLoader
+from pgfeed.errors import SchemaError
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import (
     TAG_DELETE,
     TAG_INSERT,
     TAG_MESSAGE,
@@ -42,9 +42,9 @@ from service.pgoutput.messages import (
     TypeMessage,
     UpdateMessage,
 )
-from service.pgoutput.messages import TUPLE_KEY as _KEY
-from service.pgoutput.messages import TUPLE_NEW as _NEW
-from service.pgoutput.messages import TUPLE_OLD as _OLD_ROW
+from pgfeed.pgoutput.messages import TUPLE_KEY as _KEY
+from pgfeed.pgoutput.messages import TUPLE_NEW as _NEW
+from pgfeed.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 
 __all__ = ["DEFAULT_PLACEHOLDER", "Fills", "RawChange", "RowSink", "Segment", "ToastMode", "TransactionDecoder"]
 

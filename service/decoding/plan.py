@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.assembler.relations import RelationSchema
-from service.codegen import define
-from service.decoding.values import RowLoader, row_loader, sequence_loader
-from service.types.registry import fast_kind, json_kind
+from pgfeed.assembler.relations import RelationSchema
+from pgfeed.codegen import define
+from pgfeed.decoding.values import RowLoader, row_loader, sequence_loader
+from pgfeed.types.registry import fast_kind, json_kind
 
 __all__ = ["KeyOf", "RelationPlan", "WireRow"]
 

@@ -15,10 +15,10 @@ from typing import Any
 from psycopg import adapt
 from psycopg.pq import Format
 
-from clients.pgtypes import TEXT_OID
-from service.codegen import define
-from service.types.array import ELEMENT_OID, load_leniently
-from service.types.registry import ADAPTERS, loader_oid
+from pgfeed_client.pgtypes import TEXT_OID
+from pgfeed.codegen import define
+from pgfeed.types.array import ELEMENT_OID, load_leniently
+from pgfeed.types.registry import ADAPTERS, loader_oid
 
 __all__ = [
     "RowLoader",

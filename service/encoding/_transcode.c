@@ -849,7 +849,7 @@ static PyMethodDef Encoder_methods[] = {
 
 static PyTypeObject EncoderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "service.encoding._transcode.Encoder",
+    .tp_name = "pgfeed.encoding._transcode.Encoder",
     .tp_basicsize = sizeof(Encoder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "One relation version's compiled encoders (see transcode.py).",
@@ -869,7 +869,7 @@ PyMODINIT_FUNC PyInit__transcode(void) {
     if (PyType_Ready(&EncoderType) < 0 || PyType_Ready(&ArrowRowsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    Unsupported = PyErr_NewException("service.encoding._transcode.Unsupported", PyExc_ValueError, NULL);
+    Unsupported = PyErr_NewException("pgfeed.encoding._transcode.Unsupported", PyExc_ValueError, NULL);
     if (Unsupported == NULL || PyModule_AddObjectRef(m, "Unsupported", Unsupported) < 0
         || PyModule_AddObjectRef(m, "Encoder", (PyObject *)&EncoderType) < 0
         || PyModule_AddObjectRef(m, "ArrowRows", (PyObject *)&ArrowRowsType) < 0

@@ -654,7 +654,7 @@ static PyGetSetDef ArrowRows_getset[] = {
 
 static PyTypeObject ArrowRowsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "service.encoding._transcode.ArrowRows",
+    .tp_name = "pgfeed.encoding._transcode.ArrowRows",
     .tp_basicsize = sizeof(ArrowRows),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Typed Arrow buffers of one table's row changes (see arrow_rows.py).",

@@ -26,15 +26,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from clients.pgtypes import TEXT_ARRAY_OID
-from service.assembler.model import Op, Transaction
-from service.decoding.changes import Segment
-from service.decoding.plan import RelationPlan
-from service.encoding import transcode
-from service.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
-from service.pgoutput.messages import PG_EPOCH_UNIX_US
-from service.types.array import ELEMENT_OID
-from service.types.registry import fast_kind, loader_oid
+from pgfeed_client.pgtypes import TEXT_ARRAY_OID
+from pgfeed.assembler.model import Op, Transaction
+from pgfeed.decoding.changes import Segment
+from pgfeed.decoding.plan import RelationPlan
+from pgfeed.encoding import transcode
+from pgfeed.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
+from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US
+from pgfeed.types.array import ELEMENT_OID
+from pgfeed.types.registry import fast_kind, loader_oid
 
 __all__ = ["ArrowSink", "sink_for"]
 

@@ -3,7 +3,7 @@ single-table read (the table's columns with Arrow types from their PostgreSQL ty
 
 Columns are built from one Python list per column (never per-row dicts) so a page of 100,000
 changes encodes in tens of milliseconds. The typed mapping mirrors
-``spark_connector._schema.spark_type`` exactly (a unit test holds them together), so Spark's
+``pgfeed_spark._schema.spark_type`` exactly (a unit test holds them together), so Spark's
 ``conform`` finds every column already in its declared type:
 
 - int2/int4/int8 -> int16/int32/int64; float4/float8 -> float32/float64; bool; bytea -> binary;
@@ -22,7 +22,7 @@ of an update or delete, so a key-changing update says which key it left. A table
 columns has no ``_key`` column.
 
 LSNs are 64-bit integers in Arrow (numerically ordered); the JSON API writes them as
-``16/B374D848`` (``clients.format_lsn``).
+``16/B374D848`` (``pgfeed_client.format_lsn``).
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from clients.pgtypes import ColumnType, column_type, element_is_json, is_json
-from service.assembler.model import Change, Op, Transaction
-from service.encoding import ARROW_MEDIA_TYPE
-from service.encoding.to_json import dumps
-from service.pgoutput.messages import PG_EPOCH_UNIX_US
-from service.types.floating import SpecialFloat
-from service.types.interval import Interval
-from service.types.json import JsonText
+from pgfeed_client.pgtypes import ColumnType, column_type, element_is_json, is_json
+from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.encoding import ARROW_MEDIA_TYPE
+from pgfeed.encoding.to_json import dumps
+from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US
+from pgfeed.types.floating import SpecialFloat
+from pgfeed.types.interval import Interval
+from pgfeed.types.json import JsonText
 
 __all__ = [
     "ARROW_MEDIA_TYPE",
@@ -113,7 +113,7 @@ def change_schema() -> pa.Schema:
     return _CHANGE_SCHEMA
 
 
-# -- PostgreSQL types -> Arrow types: clients.pgtypes.column_type, as Spark's schema reads it -----
+# -- PostgreSQL types -> Arrow types: pgfeed_client.pgtypes.column_type, as Spark's schema reads it -----
 
 _KINDS: dict[str, pa.DataType] = {
     "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "float32": pa.float32(),

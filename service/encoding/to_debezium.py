@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from clients._cursor import parse_lsn
+from pgfeed_client._cursor import parse_lsn
 
 __all__ = ["CONNECTOR", "UNAVAILABLE", "DebeziumSource", "envelopes", "op_code"]
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import orjson
 
-from clients._cursor import format_lsn
-from clients._json import MAX_EMBEDDED_DEPTH
-from service.assembler.model import Change, Op, Transaction
-from service.decoding.changes import RawChange
-from service.encoding.transcode import json_writers, transcoded
-from service.pgoutput.messages import PG_EPOCH
-from service.types.registry import json_writers as value_writers
+from pgfeed_client._cursor import format_lsn
+from pgfeed_client._json import MAX_EMBEDDED_DEPTH
+from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.decoding.changes import RawChange
+from pgfeed.encoding.transcode import json_writers, transcoded
+from pgfeed.pgoutput.messages import PG_EPOCH
+from pgfeed.types.registry import json_writers as value_writers
 
 __all__ = ["MAX_EMBEDDED_DEPTH", "change_events", "change_to_dict", "commit_ts_iso", "dumps",
            "transaction_json", "transaction_to_dict"]

@@ -16,26 +16,26 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
-from clients._cursor import Cursor, format_lsn
-from service.assembler.model import Change, Op, Transaction
-from service.assembler.relations import RelationCatalog
-from service.codegen import define
-from service.decoding.changes import RawChange
-from service.encoding.to_json import dumps as json_dumps
-from service.encoding.transcode import proto_writers as change_writers
-from service.encoding.transcode import transcoded
-from service.pgoutput.messages import PG_EPOCH_UNIX
-from service.protowire import HEADS as _HEADS
-from service.protowire import SMALL as _SMALL
-from service.protowire import VALUE, ld_field, text_field, varint
-from service.protowire import VC as _VC
-from service.protowire import MapColumn as _Column
-from service.protowire import V as _V
-from service.protowire import map_column as _column
-from service.protowire import timestamp_field as _timestamp
-from service.types.interval import Interval
-from service.types.json import JsonText, proto_json
-from service.types.registry import json_kind, proto_writers
+from pgfeed_client._cursor import Cursor, format_lsn
+from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.codegen import define
+from pgfeed.decoding.changes import RawChange
+from pgfeed.encoding.to_json import dumps as json_dumps
+from pgfeed.encoding.transcode import proto_writers as change_writers
+from pgfeed.encoding.transcode import transcoded
+from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
+from pgfeed.protowire import HEADS as _HEADS
+from pgfeed.protowire import SMALL as _SMALL
+from pgfeed.protowire import VALUE, ld_field, text_field, varint
+from pgfeed.protowire import VC as _VC
+from pgfeed.protowire import MapColumn as _Column
+from pgfeed.protowire import V as _V
+from pgfeed.protowire import map_column as _column
+from pgfeed.protowire import timestamp_field as _timestamp
+from pgfeed.types.interval import Interval
+from pgfeed.types.json import JsonText, proto_json
+from pgfeed.types.registry import json_kind, proto_writers
 
 __all__ = [
     "FRAME_BYTES",

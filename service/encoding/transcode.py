@@ -27,12 +27,12 @@ from typing import Any
 
 import orjson
 
-from service.assembler.model import Op
-from service.decoding.changes import RawChange
-from service.decoding.plan import RelationPlan
-from service.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
-from service.protowire import ld_field, varint
-from service.types.registry import FAST_KINDS
+from pgfeed.assembler.model import Op
+from pgfeed.decoding.changes import RawChange
+from pgfeed.decoding.plan import RelationPlan
+from pgfeed.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
+from pgfeed.protowire import ld_field, varint
+from pgfeed.types.registry import FAST_KINDS
 
 __all__ = ["IMPLEMENTATION", "json_event", "json_writers", "proto_change", "proto_writers",
            "transcoded"]
@@ -45,7 +45,7 @@ def _load_compiled() -> Any:
     if wanted == "reference":
         return None
     try:
-        from service.encoding import _transcode
+        from pgfeed.encoding import _transcode
     except ImportError:
         if wanted == "c":
             raise

@@ -10,7 +10,7 @@ import os
 import threading
 from pathlib import Path
 
-from service.feeds.model import FeedSpec
+from pgfeed.feeds.model import FeedSpec
 
 
 class Catalogue:

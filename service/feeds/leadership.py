@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from service.changelog.base import ChangeLogError
-from service.errors import PgfeedError
-from service.feeds.model import FeedStatus, Leader, ReplicaInfo
+from pgfeed.changelog.base import ChangeLogError
+from pgfeed.errors import PgfeedError
+from pgfeed.feeds.model import FeedStatus, Leader, ReplicaInfo
 
 __all__ = ["LEASE_SECONDS", "Leadership", "LeaseStore", "Led", "SupervisorEvents", "fair_share",
            "merge_report", "replica_infos"]

@@ -6,8 +6,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from service.decoding.changes import ToastMode
-from service.replication.slots import SlotFailover
+from pgfeed.decoding.changes import ToastMode
+from pgfeed.replication.slots import SlotFailover
 
 FeedState = Literal["starting", "snapshotting", "running", "paused", "failed"]
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")

@@ -13,25 +13,25 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from clients._cursor import EARLIEST, Cursor, format_lsn
-from service.assembler.framing import FRAME
-from service.assembler.model import (
+from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
+from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.model import (
     BACKFILL_ORIGIN,
     Op,
     StoredTransaction,
     Transaction,
     backfill_id_of,
 )
-from service.assembler.relations import RelationCatalog
-from service.changelog.base import ChangeLog
-from service.decoding.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
-from service.errors import RetentionError
-from service.feeds.toastindex import ToastIndex
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.changelog.base import ChangeLog
+from pgfeed.decoding.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
+from pgfeed.errors import RetentionError
+from pgfeed.feeds.toastindex import ToastIndex
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
 
 if TYPE_CHECKING:
-    from service.encoding.arrow_rows import ArrowSink
+    from pgfeed.encoding.arrow_rows import ArrowSink
 
 __all__ = ["FeedReader", "Page", "ReaderBusy", "parse_ops"]
 

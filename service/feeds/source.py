@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from service.backfill.manager import BackfillSource
-from service.errors import SourceError
-from service.feeds.model import FeedSpec
-from service.replication import slots
-from service.replication.capture import CaptureConfig
-from service.replication.commands import source_refusal
-from service.replication.connect import admin_connection
-from service.replication.stream import create_slot
+from pgfeed.backfill.manager import BackfillSource
+from pgfeed.errors import SourceError
+from pgfeed.feeds.model import FeedSpec
+from pgfeed.replication import slots
+from pgfeed.replication.capture import CaptureConfig
+from pgfeed.replication.commands import source_refusal
+from pgfeed.replication.connect import admin_connection
+from pgfeed.replication.stream import create_slot
 
 __all__ = ["backfill_source", "capture_config", "drop", "free_slot", "prepare", "probe", "published_tables", "set_tables"]
 

@@ -1,7 +1,7 @@
 """Where a supervisor keeps its feeds: the catalogue, each feed's change log and spill directory.
 
 ``LocalStore`` is the embedded default (the data dir: ``catalogue.json`` and a SQLite log per
-feed, one process). ``service.pgstore.store.PgStore`` keeps the same in a PostgreSQL database
+feed, one process). ``pgfeed.pgstore.store.PgStore`` keeps the same in a PostgreSQL database
 shared by several replicas (``shared``: feeds are captured by the holder of their lease).
 """
 
@@ -11,11 +11,11 @@ import shutil
 from pathlib import Path
 from typing import Protocol
 
-from service.changelog import open_changelog
-from service.changelog.base import ChangeLog
-from service.errors import FeedExists
-from service.feeds.catalogue import Catalogue
-from service.feeds.model import FeedSpec
+from pgfeed.changelog import open_changelog
+from pgfeed.changelog.base import ChangeLog
+from pgfeed.errors import FeedExists
+from pgfeed.feeds.catalogue import Catalogue
+from pgfeed.feeds.model import FeedSpec
 
 __all__ = ["FeedStore", "LocalStore"]
 

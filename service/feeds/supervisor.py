@@ -12,17 +12,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service.assembler.relations import RelationCatalog
-from service.backfill.manager import BackfillManager
-from service.backfill.window import WindowTracker
-from service.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
-from service.changelog.base import ChangeLog, ChangeLogError, LeaseLost
-from service.dsn import mask_dsn
-from service.encoding.to_proto import JsonColumnCache
-from service.errors import BackfillError, FeedExists, FeedNotFound, SourceError
-from service.feeds import source
-from service.feeds.leadership import Leadership, SupervisorEvents, merge_report, replica_infos
-from service.feeds.model import (
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.backfill.manager import BackfillManager
+from pgfeed.backfill.window import WindowTracker
+from pgfeed.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
+from pgfeed.changelog.base import ChangeLog, ChangeLogError, LeaseLost
+from pgfeed.dsn import mask_dsn
+from pgfeed.encoding.to_proto import JsonColumnCache
+from pgfeed.errors import BackfillError, FeedExists, FeedNotFound, SourceError
+from pgfeed.feeds import source
+from pgfeed.feeds.leadership import Leadership, SupervisorEvents, merge_report, replica_infos
+from pgfeed.feeds.model import (
     ADOPTED_TABLES,
     NAME_RE,
     FeedSpec,
@@ -32,12 +32,12 @@ from service.feeds.model import (
     ReplicaInfo,
     SlotRisk,
 )
-from service.feeds.notify import HeadNotifier
-from service.feeds.reader import FeedReader
-from service.feeds.store import FeedStore, LocalStore
-from service.feeds.tail import SharedTail
-from service.feeds.toastindex import ToastIndex
-from service.replication.capture import Capture, CaptureStats
+from pgfeed.feeds.notify import HeadNotifier
+from pgfeed.feeds.reader import FeedReader
+from pgfeed.feeds.store import FeedStore, LocalStore
+from pgfeed.feeds.tail import SharedTail
+from pgfeed.feeds.toastindex import ToastIndex
+from pgfeed.replication.capture import Capture, CaptureStats
 
 log = logging.getLogger("pgfeed.supervisor")
 
@@ -71,7 +71,7 @@ class Supervisor:
     a copied data dir, tests of the serving layer).
 
     ``store`` (default: the data dir) keeps the catalogue and the logs. A shared store
-    (``service.pgstore``) is used by several replicas: every replica serves every feed, the
+    (``pgfeed.pgstore``) is used by several replicas: every replica serves every feed, the
     holder of a feed's lease captures it (``leadership``), and changes any replica makes to the
     catalogue reach the others through the store.
     """

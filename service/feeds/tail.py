@@ -18,12 +18,12 @@ import bisect
 import time
 from dataclasses import dataclass
 
-from clients._cursor import Cursor
-from service.assembler.model import Transaction
-from service.encoding.to_json import change_events
-from service.encoding.to_proto import ColumnKinds, JsonColumnCache, transaction_frames
-from service.errors import PgfeedError
-from service.feeds.reader import FeedReader, Page, ReaderBusy
+from pgfeed_client._cursor import Cursor
+from pgfeed.assembler.model import Transaction
+from pgfeed.encoding.to_json import change_events
+from pgfeed.encoding.to_proto import ColumnKinds, JsonColumnCache, transaction_frames
+from pgfeed.errors import PgfeedError
+from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy
 
 __all__ = ["SharedTail", "TailEntry", "TailSlice"]
 

@@ -30,20 +30,20 @@ from pathlib import Path
 
 import orjson
 
-from clients._cursor import Cursor
-from service.assembler.model import StoredTransaction
-from service.assembler.relations import RelationCatalog
-from service.assembler.toastfill import (
+from pgfeed_client._cursor import Cursor
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.assembler.toastfill import (
     Held,
     Image,
     apply_relation,
     apply_row,
     apply_truncate,
 )
-from service.changelog.base import ChangeLog
-from service.decoding.changes import TransactionDecoder
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import (
+from pgfeed.changelog.base import ChangeLog
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import (
     TAG_RELATION,
     TAG_TRUNCATE,
     DeleteMessage,

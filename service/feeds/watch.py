@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from service.errors import PgfeedError
-from service.feeds.supervisor import Supervisor
+from pgfeed.errors import PgfeedError
+from pgfeed.feeds.supervisor import Supervisor
 
 __all__ = ["StateWatcher"]
 

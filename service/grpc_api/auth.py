@@ -1,5 +1,5 @@
 """Bearer-token check for every gRPC call: a server interceptor over the configured read and admin
-tokens, each method needing the scope ``service.access`` gives it (the rule HTTP follows too:
+tokens, each method needing the scope ``pgfeed.access`` gives it (the rule HTTP follows too:
 Subscribe reads; ListFeeds and GetFeed show feed status, which needs an admin token). The health
 service stays open for probes. No token configured: nothing is checked.
 """
@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable, Iterable
 import grpc
 from grpc_health.v1 import health
 
-from service.access import Scope, Tokens, grants, grpc_scope
-from service.config import Settings
+from pgfeed.access import Scope, Tokens, grants, grpc_scope
+from pgfeed.config import Settings
 
 __all__ = ["OPEN_SERVICES", "TokenInterceptor"]
 

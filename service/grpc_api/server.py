@@ -13,13 +13,13 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from pgfeed.v1 import feed_pb2
+from pgfeed_proto.v1 import feed_pb2
 
-from service.config import Settings
-from service.feeds.supervisor import Supervisor
-from service.grpc_api.auth import TokenInterceptor
-from service.grpc_api.servicer import ChangeFeedServicer
-from service.metrics import Metrics
+from pgfeed.config import Settings
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.grpc_api.auth import TokenInterceptor
+from pgfeed.grpc_api.servicer import ChangeFeedServicer
+from pgfeed.metrics import Metrics
 
 __all__ = ["SERVICE_NAME", "FeedServer", "build_server"]
 

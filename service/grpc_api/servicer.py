@@ -17,17 +17,17 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import grpc
-from pgfeed.v1 import feed_pb2, feed_pb2_grpc
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
-from clients._cursor import Cursor, CursorError, parse_cursor
-from service.assembler.model import Op
-from service.changelog.base import ChangeLogError
-from service.encoding.to_proto import Framer, JsonColumnCache
-from service.errors import FeedNotFound, PgfeedError, RetentionError
-from service.feeds.model import FeedStatus
-from service.feeds.reader import FeedReader, Page, ReaderBusy, parse_ops
-from service.feeds.supervisor import Supervisor
-from service.metrics import Metrics
+from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed.assembler.model import Op
+from pgfeed.changelog.base import ChangeLogError
+from pgfeed.encoding.to_proto import Framer, JsonColumnCache
+from pgfeed.errors import FeedNotFound, PgfeedError, RetentionError
+from pgfeed.feeds.model import FeedStatus
+from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy, parse_ops
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.metrics import Metrics
 
 __all__ = ["OLDEST_METADATA", "ChangeFeedServicer", "feed_message"]
 

@@ -8,20 +8,20 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-import service
-from service.config import Settings
-from service.feeds.notify import StopSignal
-from service.feeds.supervisor import Supervisor
-from service.http_api.auth import TokenAuth
-from service.http_api.errors import install_handlers
-from service.http_api.fastpath import TailFastPath
-from service.http_api.middleware import ObserveMiddleware
-from service.http_api.readahead import ReadAhead
-from service.http_api.routes import backfills, changes, consumers, feeds, ops, replicas, retention
-from service.http_api.routes.docs import install_docs
-from service.http_api.routes.ui import install_ui
-from service.http_api.schemas import ErrorBody
-from service.metrics import Metrics
+import pgfeed
+from pgfeed.config import Settings
+from pgfeed.feeds.notify import StopSignal
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.http_api.auth import TokenAuth
+from pgfeed.http_api.errors import install_handlers
+from pgfeed.http_api.fastpath import TailFastPath
+from pgfeed.http_api.middleware import ObserveMiddleware
+from pgfeed.http_api.readahead import ReadAhead
+from pgfeed.http_api.routes import backfills, changes, consumers, feeds, ops, replicas, retention
+from pgfeed.http_api.routes.docs import install_docs
+from pgfeed.http_api.routes.ui import install_ui
+from pgfeed.http_api.schemas import ErrorBody
+from pgfeed.metrics import Metrics
 
 __all__ = ["create_app"]
 
@@ -48,7 +48,7 @@ _ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
-    app = FastAPI(title="pgfeed", version=service.__version__, description=_DESCRIPTION,
+    app = FastAPI(title="pgfeed", version=pgfeed.__version__, description=_DESCRIPTION,
                   docs_url=None, redoc_url=None,  # served offline by install_docs
                   openapi_tags=[
                       {"name": "reading", "description": "Pages of changes and transactions"},

@@ -1,4 +1,4 @@
-"""Bearer tokens on HTTP (scopes and the token check are ``service.access``'s, shared with gRPC).
+"""Bearer tokens on HTTP (scopes and the token check are ``pgfeed.access``'s, shared with gRPC).
 
 With no token configured the API is open. Missing or unknown token: 401 with
 ``WWW-Authenticate: Bearer``; a read token on an admin endpoint: 403.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.access import Scope, Tokens, grants
-from service.config import Settings
-from service.http_api.errors import ApiError
+from pgfeed.access import Scope, Tokens, grants
+from pgfeed.config import Settings
+from pgfeed.http_api.errors import ApiError
 
 __all__ = ["TokenAuth", "bearer_scheme"]
 

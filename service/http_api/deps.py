@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
-from service.access import FEED_STATUS
-from service.feeds.notify import StopSignal
-from service.feeds.supervisor import Supervisor
-from service.http_api.auth import TokenAuth, bearer_scheme
-from service.http_api.readahead import ReadAhead
-from service.metrics import Metrics
+from pgfeed.access import FEED_STATUS
+from pgfeed.feeds.notify import StopSignal
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.http_api.auth import TokenAuth, bearer_scheme
+from pgfeed.http_api.readahead import ReadAhead
+from pgfeed.metrics import Metrics
 
 __all__ = ["AdminScope", "MetricsDep", "ReadAheadDep", "ReadScope", "StatusScope",
            "StopDep", "SupervisorDep"]

@@ -9,18 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from clients._cursor import Cursor, format_lsn, parse_lsn
-from clients._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
-from service.assembler.model import Transaction
-from service.assembler.relations import RelationCatalog
-from service.encoding import ARROW_MEDIA_TYPE
-from service.encoding.to_json import change_events, transaction_json
-from service.feeds.reader import Page
-from service.http_api.errors import ApiError
+from pgfeed_client._cursor import Cursor, format_lsn, parse_lsn
+from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
+from pgfeed.assembler.model import Transaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.encoding import ARROW_MEDIA_TYPE
+from pgfeed.encoding.to_json import change_events, transaction_json
+from pgfeed.feeds.reader import Page
+from pgfeed.http_api.errors import ApiError
 
 if TYPE_CHECKING:
-    from service.encoding.arrow_rows import ArrowSink
-    from service.encoding.to_arrow import ArrowColumn
+    from pgfeed.encoding.arrow_rows import ArrowSink
+    from pgfeed.encoding.to_arrow import ArrowColumn
 
 __all__ = ["Encoded", "arrow_page", "arrow_sink", "json_changes", "json_transactions"]
 
@@ -76,7 +76,7 @@ def json_transactions(page: Page) -> Encoded:
 def arrow_sink(catalog: RelationCatalog, typed_table: str) -> ArrowSink | None:
     """The compiled rows for a page of a typed read of ``typed_table`` (its newest shape in
     ``catalog``), or None: that page is the reference's (``to_arrow.typed_batch``)."""
-    from service.encoding import arrow_rows, to_arrow
+    from pgfeed.encoding import arrow_rows, to_arrow
 
     columns = table_columns(catalog, typed_table)
     try:
@@ -90,7 +90,7 @@ def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | N
                sink: ArrowSink | None = None) -> Encoded:
     """Generic change rows, or the typed rows of ``typed_table`` (its newest shape in ``catalog``;
     ``sink``: the page was decoded into it, for that shape)."""
-    from service.encoding import to_arrow  # pyarrow only once someone asks for Arrow
+    from pgfeed.encoding import to_arrow  # pyarrow only once someone asks for Arrow
 
     if typed_table is not None:
         assert catalog is not None
@@ -114,7 +114,7 @@ def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | N
 def table_columns(catalog: RelationCatalog, table: str) -> Sequence[ArrowColumn]:
     """The newest shape of ``table`` (``schema.table``) the feed has seen, key flags included (they
     shape ``_key``); none yet: no columns."""
-    from service.encoding.to_arrow import ArrowColumn
+    from pgfeed.encoding.to_arrow import ArrowColumn
 
     found: dict[str, Any] | None = None
     for info in catalog.tables():

@@ -1,19 +1,19 @@
 """A page of changes as Debezium envelopes (``GET …/changes?format=debezium``): the same page
 object as the native JSON (``changes``, ``next``, ``head``, ``has_more``), so cursors, filters
 and long-polls work unchanged; each native event becomes one or more envelopes
-(``service.encoding.to_debezium``)."""
+(``pgfeed.encoding.to_debezium``)."""
 
 from __future__ import annotations
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-import service
-from service.decoding.changes import RawChange
-from service.encoding.to_debezium import DebeziumSource, envelopes
-from service.encoding.to_json import change_to_dict, dumps
-from service.feeds.reader import Page
-from service.http_api.encode import Encoded
+import pgfeed
+from pgfeed.decoding.changes import RawChange
+from pgfeed.encoding.to_debezium import DebeziumSource, envelopes
+from pgfeed.encoding.to_json import change_to_dict, dumps
+from pgfeed.feeds.reader import Page
+from pgfeed.http_api.encode import Encoded
 
 __all__ = ["debezium_changes", "debezium_source"]
 
@@ -24,7 +24,7 @@ def debezium_source(feed: str, dsn: str) -> DebeziumSource:
         db = conninfo_to_dict(dsn).get("dbname")
     except psycopg.ProgrammingError:  # unparsable: never here (the feed was created with it)
         db = None
-    return DebeziumSource(name=feed, db=None if db is None else str(db), version=service.__version__)
+    return DebeziumSource(name=feed, db=None if db is None else str(db), version=pgfeed.__version__)
 
 
 def debezium_changes(page: Page, source: DebeziumSource) -> Encoded:

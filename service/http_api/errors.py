@@ -16,9 +16,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from clients._cursor import CursorError
-from service.changelog.base import ChangeLogError
-from service.errors import (
+from pgfeed_client._cursor import CursorError
+from pgfeed.changelog.base import ChangeLogError
+from pgfeed.errors import (
     BackfillError,
     FeedExists,
     FeedNotFound,

@@ -18,10 +18,10 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from clients._cursor import Cursor, CursorError, parse_cursor
-from service.errors import PgfeedError
-from service.http_api.errors import ApiError, answer_for
-from service.http_api.paging import MAX_CURSOR_LENGTH, PageRequest, serve_page
+from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed.errors import PgfeedError
+from pgfeed.http_api.errors import ApiError, answer_for
+from pgfeed.http_api.paging import MAX_CURSOR_LENGTH, PageRequest, serve_page
 
 __all__ = ["TailFastPath"]
 

@@ -8,8 +8,8 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.http_api.errors import error_response
-from service.metrics import Metrics
+from pgfeed.http_api.errors import error_response
+from pgfeed.metrics import Metrics
 
 log = logging.getLogger("pgfeed.http")
 

@@ -14,20 +14,20 @@ from typing import TYPE_CHECKING, Literal
 
 from starlette.concurrency import run_in_threadpool
 
-from clients._cursor import Cursor, CursorError, parse_cursor
-from service.assembler.model import Op
-from service.changelog.base import ChangeLogError
-from service.feeds.notify import HeadNotifier, StopSignal
-from service.feeds.reader import FeedReader, Page, parse_ops
-from service.feeds.supervisor import Supervisor
-from service.feeds.tail import SharedTail
-from service.http_api import encode
-from service.http_api.encode import Encoded
-from service.http_api.errors import ApiError, bad_parameter
-from service.http_api.readahead import ReadAhead
+from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed.assembler.model import Op
+from pgfeed.changelog.base import ChangeLogError
+from pgfeed.feeds.notify import HeadNotifier, StopSignal
+from pgfeed.feeds.reader import FeedReader, Page, parse_ops
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.feeds.tail import SharedTail
+from pgfeed.http_api import encode
+from pgfeed.http_api.encode import Encoded
+from pgfeed.http_api.errors import ApiError, bad_parameter
+from pgfeed.http_api.readahead import ReadAhead
 
 if TYPE_CHECKING:
-    from service.encoding.arrow_rows import ArrowSink
+    from pgfeed.encoding.arrow_rows import ArrowSink
 
 __all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
            "parse_ops_param", "parse_tables", "serve_page"]
@@ -263,7 +263,7 @@ class _Reading:
         if request.fmt == "arrow":
             return encode.arrow_page(page, self.typed_table, catalog, sink)
         if request.fmt == "debezium":
-            from service.http_api.encode_debezium import debezium_changes, debezium_source
+            from pgfeed.http_api.encode_debezium import debezium_changes, debezium_source
             source = debezium_source(self.feed, self.supervisor.spec(self.feed).dsn)
             return debezium_changes(page, source)
         if request.transactions is not None:

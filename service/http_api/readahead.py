@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 
-from service.http_api.encode import Encoded
+from pgfeed.http_api.encode import Encoded
 
 __all__ = ["ReadAhead"]
 

@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from clients._cursor import CURSOR_PATTERN
-from service.decoding.changes import ToastMode
-from service.feeds.model import ADOPTED_TABLES, NAME_RE
+from pgfeed_client._cursor import CURSOR_PATTERN
+from pgfeed.decoding.changes import ToastMode
+from pgfeed.feeds.model import ADOPTED_TABLES, NAME_RE
 
 # -- errors ---------------------------------------------------------------------------------------
 

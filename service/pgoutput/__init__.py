@@ -1,8 +1,8 @@
 """Pure pgoutput decoding: bytes -> protocol message objects (no I/O)."""
 
-from service.errors import DecodeError
-from service.pgoutput.decode import decode, message_tag_name
-from service.pgoutput.messages import (
+from pgfeed.errors import DecodeError
+from pgfeed.pgoutput.decode import decode, message_tag_name
+from pgfeed.pgoutput.messages import (
     UNCHANGED_TOAST,
     BeginMessage,
     BeginPrepareMessage,

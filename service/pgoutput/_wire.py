@@ -10,8 +10,8 @@ from struct import Struct
 from struct import error as StructError
 from typing import NoReturn
 
-from service.errors import DecodeError
-from service.pgoutput.messages import UNCHANGED_TOAST, TupleData, TupleKind
+from pgfeed.errors import DecodeError
+from pgfeed.pgoutput.messages import UNCHANGED_TOAST, TupleData, TupleKind
 
 # Scalars (network byte order, as pq_sendint*/pq_getmsgint* use).
 U16 = Struct(">H")

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from struct import Struct
 
-from service.errors import DecodeError
-from service.pgoutput._wire import FAST_FAILURES as _FAST_FAILURES
-from service.pgoutput._wire import Layout, _Reader, fast_tuple, show_byte
-from service.pgoutput.messages import (
+from pgfeed.errors import DecodeError
+from pgfeed.pgoutput._wire import FAST_FAILURES as _FAST_FAILURES
+from pgfeed.pgoutput._wire import Layout, _Reader, fast_tuple, show_byte
+from pgfeed.pgoutput.messages import (
     TAG_BEGIN,
     TAG_BEGIN_PREPARE,
     TAG_COMMIT,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from service.pgoutput import messages as pm
+from pgfeed.pgoutput import messages as pm
 
 __all__ = ["encode", "insert_head", "tuple_data"]
 

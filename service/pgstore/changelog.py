@@ -33,10 +33,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from clients._cursor import Cursor
-from service.assembler.model import StoredTransaction, payload_pieces
-from service.changelog.backfills import BackfillPart, BackfillRecord
-from service.changelog.base import (
+from pgfeed_client._cursor import Cursor
+from pgfeed.assembler.model import StoredTransaction, payload_pieces
+from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
+from pgfeed.changelog.base import (
     CHUNK_BYTES,
     MAX_LSN,
     ChangeLogError,
@@ -47,9 +47,9 @@ from service.changelog.base import (
     read_selection,
     split_bounds,
 )
-from service.pgstore.connections import ConnectionPool
-from service.pgstore.retention import ConsumersAndRetention
-from service.pgstore.schema import channel, table
+from pgfeed.pgstore.connections import ConnectionPool
+from pgfeed.pgstore.retention import ConsumersAndRetention
+from pgfeed.pgstore.schema import channel, table
 
 __all__ = ["CHUNK_BYTES", "PgChangeLog"]
 

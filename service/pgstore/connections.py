@@ -15,8 +15,8 @@ from contextlib import contextmanager
 
 import psycopg
 
-from service.changelog.base import ChangeLogError, StoreUnavailable
-from service.dsn import mask_dsn, scrub
+from pgfeed.changelog.base import ChangeLogError, StoreUnavailable
+from pgfeed.dsn import mask_dsn, scrub
 
 __all__ = ["SESSION_SETTINGS", "ConnectionPool", "connect"]
 

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from service.pgstore.schema import channel, table
+from pgfeed.pgstore.schema import channel, table
 
 __all__ = ["Lease", "ReplicaBeat", "acquire", "heartbeat", "leases", "release", "renew",
            "replicas"]

@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 import psycopg
 from psycopg import sql
 
-from clients._cursor import Cursor
-from service.changelog.base import (
+from pgfeed_client._cursor import Cursor
+from pgfeed.changelog.base import (
     MAX_LSN,
     ConsumerState,
     age_cutoff,
@@ -24,7 +24,7 @@ from service.changelog.base import (
     release_bound,
     slowest,
 )
-from service.pgoutput.messages import pg_now_us
+from pgfeed.pgoutput.messages import pg_now_us
 
 __all__ = ["ConsumersAndRetention"]
 

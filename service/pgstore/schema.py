@@ -10,7 +10,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from service.changelog.base import ChangeLogError
+from pgfeed.changelog.base import ChangeLogError
 
 __all__ = ["SCHEMA_VERSION", "channel", "ensure_schema", "table"]
 

@@ -23,15 +23,15 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from service.changelog.base import ChangeLogError
-from service.dsn import mask_dsn, scrub
-from service.errors import FeedExists
-from service.feeds.model import FeedSpec
-from service.pgstore import leases
-from service.pgstore.changelog import PgChangeLog
-from service.pgstore.connections import ConnectionPool, connect
-from service.pgstore.leases import Lease, ReplicaBeat
-from service.pgstore.schema import channel, ensure_schema, table
+from pgfeed.changelog.base import ChangeLogError
+from pgfeed.dsn import mask_dsn, scrub
+from pgfeed.errors import FeedExists
+from pgfeed.feeds.model import FeedSpec
+from pgfeed.pgstore import leases
+from pgfeed.pgstore.changelog import PgChangeLog
+from pgfeed.pgstore.connections import ConnectionPool, connect
+from pgfeed.pgstore.leases import Lease, ReplicaBeat
+from pgfeed.pgstore.schema import channel, ensure_schema, table
 
 __all__ = ["DEFAULT_SCHEMA", "PgStore", "StoreEvents"]
 

@@ -18,18 +18,18 @@ from typing import Any, Literal, Protocol
 
 import psycopg
 
-from service.assembler.model import StoredTransaction
-from service.assembler.transactions import TransactionAssembler
-from service.changelog.base import ChangeLog, LeaseLost, StoreUnavailable
-from service.changelog.spill_files import FileSpillStore
-from service.dsn import scrub
-from service.errors import PgfeedError, SourceError
-from service.pgoutput.messages import PG_EPOCH_UNIX
-from service.replication import protocol, slots
-from service.replication.commands import max_proto_version, streaming_mode
-from service.replication.connect import connect
-from service.replication.stream import ReplicationStream
-from service.replication.writer import LogWriter
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.assembler.transactions import TransactionAssembler
+from pgfeed.changelog.base import ChangeLog, LeaseLost, StoreUnavailable
+from pgfeed.changelog.spill_files import FileSpillStore
+from pgfeed.dsn import scrub
+from pgfeed.errors import PgfeedError, SourceError
+from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
+from pgfeed.replication import protocol, slots
+from pgfeed.replication.commands import max_proto_version, streaming_mode
+from pgfeed.replication.connect import connect
+from pgfeed.replication.stream import ReplicationStream
+from pgfeed.replication.writer import LogWriter
 
 log = logging.getLogger("pgfeed.capture")
 

@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from service.dsn import scrub
-from service.errors import SourceError
-from service.replication import session
+from pgfeed.dsn import scrub
+from pgfeed.errors import SourceError
+from pgfeed.replication import session
 
 __all__ = ["CONNECT_TIMEOUT", "admin_connection", "connect", "conninfo", "one_line"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from struct import Struct
 
-from service.errors import DecodeError
-from service.pgoutput._wire import Layout, show_byte
-from service.pgoutput.messages import PG_EPOCH_UNIX, pg_now_us
+from pgfeed.errors import DecodeError
+from pgfeed.pgoutput._wire import Layout, show_byte
+from pgfeed.pgoutput.messages import PG_EPOCH_UNIX, pg_now_us
 
 __all__ = [
     "KEEPALIVE",

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from clients._cursor import parse_lsn
-from service.errors import SourceError
-from service.replication.commands import FAILOVER_SERVER
+from pgfeed_client._cursor import parse_lsn
+from pgfeed.errors import SourceError
+from pgfeed.replication.commands import FAILOVER_SERVER
 
 __all__ = [
     "drop_publication",

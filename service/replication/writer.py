@@ -15,8 +15,8 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 
-from service.assembler.model import StoredTransaction
-from service.changelog.base import ChangeLog
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.changelog.base import ChangeLog
 
 __all__ = ["LogWriter"]
 

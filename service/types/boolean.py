@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.protowire import VALUE
-from service.types.family import PgType, TypeFamily
+from pgfeed.protowire import VALUE
+from pgfeed.types.family import PgType, TypeFamily
 
 _TRUE, _FALSE = VALUE["bool_value"] + b"\x01", VALUE["bool_value"] + b"\x00"
 

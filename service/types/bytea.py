@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from service.protowire import VALUE, ld_field
-from service.types.family import PgType, TypeFamily
+from pgfeed.protowire import VALUE, ld_field
+from pgfeed.types.family import PgType, TypeFamily
 
 _BYTES = VALUE["bytes_value"]
 

@@ -13,8 +13,8 @@ from psycopg import adapt, postgres
 from psycopg.abc import AdaptContext
 from psycopg.pq import Format
 
-from service.protowire import VALUE, text_field, timestamp_field
-from service.types.family import PgType, TypeFamily
+from pgfeed.protowire import VALUE, text_field, timestamp_field
+from pgfeed.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "TimeTz"]
 

@@ -9,7 +9,7 @@ A family is a set of built-in PostgreSQL types served by one rule. It says, as d
   False when values stay PostgreSQL's text;
 - ``to_json`` / ``to_proto``: how each Python value the load gives is written (JSON: what orjson
   writes in its place; protobuf: the serialized Value);
-- the typed-read column (Arrow, Spark) is ``clients.pgtypes.column_type`` of the type's name: the
+- the typed-read column (Arrow, Spark) is ``pgfeed_client.pgtypes.column_type`` of the type's name: the
   one table the Spark connector shares (``PgType.column``).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from psycopg.adapt import Loader
 
-from clients.pgtypes import BUILTIN_TYPES, ColumnType, column_type
+from pgfeed_client.pgtypes import BUILTIN_TYPES, ColumnType, column_type
 
 __all__ = ["PgType", "TypeFamily"]
 

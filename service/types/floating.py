@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg import adapt
 
-from service.types.family import PgType, TypeFamily
+from pgfeed.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "SpecialFloat"]
 

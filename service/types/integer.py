@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.protowire import SMALL, VALUE, V, text_field, varint
-from service.types.family import PgType, TypeFamily
+from pgfeed.protowire import SMALL, VALUE, V, text_field, varint
+from pgfeed.types.family import PgType, TypeFamily
 
 _INT, _NUMERIC = VALUE["int_value"], VALUE["numeric_value"]
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1

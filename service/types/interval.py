@@ -10,8 +10,8 @@ from typing import Any
 
 from psycopg import adapt
 
-from service.protowire import VALUE, text_field
-from service.types.family import PgType, TypeFamily
+from pgfeed.protowire import VALUE, text_field
+from pgfeed.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "Interval", "parse_interval"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg import adapt
 
-from service.types.family import PgType, TypeFamily
+from pgfeed.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "SHAPE"]
 

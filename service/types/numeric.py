@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from service.protowire import VALUE, text_field
-from service.types.family import PgType, TypeFamily
+from pgfeed.protowire import VALUE, text_field
+from pgfeed.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "plain"]
 

@@ -3,7 +3,7 @@
 Adding a type family means adding a module beside this one (see ``family.py`` for what it
 declares), listing it in ``FAMILIES``, and, when it has a fast kind, the kind's case in
 ``service/encoding/_transcode.c`` (``_kinds.h`` is generated from ``FAST_KINDS``:
-``python -m service.types.kinds_header``). Types no family claims are served by the text family.
+``python -m pgfeed.types.kinds_header``). Types no family claims are served by the text family.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from psycopg import adapt, postgres
 
-from clients.pgtypes import TEXT_ARRAY_OID, TEXT_OID
-from service.types import (
+from pgfeed_client.pgtypes import TEXT_ARRAY_OID, TEXT_OID
+from pgfeed.types import (
     array,
     boolean,
     bytea,
@@ -28,7 +28,7 @@ from service.types import (
     text,
     uuid,
 )
-from service.types.family import PgType, TypeFamily
+from pgfeed.types.family import PgType, TypeFamily
 
 __all__ = [
     "ADAPTERS",

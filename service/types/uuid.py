@@ -3,7 +3,7 @@ loads as text: psycopg's UUID object would only be written back as the same text
 
 from __future__ import annotations
 
-from service.types.family import PgType, TypeFamily
+from pgfeed.types.family import PgType, TypeFamily
 
 FAMILY = TypeFamily(
     name="uuid",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-import service
+import pgfeed
 from tests.fixtures.fix_browser import BrowserPage
 from tests.fixtures.fix_service import run_service
 
@@ -38,8 +38,8 @@ def test_docs_render_every_operation_offline_and_send_the_token(
     page = browser_page.page
     page.goto(f"{base}/docs")
     page.wait_for_selector(".opblock", timeout=20_000)
-    assert page.title() == f"pgfeed {service.__version__} — API"
-    assert service.__version__ in page.locator(".info .title").inner_text()
+    assert page.title() == f"pgfeed {pgfeed.__version__} — API"
+    assert pgfeed.__version__ in page.locator(".info .title").inner_text()
     shown = page.locator(".opblock").count()
     assert shown == len(operations), (shown, operations)
     rendered = page.locator(".opblock-summary-path").all_inner_texts()

@@ -8,10 +8,10 @@ from typing import Any
 
 import psycopg
 
-from service.assembler.model import Change, Transaction
-from service.decoding.changes import TransactionDecoder
-from service.feeds.model import FeedOptions, FeedSpec
-from service.feeds.supervisor import Supervisor
+from pgfeed.assembler.model import Change, Transaction
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.feeds.model import FeedOptions, FeedSpec
+from pgfeed.feeds.supervisor import Supervisor
 from tests.fixtures.fix_service import wait_until
 
 __all__ = ["MARKER_PREFIX", "data_changes", "emit_marker", "make_feed", "read_all", "wait_for_marker",
@@ -22,7 +22,7 @@ MARKER_PREFIX = "test.marker"
 
 def read_all(supervisor: Supervisor, feed: str, toast: str = "placeholder") -> list[Transaction]:
     """Every stored transaction of a feed, decoded, in commit order."""
-    from clients import EARLIEST
+    from pgfeed_client import EARLIEST
 
     log = supervisor.changelog(feed)
     decoder = TransactionDecoder(supervisor.catalog(feed), toast=toast)

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from clients import FeedClient
+from pgfeed_client import FeedClient
 from tests.fixtures.fix_service import wait_until
 
 # ~4.8 kB of hex digits: pglz cannot shrink it under the 2 kB threshold, so it is stored out of

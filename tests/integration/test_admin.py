@@ -14,7 +14,7 @@ import httpx
 import psycopg
 import pytest
 
-from service.localpg import LocalCluster
+from pgfeed.localpg import LocalCluster
 from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = pytest.mark.pg
@@ -75,7 +75,7 @@ def test_a_feeds_table_list_changes_from_the_next_commit(pgfeed_service: Service
             assert _rows(client, name) == [("tl_a", 1), ("tl_a", 2), ("tl_b", 2)]
 
             # Through the CLI, back to one table; the list survives in the catalogue.
-            cli = subprocess.run([sys.executable, "-m", "service", "feeds", "set-tables", name,
+            cli = subprocess.run([sys.executable, "-m", "pgfeed", "feeds", "set-tables", name,
                                   "--url", pgfeed_service.http_url, "--tables", "public.tl_b"],
                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
                                  text=True, timeout=60, check=False)
@@ -138,8 +138,8 @@ def test_delete_keeps_the_feed_when_the_source_cannot_drop_its_slot(
 
 
 def _cli(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service", *args, "--url", service.http_url],
-                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}"},
+    return subprocess.run([sys.executable, "-m", "pgfeed", *args, "--url", service.http_url],
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}"},
                           capture_output=True, text=True, timeout=60, check=False)
 
 

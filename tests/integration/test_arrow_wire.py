@@ -15,7 +15,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from service.encoding import arrow_rows
+from pgfeed.encoding import arrow_rows
 from tests.fixtures.fix_service import FeedFactory, Service
 from tests.integration.test_spark_wire import (
     ARRAY_ROWS,

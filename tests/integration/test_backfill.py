@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from clients import FeedClient, GrpcFeedClient
-from clients.errors import ClientError
+from pgfeed_client import FeedClient, GrpcFeedClient
+from pgfeed_client.errors import ClientError
 from tests.fixtures.fix_service import FeedFactory, Service, wait_until
 from tests.integration.capture_helpers import MARKER_PREFIX, emit_marker
 
@@ -241,7 +241,7 @@ def test_initial_snapshot_is_a_backfill_that_pause_stops_and_resume_finishes(
     """Feed option ``snapshot`` (``export``, its older name, here): the feed's tables are backfilled
     when it is created, with progress in status; pause stops the workers, resume goes on, and
     the feed then holds exactly the table; delete stops them too."""
-    import service.feeds.supervisor as supervisor_module
+    import pgfeed.feeds.supervisor as supervisor_module
 
     monkeypatch.setattr(supervisor_module, "DEFAULT_CHUNK_ROWS", 300)  # many chunks: time to pause
     create_table(pg_dsn, 20_000)
@@ -326,7 +326,7 @@ def test_cli_backfill_follow_prints_plain_progress_off_a_terminal(
     feed = make_served_feed(pg_dsn, tables=("public.clit",))
     root = Path(__file__).resolve().parents[2]
     run = subprocess.run(
-        [sys.executable, "-m", "service", "backfill", feed, "--tables", "public.clit",
+        [sys.executable, "-m", "pgfeed", "backfill", feed, "--tables", "public.clit",
          "--chunk-rows", "500", "--parallel", "1", "--follow", "--url", pgfeed_service.http_url],
         capture_output=True, text=True, timeout=120, check=False, env={"PYTHONPATH": str(root), "PATH": "/usr/bin"})
     assert run.returncode == 0, run.stderr
@@ -334,7 +334,7 @@ def test_cli_backfill_follow_prints_plain_progress_off_a_terminal(
     assert " done public.clit: rows 4000 " in last and "chunks 9" in last, run.stdout  # 8 + the empty end
     assert "started: public.clit" in run.stderr
     again = subprocess.run(
-        [sys.executable, "-m", "service", "backfill", feed, "--tables", "public.nope",
+        [sys.executable, "-m", "pgfeed", "backfill", feed, "--tables", "public.nope",
          "--url", pgfeed_service.http_url],
         capture_output=True, text=True, timeout=60, check=False, env={"PYTHONPATH": str(root), "PATH": "/usr/bin"})
     assert again.returncode == 1 and "table_not_found" in again.stderr

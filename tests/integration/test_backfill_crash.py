@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from service.changelog.backfills import BackfillRecord
-from service.feeds.model import FeedOptions, FeedSpec
-from service.feeds.supervisor import Supervisor
+from pgfeed.changelog.backfills import BackfillRecord
+from pgfeed.feeds.model import FeedOptions, FeedSpec
+from pgfeed.feeds.supervisor import Supervisor
 from tests.integration.capture_helpers import wait_until
 from tests.integration.test_backfill import TABLE, apply, create_table, source_rows, writers
 from tests.integration.test_crash import log_contents, start_service, wait_marker_in_log

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from clients import FeedClient
+from pgfeed_client import FeedClient
 from tests.fixtures.fix_service import FeedFactory, Service
 from tests.integration.test_backfill import wait_done, wait_marker
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from service.types.json import JsonText
+from pgfeed.types.json import JsonText
 from tests.integration.capture_helpers import (
     data_changes,
     make_feed,
@@ -148,7 +148,7 @@ def test_prepared_transactions_served_at_commit_prepared(pg_dsn, feed_dir):
 
 
 def test_decode_error_fails_feed_without_moving_slot(pg_dsn, feed_dir, monkeypatch):
-    from service.replication import stream as stream_module
+    from pgfeed.replication import stream as stream_module
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE d (id int PRIMARY KEY)")

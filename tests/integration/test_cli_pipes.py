@@ -20,11 +20,11 @@ from tests.fixtures.fix_service import FeedFactory, Service
 pytestmark = pytest.mark.pg
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}"}
+ENV = {**os.environ, "PYTHONPATH": f"{ROOT}"}
 
 
 def _pgfeed(*args: str, stdout: object) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "service", *args], env=ENV, stdout=stdout,
+    return subprocess.Popen([sys.executable, "-m", "pgfeed", *args], env=ENV, stdout=stdout,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -88,11 +88,11 @@ def test_tail_prints_lines_into_a_file_and_resumes_from_its_cursor(
 
 
 def test_tail_refusal_is_a_clear_error(pgfeed_service: Service) -> None:
-    bad = subprocess.run([sys.executable, "-m", "service", "tail", "nosuchfeed", "--url",
+    bad = subprocess.run([sys.executable, "-m", "pgfeed", "tail", "nosuchfeed", "--url",
                           pgfeed_service.http_url, "--from", "earliest"], env=ENV,
                          capture_output=True, text=True, timeout=30, check=False)
     assert bad.returncode == 1 and "feed_not_found" in bad.stderr, bad.stderr
-    op = subprocess.run([sys.executable, "-m", "service", "tail", "f", "--op", "upsert"], env=ENV,
+    op = subprocess.run([sys.executable, "-m", "pgfeed", "tail", "f", "--op", "upsert"], env=ENV,
                         capture_output=True, text=True, timeout=30, check=False)
     assert op.returncode == 2 and "unknown op upsert" in op.stderr
 

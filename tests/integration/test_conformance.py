@@ -14,11 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from service.assembler.model import Transaction
-from service.encoding.to_json import change_to_dict, dumps
-from service.localpg import LocalCluster
-from service.peek import decode_rows, fetch_rows, peek_options
-from service.replication.session import connection_options, max_proto_version
+from pgfeed.assembler.model import Transaction
+from pgfeed.encoding.to_json import change_to_dict, dumps
+from pgfeed.localpg import LocalCluster
+from pgfeed.peek import decode_rows, fetch_rows, peek_options
+from pgfeed.replication.session import connection_options, max_proto_version
 from tests.fixtures.fix_pg import ALL_PG_VERSIONS, create_database
 from tests.fixtures.fix_testdecoding import (
     IntervalIso,

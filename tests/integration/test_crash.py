@@ -20,8 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from service.feeds.model import FeedOptions, FeedSpec
-from service.feeds.supervisor import Supervisor
+from pgfeed.feeds.model import FeedOptions, FeedSpec
+from pgfeed.feeds.supervisor import Supervisor
 from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.integration.capture_helpers import MARKER_PREFIX, data_changes, emit_marker, read_all, wait_until
 
@@ -33,7 +33,7 @@ _TD_LINE = re.compile(r"table public\.c: (INSERT|UPDATE|DELETE): id\[integer\]:(
 
 def start_service(data_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "service", "serve", "--data-dir", str(data_dir),
+    return subprocess.Popen([sys.executable, "-m", "pgfeed", "serve", "--data-dir", str(data_dir),
                              "--http-port", "0", "--grpc-port", "0"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

@@ -13,9 +13,9 @@ import httpx
 import psycopg
 import pytest
 
-import service
-from clients import FeedClient, parse_lsn
-from service.encoding.to_debezium import UNAVAILABLE
+import pgfeed
+from pgfeed_client import FeedClient, parse_lsn
+from pgfeed.encoding.to_debezium import UNAVAILABLE
 from tests.fixtures.fix_service import FeedFactory, Service
 
 pytestmark = pytest.mark.pg
@@ -54,7 +54,7 @@ def _exact_micros(iso: str) -> int:
 def _check_source(env: dict[str, Any], native: dict[str, Any], feed: str, db: str) -> None:
     src = env["source"]
     assert src["connector"] == "pgfeed" and src["name"] == feed and src["db"] == db
-    assert src["version"] == service.__version__
+    assert src["version"] == pgfeed.__version__
     assert src["txId"] == native["xid"] and src["lsn"] == parse_lsn(native["lsn"])
     assert src["ts_us"] == _exact_micros(native["commit_ts"]) == env["ts_us"]
     assert src["ts_ms"] == src["ts_us"] // 1000 == env["ts_ms"]

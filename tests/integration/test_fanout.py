@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from clients import FeedClient, GrpcFeedClient
+from pgfeed_client import FeedClient, GrpcFeedClient
 from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
 
 pytestmark = pytest.mark.pg
@@ -110,7 +110,7 @@ def test_caught_up_long_polls_answered_ahead_of_routing_equal_the_route(
 
 def _check_fast_path(service: Service, name: str, conn: psycopg.Connection[Any]) -> None:
     auth = {"Authorization": f"Bearer {READ_TOKEN}"}
-    answered = service.runtime.metrics.tail_answers.labels(feed=name)
+    answered = pgfeed.runtime.metrics.tail_answers.labels(feed=name)
     with httpx.Client(base_url=service.http_url, headers=auth, timeout=30) as client:
         conn.execute("INSERT INTO fast VALUES (0)")
         first = wait_until(lambda: (r := client.get(f"/v1/feeds/{name}/changes")).json()["changes"]

@@ -24,10 +24,10 @@ import psycopg
 import pyarrow as pa
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from pgfeed.v1 import feed_pb2, feed_pb2_grpc
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from clients import Cursor, parse_cursor, parse_lsn
+from pgfeed_client import Cursor, parse_cursor, parse_lsn
 from tests.fixtures.fix_http import OFFLINE_DSN
 from tests.fixtures.fix_http import error_body as _error
 from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
@@ -859,7 +859,7 @@ def _check_grpc_tokens(service: Service, name: str) -> None:
             metadata = (("authorization", f"Bearer {token}"),)
             frame = subscribe_one(metadata)
             assert [c.after["id"].int_value for c in frame.changes] == [1] and frame.final
-        # Feed status is administration on gRPC as on HTTP (service.access): read tokens are refused.
+        # Feed status is administration on gRPC as on HTTP (pgfeed.access): read tokens are refused.
         as_reader = (("authorization", f"Bearer {READ}"),)
         for status_call in (lambda md: stub.ListFeeds(feed_pb2.ListFeedsRequest(), metadata=md, timeout=10),
                             lambda md: stub.GetFeed(feed_pb2.GetFeedRequest(name=name), metadata=md,

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from service.localpg import LocalCluster
+from pgfeed.localpg import LocalCluster
 from tests.fixtures.fix_pg import create_database, drop_slots
 from tests.fixtures.fix_service import FeedFactory, wait_until
 

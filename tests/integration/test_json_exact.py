@@ -19,10 +19,10 @@ import orjson
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
-from pgfeed.v1 import feed_pb2, feed_pb2_grpc
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
-from clients import FeedClient, GrpcFeedClient
-from clients._json import embeddable
+from pgfeed_client import FeedClient, GrpcFeedClient
+from pgfeed_client._json import embeddable
 from tests.fixtures.fix_service import FeedFactory
 from tests.unit.encoding.jsondocs import documents, exact_tree, jsonb_text, same_numbers
 
@@ -58,7 +58,7 @@ def _embedded(text: str) -> bytes:
 
 
 def _peek(dsn: str, slot: str, publication: str) -> list[bytes]:
-    result = subprocess.run([sys.executable, "-m", "service", "peek", "--dsn", dsn, "--slot", slot,
+    result = subprocess.run([sys.executable, "-m", "pgfeed", "peek", "--dsn", dsn, "--slot", slot,
                              "--publication", publication, "--json"], check=False,
                             capture_output=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr

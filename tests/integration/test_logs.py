@@ -42,11 +42,11 @@ def test_json_logs_carry_the_events_that_matter_and_no_secret(pg_dsn: str, tmp_p
     http_port = _free_port()
     base = f"http://127.0.0.1:{http_port}"
     log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}",
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}",
            "PGFEED_ADMIN_TOKENS": json.dumps([TOKEN]), "PGFEED_RETENTION_CHECK_SECONDS": "0.3"}
     with log.open("w") as sink:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", "--log-format", "json", "--data-dir",
+            [sys.executable, "-m", "pgfeed", "serve", "--log-format", "json", "--data-dir",
              str(tmp_path / "data"), "--http-port", str(http_port), "--grpc-port", str(_free_port())],
             env=env, stdout=sink, stderr=subprocess.STDOUT)
     try:

@@ -25,7 +25,7 @@ BODY = "b" * 9000
 
 
 def pgfeed(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service", *args], check=False, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pgfeed", *args], check=False, capture_output=True, text=True,
                           cwd=REPO, timeout=60)
 
 

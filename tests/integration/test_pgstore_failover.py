@@ -28,12 +28,12 @@ import grpc
 import httpx
 import psycopg
 import pytest
-from pgfeed.v1 import feed_pb2, feed_pb2_grpc
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from psycopg import sql
 
-from service.feeds.model import FeedOptions, FeedSpec
-from service.feeds.supervisor import Supervisor
-from service.pgstore.store import PgStore
+from pgfeed.feeds.model import FeedOptions, FeedSpec
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.pgstore.store import PgStore
 from tests.fixtures.fix_pg import create_database, drop_slots
 from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.integration.capture_helpers import MARKER_PREFIX, data_changes, read_all, wait_until
@@ -56,10 +56,10 @@ class Replica:
     def __init__(self, store: str, replica_id: str, log_dir: Path) -> None:
         self.id = replica_id
         self.http_port, self.grpc_port = free_port(), free_port()
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'protos'}", "PGFEED_STORE": store}
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}", "PGFEED_STORE": store}
         self.stderr = open(log_dir / f"{replica_id}.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", "--replica-id", replica_id, "--http-port",
+            [sys.executable, "-m", "pgfeed", "serve", "--replica-id", replica_id, "--http-port",
              str(self.http_port), "--grpc-port", str(self.grpc_port)],
             env=env, stdout=subprocess.DEVNULL, stderr=self.stderr, cwd=log_dir)
 

@@ -20,12 +20,12 @@ import httpx
 import psycopg
 import pytest
 import yaml
-from pgfeed.v1 import feed_pb2, feed_pb2_grpc
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
-from service.cli import build_parser
-from service.feeds.supervisor import Supervisor
-from service.localpg import LocalCluster, free_port
-from service.pgstore.store import PgStore
+from pgfeed.cli import build_parser
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.localpg import LocalCluster, free_port
+from pgfeed.pgstore.store import PgStore
 from tests.fixtures.fix_pg import create_database, drop_slots
 from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.fixtures.fix_service import run_service, wait_until
@@ -150,9 +150,9 @@ def test_serve_on_the_store_needs_no_data_dir(tmp_path, store, source):
     work.mkdir()
     tmp.mkdir()
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'protos'}", "PGFEED_STORE": store,
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}", "PGFEED_STORE": store,
            "PGFEED_DATA_DIR": "/dev/null/pgfeed-data", "TMPDIR": str(tmp)}
-    proc = subprocess.Popen([sys.executable, "-m", "service", "serve", "--data-dir", "/dev/null/x",
+    proc = subprocess.Popen([sys.executable, "-m", "pgfeed", "serve", "--data-dir", "/dev/null/x",
                              "--replica-id", "solo", "--http-port", str(port), "--grpc-port",
                              str(free_port())], cwd=work, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)

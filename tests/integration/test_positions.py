@@ -13,7 +13,7 @@ import random
 import psycopg
 import pytest
 
-from clients import Change, FeedClient, GrpcFeedClient, parse_lsn
+from pgfeed_client import Change, FeedClient, GrpcFeedClient, parse_lsn
 from tests.fixtures.fix_service import FeedFactory
 
 pytestmark = pytest.mark.pg

@@ -17,7 +17,7 @@ import httpx
 import psycopg
 import pytest
 
-from clients import parse_cursor
+from pgfeed_client import parse_cursor
 from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
 
 pytestmark = pytest.mark.pg
@@ -67,9 +67,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _cli(service: Service, *args: str, token: str = ADMIN) -> subprocess.CompletedProcess[str]:
     """``pgfeed ARGS`` against the service, as an operator runs it."""
-    return subprocess.run([sys.executable, "-m", "service", *args, "--url", service.http_url,
+    return subprocess.run([sys.executable, "-m", "pgfeed", *args, "--url", service.http_url,
                            "--token", token],
-                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}"},
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}"},
                           capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -170,7 +170,7 @@ def test_peek_shows_no_rolled_back_message(pg_dsn: str) -> None:
         conn.execute("CREATE PUBLICATION peek_pub FOR TABLE t")
         conn.execute("SELECT pg_create_logical_replication_slot('peek_slot', 'pgoutput')")
         _savepoint_dance(conn, prepare=None)
-    result = subprocess.run([sys.executable, "-m", "service", "peek", "--dsn", pg_dsn, "--slot",
+    result = subprocess.run([sys.executable, "-m", "pgfeed", "peek", "--dsn", pg_dsn, "--slot",
                              "peek_slot", "--publication", "peek_pub", "--json"],
                             check=False, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr

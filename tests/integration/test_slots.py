@@ -8,10 +8,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from service.errors import SourceError
-from service.replication import slots
-from service.replication.commands import max_proto_version
-from service.replication.stream import ReplicationStream, create_slot
+from pgfeed.errors import SourceError
+from pgfeed.replication import slots
+from pgfeed.replication.commands import max_proto_version
+from pgfeed.replication.stream import ReplicationStream, create_slot
 
 pytestmark = pytest.mark.pg
 

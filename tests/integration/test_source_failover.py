@@ -26,7 +26,7 @@ import httpx
 import psycopg
 import pytest
 
-from service.localpg import LocalCluster, find_bindir
+from pgfeed.localpg import LocalCluster, find_bindir
 from tests.fixtures.fix_pg import create_database
 from tests.fixtures.fix_service import run_service, wait_until
 

@@ -18,8 +18,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clients import FeedClient, format_lsn, parse_cursor
-from spark_connector import latest_rows
+from pgfeed_client import FeedClient, format_lsn, parse_cursor
+from pgfeed_spark import latest_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clients import ColumnInfo, TableInfo
-from spark_connector import apply_changes, latest_rows, table_schema
+from pgfeed_client import ColumnInfo, TableInfo
+from pgfeed_spark import apply_changes, latest_rows, table_schema
 from tests.integration import mirror_workload
 
 pytestmark = [pytest.mark.spark]

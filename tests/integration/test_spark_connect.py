@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clients import FeedClient, parse_cursor
+from pgfeed_client import FeedClient, parse_cursor
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ DRIVER = textwrap.dedent("""
 
     spark_environment()  # PYSPARK_PYTHON, loopback, PYTHONPATH for the server's Python workers
     from pyspark.sql import SparkSession
-    from spark_connector import PgFeedDataSource
+    from pgfeed_spark import PgFeedDataSource
 
     url, feed, table, out, checkpoint = sys.argv[1:6]
     spark = (SparkSession.builder.remote("local[2]")
@@ -76,7 +76,7 @@ def test_a_spark_connect_session_reads_a_feed(served_feed: tuple[str, str], tmp_
 
     script = tmp_path / "connect_driver.py"
     script.write_text(DRIVER)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "protos")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)])}
     proc = subprocess.run([sys.executable, str(script), base_url, feed, table,
                            str(tmp_path / "out"), str(tmp_path / "checkpoint")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=480, check=False)

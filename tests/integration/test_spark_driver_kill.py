@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from clients import FeedClient, parse_cursor
+from pgfeed_client import FeedClient, parse_cursor
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 

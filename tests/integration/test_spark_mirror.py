@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from clients import ColumnInfo, TableInfo
-from spark_connector import latest_rows, table_schema
+from pgfeed_client import ColumnInfo, TableInfo
+from pgfeed_spark import latest_rows, table_schema
 from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_connector import read_mirror
-from spark_connector._mirror import committed
+from pgfeed_spark import read_mirror
+from pgfeed_spark._mirror import committed
 from tests.integration import mirror_workload
 from tests.integration.test_spark_apply import COLUMNS, as_of, assert_no_overlaps
 
@@ -32,7 +32,7 @@ DRIVER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from tests.fixtures.fix_spark import build_session
-    from spark_connector import mirror_writer
+    from pgfeed_spark import mirror_writer
 
     url, feed, table, out, checkpoint, flag = sys.argv[1:7]
     spark = build_session("pgfeed-mirror-driver")
@@ -70,7 +70,7 @@ def test_the_streaming_mirror_survives_a_driver_kill_mid_batch(
     script, out, checkpoint, flag = (tmp_path / "driver.py", tmp_path / "mirror",
                                      tmp_path / "checkpoint", tmp_path / "in-flight")
     script.write_text(DRIVER)
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'protos'}"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}"}
 
     log = tmp_path / "driver.log"
 

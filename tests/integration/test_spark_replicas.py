@@ -13,11 +13,11 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from clients import ClientError, FeedClient
-from service.feeds.model import FeedOptions, FeedSpec
-from service.feeds.supervisor import Supervisor
-from service.pgstore.store import PgStore
-from spark_connector._replicas import parse_urls, reachable_first
+from pgfeed_client import ClientError, FeedClient
+from pgfeed.feeds.model import FeedOptions, FeedSpec
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.pgstore.store import PgStore
+from pgfeed_spark._replicas import parse_urls, reachable_first
 from tests.fixtures.fix_pg import Clusters, create_database
 from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.fixtures.fix_service import wait_until

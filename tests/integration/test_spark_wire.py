@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from clients import FeedClient
-from clients._json import loads_exact
-from service.encoding import arrow_rows
+from pgfeed_client import FeedClient
+from pgfeed_client._json import loads_exact
+from pgfeed.encoding import arrow_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.pg]
 
@@ -107,7 +107,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 # json/jsonb: Arrow carries PostgreSQL's text, the JSON path the document re-written compactly
-# with every number exact (spark_connector._schema._json_text): the same document, number by number
+# with every number exact (pgfeed_spark._schema._json_text): the same document, number by number
 JSON_COLUMNS = {"doc", "js", "docs"}
 
 

@@ -9,9 +9,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from service.errors import SourceError
-from service.pgoutput import decode
-from service.pgoutput.messages import (
+from pgfeed.errors import SourceError
+from pgfeed.pgoutput import decode
+from pgfeed.pgoutput.messages import (
     BeginMessage,
     CommitMessage,
     DeleteMessage,
@@ -23,9 +23,9 @@ from service.pgoutput.messages import (
     StreamStopMessage,
     UpdateMessage,
 )
-from service.replication import slots
-from service.replication.commands import max_proto_version
-from service.replication.stream import ReplicationStream, create_slot, exported_slot
+from pgfeed.replication import slots
+from pgfeed.replication.commands import max_proto_version
+from pgfeed.replication.stream import ReplicationStream, create_slot, exported_slot
 
 pytestmark = pytest.mark.pg
 

@@ -20,15 +20,15 @@ import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from clients import (
+from pgfeed_client import (
     AsyncFeedClient,
     AsyncGrpcFeedClient,
     ClientError,
     FeedClient,
     GrpcFeedClient,
 )
-from clients._tls import grpc_channel_credentials, http_verify
-from service.localpg import LocalCluster
+from pgfeed_client._tls import grpc_channel_credentials, http_verify
+from pgfeed.localpg import LocalCluster
 from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.fixtures.fix_service import Service, run_service, wait_until
 from tests.fixtures.fix_tls import Pki
@@ -179,14 +179,14 @@ def test_feed_over_tls_to_the_source(ssl_cluster: LocalCluster, tls_service: Ser
             # The CLI over https with the private CA: tail and the admin verbs.
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
             tail = subprocess.run(
-                [sys.executable, "-m", "service", "tail", "overtls", "--url", _https(tls_service),
+                [sys.executable, "-m", "pgfeed", "tail", "overtls", "--url", _https(tls_service),
                  "--ca-bundle", str(pki.ca), "--from", "earliest", "--count", "2", "--json",
                  "--op", "insert"],
                 env=env, capture_output=True, text=True, timeout=60, check=False)
             assert tail.returncode == 0, tail.stderr
             assert [json.loads(line)["after"]["id"] for line in tail.stdout.splitlines()] == [1, 2]
             shown = subprocess.run(
-                [sys.executable, "-m", "service", "feeds", "show", "overtls", "--url",
+                [sys.executable, "-m", "pgfeed", "feeds", "show", "overtls", "--url",
                  _https(tls_service)], env={**env, "PGFEED_CA_BUNDLE": str(pki.ca)},
                 capture_output=True, text=True, timeout=60, check=False)
             assert shown.returncode == 0 and json.loads(shown.stdout)["name"] == "overtls", shown.stderr
@@ -196,7 +196,7 @@ def test_feed_over_tls_to_the_source(ssl_cluster: LocalCluster, tls_service: Ser
 
 def test_spark_connector_options_take_a_ca_bundle_and_client_cert(mtls_service: Service,
                                                                    pki: Pki) -> None:
-    from spark_connector._options import FeedOptions
+    from pgfeed_spark._options import FeedOptions
 
     options = FeedOptions.parse({"url": _https(mtls_service), "feed": "f", "caBundle": str(pki.ca),
                                  "clientCert": str(pki.client_cert),

@@ -14,7 +14,7 @@ import httpx
 import psycopg
 import pytest
 
-from clients import GrpcFeedClient, format_lsn, parse_cursor
+from pgfeed_client import GrpcFeedClient, format_lsn, parse_cursor
 from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.fixtures.fix_service import FeedFactory, Service, run_service
 

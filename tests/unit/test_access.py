@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from service.access import FEED_STATUS, Tokens, grants, grpc_scope
-from service.config import Settings
+from pgfeed.access import FEED_STATUS, Tokens, grants, grpc_scope
+from pgfeed.config import Settings
 
 
 def test_feed_status_is_administration_on_grpc_as_on_http() -> None:

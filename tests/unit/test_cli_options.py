@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.cli import build_parser
-from service.http_api.schemas import FeedOptionsIn
+from pgfeed.cli import build_parser
+from pgfeed.http_api.schemas import FeedOptionsIn
 
 ALL = ["--toast", "reselect", "--snapshot", "export", "--no-messages", "--two-phase", "--no-streaming",
        "--no-partition-root", "--heartbeat-seconds", "0.5", "--retention-hours", "none",
@@ -14,7 +14,7 @@ ALL = ["--toast", "reselect", "--snapshot", "export", "--no-messages", "--two-ph
 
 
 def _body(*flags: str) -> dict[str, object]:
-    from service.cli_options import options_from_args
+    from pgfeed.cli_options import options_from_args
 
     args = build_parser().parse_args(["feeds", "create", "f", "--dsn", "x", "--all-tables", *flags])
     return options_from_args(args)

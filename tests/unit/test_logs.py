@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from service.logs import configure_logging
+from pgfeed.logs import configure_logging
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # What the image's final stage runs after installing the wheel (the Dockerfile has the same line):
 # the compiled transcoder must be the one in use, and PGFEED_IMPL=c fails without it.
-IMPORT_CHECK = ("import service.encoding.transcode as t, service.encoding._transcode as c; "
+IMPORT_CHECK = ("import pgfeed.encoding.transcode as t, pgfeed.encoding._transcode as c; "
                 "assert t.IMPLEMENTATION == 'c', t.IMPLEMENTATION; print(c.__file__)")
 
 
@@ -75,7 +75,7 @@ def test_wheel_from_clean_clone_uses_compiled_transcoder(tmp_path: Path) -> None
     neutral.mkdir()
     compiled = Path(_run(vpy, "-c", IMPORT_CHECK, cwd=neutral, env=env).strip())
     assert compiled.is_relative_to(site), compiled
-    out = _run(vpy, "-c", "import service.encoding.transcode as t; print(t.IMPLEMENTATION)",
+    out = _run(vpy, "-c", "import pgfeed.encoding.transcode as t; print(t.IMPLEMENTATION)",
                cwd=neutral, env={**env, "PGFEED_IMPL": "c"})
     assert out.strip() == "c"
     # the console script of the image's CMD, from the installed package alone

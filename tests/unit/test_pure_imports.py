@@ -93,8 +93,8 @@ def test_module_is_pure(path: Path) -> None:
 def test_checker_sees_every_import_form() -> None:
     source = ("import socket\nfrom asyncio import sleep\nimport psycopg.adapt as a\n"
               "def f():\n    import threading\nfrom ..errors import DecodeError\n")
-    names = set(_imports_of(source, "service.pgoutput"))
-    assert {"socket", "asyncio", "psycopg.adapt", "threading", "service.errors"} <= names
+    names = set(_imports_of(source, "pgfeed.pgoutput"))
+    assert {"socket", "asyncio", "psycopg.adapt", "threading", "pgfeed.errors"} <= names
     pure = ROOT / "service/pgoutput/decode.py"
     assert [n for n in names if _forbidden(n, pure)] == [
         n for n in names if n.split(".")[0] in FORBIDDEN]
@@ -107,7 +107,7 @@ def test_serving_starts_without_pyarrow() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, service.runtime, service.http_api.app, service.grpc_api.server, service.cli; "
+    code = ("import sys, pgfeed.runtime, pgfeed.http_api.app, pgfeed.grpc_api.server, pgfeed.cli; "
             "print('pyarrow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=60)
@@ -122,21 +122,21 @@ def test_serving_starts_without_pyarrow() -> None:
 # must be given a floor here (test_every_unit_has_a_floor).
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("clients",),
-    ("spark_connector", "service", "service.errors", "service.dsn", "service.config", "service.logs",
-     "service.tls", "service.localpg", "service.codegen", "service.protowire"),
-    ("service.access", "service.pgoutput", "service.types"),
-    ("service.assembler",),
-    ("service.decoding",),
-    ("service.encoding", "service.changelog"),
-    ("service.replication",),
-    ("service.backfill", "service.peek"),
-    ("service.feeds",),
-    ("service.pgstore", "service.metrics"),
-    ("service.grpc_api", "service.http_api"),
-    ("service.cli_options", "service.runtime", "service.tail_cli"),
-    ("service.demo",),
-    ("service.cli",),
-    ("service.__main__",),
+    ("spark_connector", "service", "pgfeed.errors", "pgfeed.dsn", "pgfeed.config", "pgfeed.logs",
+     "pgfeed.tls", "pgfeed.localpg", "pgfeed.codegen", "pgfeed.protowire"),
+    ("pgfeed.access", "pgfeed.pgoutput", "pgfeed.types"),
+    ("pgfeed.assembler",),
+    ("pgfeed.decoding",),
+    ("pgfeed.encoding", "pgfeed.changelog"),
+    ("pgfeed.replication",),
+    ("pgfeed.backfill", "pgfeed.peek"),
+    ("pgfeed.feeds",),
+    ("pgfeed.pgstore", "pgfeed.metrics"),
+    ("pgfeed.grpc_api", "pgfeed.http_api"),
+    ("pgfeed.cli_options", "pgfeed.runtime", "pgfeed.tail_cli"),
+    ("pgfeed.demo",),
+    ("pgfeed.cli",),
+    ("pgfeed.__main__",),
 )
 FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 # Import cycles between files that another change breaks (issue 16: the assembler's framing helpers
@@ -264,17 +264,17 @@ def test_no_import_cycles() -> None:
 
 def test_layer_checker_sees_a_cycle_and_an_upward_import(tmp_path: Path) -> None:
     """The checkers above fail on what they guard against: an import up the floors, a loop."""
-    assert FLOOR["service.replication"] < FLOOR["service.feeds"]  # capture sits below the feeds
-    assert FLOOR["service.changelog"] < FLOOR["service.backfill"]
-    assert _upward("service.replication", "service.feeds")  # capture reaching into feeds
-    assert _upward("service.changelog", "service.encoding")  # same floor, another unit
-    assert not _upward("service.feeds", "service.replication")
-    assert not _upward("service.feeds", "service.feeds")
+    assert FLOOR["pgfeed.replication"] < FLOOR["pgfeed.feeds"]  # capture sits below the feeds
+    assert FLOOR["pgfeed.changelog"] < FLOOR["pgfeed.backfill"]
+    assert _upward("pgfeed.replication", "pgfeed.feeds")  # capture reaching into feeds
+    assert _upward("pgfeed.changelog", "pgfeed.encoding")  # same floor, another unit
+    assert not _upward("pgfeed.feeds", "pgfeed.replication")
+    assert not _upward("pgfeed.feeds", "pgfeed.feeds")
     capture = ROOT / "service/replication/capture.py"
-    assert _unit(capture) == "service.replication" and _unit(ROOT / "service/__init__.py") == "service"
+    assert _unit(capture) == "pgfeed.replication" and _unit(ROOT / "service/__init__.py") == "service"
     assert ROOT / "service/feeds/model.py" not in _targets(capture)
     assert ROOT / "service/replication/stream.py" in _targets(capture)
-    sync = ROOT / "clients/_http_sync.py"  # `from clients import _http_base`: the module, not __init__
+    sync = ROOT / "clients/_http_sync.py"  # `from pgfeed_client import _http_base`: the module, not __init__
     assert ROOT / "clients/_http_base.py" in _targets(sync)
     assert ROOT / "clients/__init__.py" not in _targets(sync)
     a, b, c, d = (ROOT / f"service/{n}.py" for n in "abcd")

@@ -9,8 +9,8 @@ import pytest
 import uvloop
 from pydantic import ValidationError
 
-from service.config import Settings
-from service.runtime import new_event_loop
+from pgfeed.config import Settings
+from pgfeed.runtime import new_event_loop
 
 
 @pytest.mark.parametrize(("kind", "expected"), [("auto", uvloop.Loop), ("uvloop", uvloop.Loop),

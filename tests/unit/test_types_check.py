@@ -33,7 +33,7 @@ STRICT_PENDING = {
 
 
 def _mypy(*args: str) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'protos'}"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}"}
     out = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
                           "--cache-dir", str(ROOT / "build" / "mypy-cache"), *args],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)

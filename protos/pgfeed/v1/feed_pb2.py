@@ -30,7 +30,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pgfeed/v1/feed
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pgfeed.v1.feed_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pgfeed_proto.v1.feed_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CHANGE_KEYENTRY']._loaded_options = None

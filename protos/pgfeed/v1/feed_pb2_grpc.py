@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from pgfeed.v1 import feed_pb2 as pgfeed_dot_v1_dot_feed__pb2
+from pgfeed_proto.v1 import feed_pb2 as pgfeed_dot_v1_dot_feed__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -7,12 +7,12 @@ import logging
 from fastapi import APIRouter, status
 from starlette.responses import Response
 
-from service.backfill.manager import BackfillManager
-from service.changelog.backfills import BackfillRecord
-from service.feeds.supervisor import Supervisor
-from service.http_api.deps import AdminScope, SupervisorDep
-from service.http_api.routes.changes import FeedName
-from service.http_api.schemas import (
+from pgfeed.backfill.manager import BackfillManager
+from pgfeed.changelog.backfills import BackfillRecord
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.http_api.deps import AdminScope, SupervisorDep
+from pgfeed.http_api.routes.changes import FeedName
+from pgfeed.http_api.schemas import (
     BackfillCreate,
     BackfillList,
     BackfillOut,

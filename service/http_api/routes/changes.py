@@ -8,13 +8,13 @@ from fastapi import APIRouter, Path, Query
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from clients._cursor import CURSOR_PATTERN, Cursor, format_lsn
-from clients._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
-from service.encoding import ARROW_MEDIA_TYPE
-from service.encoding.to_json import dumps
-from service.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
-from service.http_api.errors import ApiError
-from service.http_api.paging import (
+from pgfeed_client._cursor import CURSOR_PATTERN, Cursor, format_lsn
+from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
+from pgfeed.encoding import ARROW_MEDIA_TYPE
+from pgfeed.encoding.to_json import dumps
+from pgfeed.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
+from pgfeed.http_api.errors import ApiError
+from pgfeed.http_api.paging import (
     MAX_CURSOR_LENGTH,
     Answer,
     PageRequest,
@@ -23,9 +23,9 @@ from service.http_api.paging import (
     parse_tables,
     serve_page,
 )
-from service.http_api.schemas import ChangesPage, SplitsOut, TablesOut, TransactionsPage
-from service.http_api.schemas_debezium import DebeziumChangesPage
-from service.metrics import Metrics
+from pgfeed.http_api.schemas import ChangesPage, SplitsOut, TablesOut, TransactionsPage
+from pgfeed.http_api.schemas_debezium import DebeziumChangesPage
+from pgfeed.metrics import Metrics
 
 router = APIRouter(prefix="/v1/feeds", tags=["reading"], dependencies=[ReadScope])
 

@@ -15,13 +15,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, status
 from starlette.responses import Response
 
-from clients._cursor import Cursor
-from service.changelog.base import ConsumerState, format_pg_time, idle_expiry
-from service.http_api.deps import AdminScope, ReadScope, SupervisorDep
-from service.http_api.errors import ApiError
-from service.http_api.paging import parse_cursor_param
-from service.http_api.routes.changes import FeedName
-from service.http_api.schemas import ConsumerAck, ConsumerOut, ConsumersOut, ErrorBody
+from pgfeed_client._cursor import Cursor
+from pgfeed.changelog.base import ConsumerState, format_pg_time, idle_expiry
+from pgfeed.http_api.deps import AdminScope, ReadScope, SupervisorDep
+from pgfeed.http_api.errors import ApiError
+from pgfeed.http_api.paging import parse_cursor_param
+from pgfeed.http_api.routes.changes import FeedName
+from pgfeed.http_api.schemas import ConsumerAck, ConsumerOut, ConsumersOut, ErrorBody
 
 log = logging.getLogger("pgfeed.http")
 

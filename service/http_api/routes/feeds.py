@@ -9,16 +9,16 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Query, status
 from starlette.responses import Response
 
-from clients._cursor import format_lsn
-from service.dsn import mask_dsn, scrub
-from service.errors import PgfeedError, SourceError
-from service.feeds.model import FeedOptions, FeedSpec, FeedStatus, Retention
-from service.feeds.supervisor import Supervisor
-from service.http_api.deps import AdminScope, StatusScope, SupervisorDep
-from service.http_api.errors import ApiError
-from service.http_api.routes.changes import FeedName
-from service.http_api.routes.consumers import consumers_of
-from service.http_api.schemas import (
+from pgfeed_client._cursor import format_lsn
+from pgfeed.dsn import mask_dsn, scrub
+from pgfeed.errors import PgfeedError, SourceError
+from pgfeed.feeds.model import FeedOptions, FeedSpec, FeedStatus, Retention
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.http_api.deps import AdminScope, StatusScope, SupervisorDep
+from pgfeed.http_api.errors import ApiError
+from pgfeed.http_api.routes.changes import FeedName
+from pgfeed.http_api.routes.consumers import consumers_of
+from pgfeed.http_api.schemas import (
     BackfillOut,
     ErrorBody,
     FailoverOut,
@@ -32,11 +32,11 @@ from service.http_api.schemas import (
     SlotRiskOut,
     StandbySlotOut,
 )
-from service.replication.slots import SlotFailover
+from pgfeed.replication.slots import SlotFailover
 
 log = logging.getLogger("pgfeed.http")
 
-# Status routes need the status scope (service.access, shared with gRPC); the others need admin.
+# Status routes need the status scope (pgfeed.access, shared with gRPC); the others need admin.
 router = APIRouter(prefix="/v1/feeds", tags=["admin"])
 
 
@@ -91,7 +91,7 @@ def iso_time(unix: float) -> str:
 
 
 def _running_backfills(supervisor: Supervisor, name: str) -> list[BackfillOut]:
-    from service.http_api.routes.backfills import running
+    from pgfeed.http_api.routes.backfills import running
     try:
         return running(supervisor, name)
     except PgfeedError:  # the log is closing (feed being deleted)

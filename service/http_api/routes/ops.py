@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from service.http_api.deps import MetricsDep, SupervisorDep
-from service.http_api.errors import error_response
-from service.http_api.schemas import ErrorBody, Health
-from service.metrics import CONTENT_TYPE
+from pgfeed.http_api.deps import MetricsDep, SupervisorDep
+from pgfeed.http_api.errors import error_response
+from pgfeed.http_api.schemas import ErrorBody, Health
+from pgfeed.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["operations"])
 

@@ -6,9 +6,9 @@ import asyncio
 
 from fastapi import APIRouter
 
-from service.http_api.deps import AdminScope, SupervisorDep
-from service.http_api.routes.feeds import iso_time
-from service.http_api.schemas import ReplicaList, ReplicaOut
+from pgfeed.http_api.deps import AdminScope, SupervisorDep
+from pgfeed.http_api.routes.feeds import iso_time
+from pgfeed.http_api.schemas import ReplicaList, ReplicaOut
 
 router = APIRouter(prefix="/v1/replicas", tags=["admin"], dependencies=[AdminScope])
 

@@ -6,13 +6,13 @@ import logging
 
 from fastapi import APIRouter
 
-from clients._cursor import Cursor, format_lsn
-from service.changelog.base import consumed_bound
-from service.http_api.deps import AdminScope, SupervisorDep
-from service.http_api.errors import ApiError
-from service.http_api.paging import parse_cursor_param
-from service.http_api.routes.changes import FeedName
-from service.http_api.schemas import TrimOut, TrimRequest
+from pgfeed_client._cursor import Cursor, format_lsn
+from pgfeed.changelog.base import consumed_bound
+from pgfeed.http_api.deps import AdminScope, SupervisorDep
+from pgfeed.http_api.errors import ApiError
+from pgfeed.http_api.paging import parse_cursor_param
+from pgfeed.http_api.routes.changes import FeedName
+from pgfeed.http_api.schemas import TrimOut, TrimRequest
 
 log = logging.getLogger("pgfeed.http")
 

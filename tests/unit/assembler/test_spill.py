@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from service.assembler.framing import FRAME
-from service.assembler.model import StoredTransaction
-from service.assembler.spill import MemorySpillStore, SpilledPayload, SpillStore
-from service.assembler.transactions import TransactionAssembler
-from service.changelog.spill_files import FileSpillStore
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import InsertMessage
+from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.assembler.spill import MemorySpillStore, SpilledPayload, SpillStore
+from pgfeed.assembler.transactions import TransactionAssembler
+from pgfeed.changelog.spill_files import FileSpillStore
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import InsertMessage
 from tests.unit.assembler import wire as w
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.assembler.relations import RelationCatalog, RelationSchema
-from service.assembler.toastfill import (
+from pgfeed.assembler.relations import RelationCatalog, RelationSchema
+from pgfeed.assembler.toastfill import (
     Held,
     MemoryImages,
     apply_relation,
     apply_row,
     apply_truncate,
 )
-from service.pgoutput.messages import DeleteMessage, InsertMessage, Message, UpdateMessage
+from pgfeed.pgoutput.messages import DeleteMessage, InsertMessage, Message, UpdateMessage
 from tests.unit.decoding.test_changes import ORDERS, K, U, dele, full, ins, relation, upd
 
 

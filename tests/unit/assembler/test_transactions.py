@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from service.assembler.framing import frame
-from service.assembler.model import StoredTransaction
-from service.assembler.spill import MemorySpillStore
-from service.assembler.transactions import TransactionAssembler
-from service.errors import AssemblyError, PgfeedError
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import (
+from pgfeed.assembler.framing import frame
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.assembler.spill import MemorySpillStore
+from pgfeed.assembler.transactions import TransactionAssembler
+from pgfeed.errors import AssemblyError, PgfeedError
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import (
     InsertMessage,
     LogicalMessage,
     RelationMessage,

@@ -1,10 +1,10 @@
 """Tiny pgoutput message builders for assembler tests (v1-v4 layouts; xid prefix in streams),
-over the one pgoutput encoder (``service.pgoutput.encode``)."""
+over the one pgoutput encoder (``pgfeed.pgoutput.encode``)."""
 
 from __future__ import annotations
 
-from service.pgoutput import encode as _encode
-from service.pgoutput.messages import (
+from pgfeed.pgoutput import encode as _encode
+from pgfeed.pgoutput.messages import (
     TUPLE_KEY,
     BeginMessage,
     BeginPrepareMessage,

@@ -7,15 +7,15 @@ import json
 
 import orjson
 import pytest
-from pgfeed.v1 import feed_pb2
+from pgfeed_proto.v1 import feed_pb2
 
-from service.assembler.model import Op
-from service.assembler.relations import RelationCatalog
-from service.backfill.window import WindowTracker
-from service.decoding.changes import TransactionDecoder
-from service.encoding import transcode
-from service.encoding.to_json import change_events, change_to_dict, dumps, transaction_json
-from service.encoding.to_proto import transaction_frames
+from pgfeed.assembler.model import Op
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.backfill.window import WindowTracker
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.encoding import transcode
+from pgfeed.encoding.to_json import change_events, change_to_dict, dumps, transaction_json
+from pgfeed.encoding.to_proto import transaction_frames
 from tests.unit.backfill.test_window import read, start, watermark
 
 
@@ -62,10 +62,10 @@ def test_protobuf_frames_of_a_chunk_carry_op_read_and_the_backfill_id() -> None:
 
 
 def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it() -> None:
-    from clients._cursor import EARLIEST, Cursor
-    from service.assembler.relations import RelationCatalog
-    from service.changelog.memory import MemoryChangeLog
-    from service.feeds.reader import FeedReader
+    from pgfeed_client._cursor import EARLIEST, Cursor
+    from pgfeed.assembler.relations import RelationCatalog
+    from pgfeed.changelog.memory import MemoryChangeLog
+    from pgfeed.feeds.reader import FeedReader
 
     unit = chunk_unit()
     log = MemoryChangeLog()

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.backfill import rows
-from service.pgoutput.decode import decode
-from service.pgoutput.messages import InsertMessage
+from pgfeed.backfill import rows
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import InsertMessage
 
 HEADER = b"I" + struct.pack(">I", 16400) + b"N" + struct.pack(">h", 4)
 # PostgreSQL's CopyAttributeOutText: these control characters as letters, the backslash doubled

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import struct
 
-from service.assembler.framing import FRAME
-from service.assembler.model import BackfillProgress, StoredTransaction
-from service.assembler.spill import SpilledPayload
-from service.backfill.schema import PublishedTable, relation_message
-from service.backfill.window import Chunk, Entry, WindowTracker, precedes, tuple_key
-from service.pgoutput.encode import encode
-from service.pgoutput.messages import (
+from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.model import BackfillProgress, StoredTransaction
+from pgfeed.assembler.spill import SpilledPayload
+from pgfeed.backfill.schema import PublishedTable, relation_message
+from pgfeed.backfill.window import Chunk, Entry, WindowTracker, precedes, tuple_key
+from pgfeed.pgoutput.encode import encode
+from pgfeed.pgoutput.messages import (
     DeleteMessage,
     InsertMessage,
     RelationColumn,
@@ -66,8 +66,8 @@ def step(tracker: WindowTracker, units: list[StoredTransaction]) -> list[StoredT
 
 
 def stored_ids(unit: StoredTransaction) -> list[int]:
-    from service.assembler.relations import RelationCatalog
-    from service.decoding.changes import TransactionDecoder
+    from pgfeed.assembler.relations import RelationCatalog
+    from pgfeed.decoding.changes import TransactionDecoder
     txn_ = TransactionDecoder(RelationCatalog()).decode(unit)
     assert all(c.op == "read" for c in txn_.changes) and txn_.origin == "pgfeed.backfill"
     assert txn_.backfill == "bf_1"
@@ -195,8 +195,8 @@ def test_a_foreign_watermark_payload_is_dropped() -> None:
 
 
 def test_the_assembler_takes_watermark_messages_out_of_their_transaction() -> None:
-    from service.assembler.transactions import TransactionAssembler
-    from service.pgoutput.messages import BeginMessage, CommitMessage, LogicalMessage
+    from pgfeed.assembler.transactions import TransactionAssembler
+    from pgfeed.pgoutput.messages import BeginMessage, CommitMessage, LogicalMessage
 
     assembler = TransactionAssembler()
     content = b'{"t": "c1", "k": "h"}'
@@ -271,7 +271,7 @@ def test_a_non_transactional_unit_leaves_no_position_free_until_the_next_commit(
 
 
 def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progress() -> None:
-    from service.backfill import window
+    from pgfeed.backfill import window
 
     tracker = WindowTracker()
     chunk = start(tracker)
@@ -299,7 +299,7 @@ def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progr
 
 
 def test_a_truncate_while_a_chunk_is_held_redoes_it_from_its_last_stored_piece() -> None:
-    from service.backfill import window
+    from pgfeed.backfill import window
 
     tracker = WindowTracker()
     chunk = start(tracker)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from clients._cursor import EARLIEST, Cursor
-from service.assembler.model import BackfillProgress
-from service.changelog.backfills import BackfillPart, BackfillRecord
-from service.changelog import KINDS, ChangeLogError, open_changelog
-from service.changelog.base import ChangeLog, ConsumerState, LogStats
-from service.errors import RetentionError
-from service.pgoutput.messages import pg_now_us
+from pgfeed_client._cursor import EARLIEST, Cursor
+from pgfeed.assembler.model import BackfillProgress
+from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
+from pgfeed.changelog import KINDS, ChangeLogError, open_changelog
+from pgfeed.changelog.base import ChangeLog, ConsumerState, LogStats
+from pgfeed.errors import RetentionError
+from pgfeed.pgoutput.messages import pg_now_us
 from tests.fixtures.fix_pg import PG_VERSIONS
 from tests.unit.changelog.txns import SECOND, lsns, txn
 

@@ -13,14 +13,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from clients._cursor import EARLIEST
-from service.assembler.transactions import TransactionAssembler
-from service.changelog.base import LeaseLost
-from service.changelog.spill_files import FileSpillStore
-from service.feeds.leadership import fair_share
-from service.pgstore import leases
-from service.pgstore.changelog import CHUNK_BYTES, PgChangeLog
-from service.pgstore.connections import ConnectionPool, connect
+from pgfeed_client._cursor import EARLIEST
+from pgfeed.assembler.transactions import TransactionAssembler
+from pgfeed.changelog.base import LeaseLost
+from pgfeed.changelog.spill_files import FileSpillStore
+from pgfeed.feeds.leadership import fair_share
+from pgfeed.pgstore import leases
+from pgfeed.pgstore.changelog import CHUNK_BYTES, PgChangeLog
+from pgfeed.pgstore.connections import ConnectionPool, connect
 from tests.fixtures.fix_pgstore import SCHEMA, leading_changelog, store_dsn
 from tests.unit.assembler import wire as w
 from tests.unit.changelog.txns import lsns, txn

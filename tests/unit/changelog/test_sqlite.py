@@ -18,16 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clients._cursor import EARLIEST, Cursor
-from service.assembler.framing import FRAME, chunk_bounds, frame
-from service.assembler.model import StoredTransaction
-from service.assembler.transactions import TransactionAssembler
-from service.changelog import ChangeLogError, open_changelog
-from service.changelog.base import ConsumerState, LogStats
-from service.changelog.memory import MemoryChangeLog
-from service.changelog.spill_files import FileSpillStore
-from service.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog
-from service.pgoutput.messages import pg_now_us
+from pgfeed_client._cursor import EARLIEST, Cursor
+from pgfeed.assembler.framing import FRAME, chunk_bounds, frame
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.assembler.transactions import TransactionAssembler
+from pgfeed.changelog import ChangeLogError, open_changelog
+from pgfeed.changelog.base import ConsumerState, LogStats
+from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.changelog.spill_files import FileSpillStore
+from pgfeed.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog
+from pgfeed.pgoutput.messages import pg_now_us
 from tests.unit.assembler import wire as w
 from tests.unit.changelog.txns import lsns, txn
 
@@ -93,7 +93,7 @@ def test_a_file_that_is_not_a_change_log_is_refused(tmp_path: Path) -> None:
 
 def test_a_failed_write_is_rolled_back_and_the_log_stays_usable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("service.changelog.sqlite._BUSY_SECONDS", 0.05)
+    monkeypatch.setattr("pgfeed.changelog.sqlite._BUSY_SECONDS", 0.05)
     log = SqliteChangeLog(tmp_path / "log.db")
     other = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
     try:
@@ -218,7 +218,7 @@ def test_a_spilled_transaction_is_appended_without_being_held_whole(tmp_path: Pa
 _CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from service.changelog.sqlite import SqliteChangeLog
+    from pgfeed.changelog.sqlite import SqliteChangeLog
     from tests.unit.changelog.txns import txn
 
     log = SqliteChangeLog({path!r}, chunk_bytes=4096)
@@ -324,7 +324,7 @@ def test_the_writers_tail_answers_like_the_file(tmp_path: Path, monkeypatch: pyt
     """Appends of every shape (schema frames, empty, large, bytearray, spilled-size), past the
     tail's caps, and trims: the instance that writes answers head, trimmed_lsn, read and
     schema_history from memory where it can, and always as the file does."""
-    monkeypatch.setattr("service.changelog.sqlite._TAIL_TRANSACTIONS", 12)
+    monkeypatch.setattr("pgfeed.changelog.sqlite._TAIL_TRANSACTIONS", 12)
     writer = SqliteChangeLog(tmp_path / "log.db")
     writer.append([txn(L)])  # before the first write here, the file was read
     reader = SqliteChangeLog(tmp_path / "log.db")
@@ -387,8 +387,8 @@ def test_appends_never_checkpoint_on_their_own_commit(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """40 MB appended, past SQLite's automatic checkpoint (1,000 pages): the database file does
     not grow while the checkpoint thread is not due; the WAL holds it all."""
-    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_BYTES", 1 << 40)
-    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_SECONDS", 3600.0)
+    monkeypatch.setattr("pgfeed.changelog.sqlite._CHECKPOINT_BYTES", 1 << 40)
+    monkeypatch.setattr("pgfeed.changelog.sqlite._CHECKPOINT_SECONDS", 3600.0)
     path = tmp_path / "log.db"
     log = SqliteChangeLog(path)
     try:
@@ -403,7 +403,7 @@ def test_appends_never_checkpoint_on_their_own_commit(tmp_path: Path,
 
 def test_the_checkpoint_thread_copies_the_wal_once_due(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_BYTES", 4 << 20)
+    monkeypatch.setattr("pgfeed.changelog.sqlite._CHECKPOINT_BYTES", 4 << 20)
     path = tmp_path / "log.db"
     log = SqliteChangeLog(path)
     try:
@@ -420,8 +420,8 @@ def test_the_checkpoint_thread_copies_the_wal_once_due(tmp_path: Path,
 
 def test_a_last_write_is_checkpointed_a_moment_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The timer path: one append, far below the size trigger, then nothing."""
-    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_BYTES", 1 << 40)
-    monkeypatch.setattr("service.changelog.sqlite._CHECKPOINT_SECONDS", 0.05)
+    monkeypatch.setattr("pgfeed.changelog.sqlite._CHECKPOINT_BYTES", 1 << 40)
+    monkeypatch.setattr("pgfeed.changelog.sqlite._CHECKPOINT_SECONDS", 0.05)
     path = tmp_path / "log.db"
     log = SqliteChangeLog(path)
     try:

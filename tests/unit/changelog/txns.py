@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.assembler.framing import frame
-from service.assembler.model import StoredTransaction
+from pgfeed.assembler.framing import frame
+from pgfeed.assembler.model import StoredTransaction
 from tests.unit.assembler import wire as w
 
 RELID = 16384

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clients import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
-from clients._cursor import CURSOR_PATTERN
+from pgfeed_client import EARLIEST, Cursor, CursorError, format_lsn, parse_cursor, parse_lsn
+from pgfeed_client._cursor import CURSOR_PATTERN
 
 
 def test_lsn_round_trip_postgres_form():

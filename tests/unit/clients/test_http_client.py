@@ -11,7 +11,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from clients import (
+from pgfeed_client import (
     AsyncFeedClient,
     ClientError,
     Cursor,

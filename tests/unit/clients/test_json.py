@@ -10,9 +10,9 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from clients._grpc import json_document
-from clients._http_base import decode
-from clients._json import (
+from pgfeed_client._grpc import json_document
+from pgfeed_client._http_base import decode
+from pgfeed_client._json import (
     MAX_EMBEDDED_DEPTH,
     dumps_exact,
     embeddable,
@@ -20,7 +20,7 @@ from clients._json import (
     loads_exact,
     loads_page,
 )
-from clients._models import Page
+from pgfeed_client._models import Page
 from tests.unit.encoding.jsondocs import documents, exact_tree, jsonb_text, same_numbers
 
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from clients._http_base import decode
-from clients._models import Change, Page, Transaction
+from pgfeed_client._http_base import decode
+from pgfeed_client._models import Change, Page, Transaction
 
 EVENT = {
     "lsn": "0/10", "seq": 3, "commit_lsn": "0/20", "xid": 7,

@@ -6,13 +6,13 @@ from decimal import Decimal
 
 import pytest
 
-from service.assembler.framing import frame
-from service.assembler.model import Op, StoredTransaction
-from service.assembler.relations import RelationCatalog
-from service.decoding.changes import TransactionDecoder
-from service.errors import PgfeedError, SchemaError
-from service.pgoutput.encode import encode
-from service.pgoutput.messages import (
+from pgfeed.assembler.framing import frame
+from pgfeed.assembler.model import Op, StoredTransaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.errors import PgfeedError, SchemaError
+from pgfeed.pgoutput.encode import encode
+from pgfeed.pgoutput.messages import (
     UNCHANGED_TOAST,
     DeleteMessage,
     InsertMessage,
@@ -380,9 +380,9 @@ TYPED_ROWS = [
 
 @pytest.mark.parametrize("values", TYPED_ROWS)
 def test_fast_and_reference_paths_agree(values: tuple[str | None, ...]) -> None:
-    from service.decoding.changes import _fast_rows, _slow_rows
-    from service.decoding.plan import RelationPlan
-    from service.pgoutput.decode import decode
+    from pgfeed.decoding.changes import _fast_rows, _slow_rows
+    from pgfeed.decoding.plan import RelationPlan
+    from pgfeed.pgoutput.decode import decode
 
     plan = RelationPlan.of(catalog((0x10, TYPED)).at(ORDERS, 0x11))
     for msg in (ins(*values), upd(*values, old=values, kind=O), dele(*values, kind=K)):
@@ -408,7 +408,7 @@ def test_binary_values_are_kept_as_bytes() -> None:
 
 
 def test_malformed_row_bytes_raise_decode_error() -> None:
-    from service.errors import DecodeError
+    from pgfeed.errors import DecodeError
 
     good = encode(ins("1", "a", None))
     bad = StoredTransaction(1, 0x2000, 0x2008, 0, None, 1, frame(0x1F00, good[:-1] + b"\xff\xfe"))

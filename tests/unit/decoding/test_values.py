@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from service.assembler.relations import TypeName, resolve_value_oid
-from service.decoding.values import load_value, row_loader
-from service.pgoutput.messages import UNCHANGED_TOAST
-from service.types.array import parse_array
-from service.types.datetime import TimeTz
-from service.types.floating import SpecialFloat
-from service.types.interval import Interval, parse_interval
-from service.types.json import JsonText
-from service.types.registry import loader_oid
+from pgfeed.assembler.relations import TypeName, resolve_value_oid
+from pgfeed.decoding.values import load_value, row_loader
+from pgfeed.pgoutput.messages import UNCHANGED_TOAST
+from pgfeed.types.array import parse_array
+from pgfeed.types.datetime import TimeTz
+from pgfeed.types.floating import SpecialFloat
+from pgfeed.types.interval import Interval, parse_interval
+from pgfeed.types.json import JsonText
+from pgfeed.types.registry import loader_oid
 
 # (type oid, pgoutput text, expected Python value)
 CASES: list[tuple[int, str, Any]] = [

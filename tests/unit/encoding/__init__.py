@@ -1,1 +1,1 @@
-"""Unit tests of service.encoding."""
+"""Unit tests of pgfeed.encoding."""

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.assembler.model import BACKFILL_ORIGIN, Change, Op, StoredTransaction
-from service.assembler.relations import RelationCatalog
-from service.decoding.changes import Segment, TransactionDecoder
-from service.encoding import arrow_rows
-from service.encoding.to_arrow import ArrowColumn, typed_batch, typed_schema
+from pgfeed.assembler.model import BACKFILL_ORIGIN, Change, Op, StoredTransaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.changes import Segment, TransactionDecoder
+from pgfeed.encoding import arrow_rows
+from pgfeed.encoding.to_arrow import ArrowColumn, typed_batch, typed_schema
 from tests.unit.encoding.test_transcode import (
     ALL_FAST,
     COMMIT,

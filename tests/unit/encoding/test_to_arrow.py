@@ -11,17 +11,17 @@ import orjson
 import pyarrow as pa
 import pytest
 
-import clients
-from service.assembler.model import Change, Op, Transaction
-from service.assembler.relations import RelationCatalog
-from service.decoding.values import load_value
-from service.encoding.to_arrow import ArrowColumn, ipc_stream, typed_batch, typed_schema
-from service.encoding.to_json import change_to_dict, dumps
-from service.http_api.encode import table_columns
-from service.pgoutput.messages import RelationColumn, RelationMessage
-from spark_connector import table_schema
-from spark_connector._arrow import arrow_schema, conform, rows_to_batch
-from spark_connector._schema import json_converter, typed_row
+import pgfeed_client
+from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.values import load_value
+from pgfeed.encoding.to_arrow import ArrowColumn, ipc_stream, typed_batch, typed_schema
+from pgfeed.encoding.to_json import change_to_dict, dumps
+from pgfeed.http_api.encode import table_columns
+from pgfeed.pgoutput.messages import RelationColumn, RelationMessage
+from pgfeed_spark import table_schema
+from pgfeed_spark._arrow import arrow_schema, conform, rows_to_batch
+from pgfeed_spark._schema import json_converter, typed_row
 
 NUMERIC_12_3 = ((12 << 16) | 3) + 4
 
@@ -138,14 +138,14 @@ def test_table_columns_carry_the_relations_key_flags_newest_shape_first() -> Non
     assert "_key" not in typed_schema(table_columns(nothing, "public.t")).names
 
 
-def _table_info() -> clients.TableInfo:
-    return clients.TableInfo("public", "t", tuple(
-        clients.ColumnInfo(c.name, c.type_oid, c.type_name, c.typmod, c.key) for c in COLUMNS))
+def _table_info() -> pgfeed_client.TableInfo:
+    return pgfeed_client.TableInfo("public", "t", tuple(
+        pgfeed_client.ColumnInfo(c.name, c.type_oid, c.type_name, c.typmod, c.key) for c in COLUMNS))
 
 
-def _wire(event: dict[str, Any]) -> clients.Change:
+def _wire(event: dict[str, Any]) -> pgfeed_client.Change:
     """An event as a JSON reader gets it: serialized as the service does, parsed by clients."""
-    return clients.Change.from_json(orjson.loads(dumps(event)))
+    return pgfeed_client.Change.from_json(orjson.loads(dumps(event)))
 
 
 def test_arrow_and_json_wire_paths_give_the_same_typed_rows() -> None:

@@ -3,7 +3,7 @@
 
 import pytest
 
-from service.encoding.to_debezium import UNAVAILABLE, DebeziumSource, envelopes, op_code
+from pgfeed.encoding.to_debezium import UNAVAILABLE, DebeziumSource, envelopes, op_code
 
 SRC = DebeziumSource(name="shop", db="app", version="0.1.0")
 BASE = {"lsn": "0/16B1A20", "seq": 3, "commit_lsn": "0/16B1B00", "xid": 749,

@@ -10,17 +10,17 @@ from typing import Any
 import orjson
 import pytest
 
-from service.assembler.model import Change, Op, Transaction
-from service.decoding.values import load_value
-from service.encoding.to_json import (
+from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.decoding.values import load_value
+from pgfeed.encoding.to_json import (
     MAX_EMBEDDED_DEPTH,
     change_to_dict,
     commit_ts_iso,
     dumps,
     transaction_to_dict,
 )
-from service.types.interval import Interval
-from service.types.json import JsonText
+from pgfeed.types.interval import Interval
+from pgfeed.types.json import JsonText
 
 
 def txn(*changes: Change, origin: str | None = None) -> Transaction:

@@ -11,16 +11,16 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from pgfeed.v1 import feed_pb2
+from pgfeed_proto.v1 import feed_pb2
 
-from clients._cursor import Cursor
-from clients._grpc import from_value
-from service.assembler.model import Change, Op, Transaction
-from service.encoding.to_proto import Framer, change_bytes, transaction_frames, value_bytes
-from service.types.datetime import TimeTz
-from service.types.floating import SpecialFloat
-from service.types.interval import Interval
-from service.types.json import JsonText
+from pgfeed_client._cursor import Cursor
+from pgfeed_client._grpc import from_value
+from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.encoding.to_proto import Framer, change_bytes, transaction_frames, value_bytes
+from pgfeed.types.datetime import TimeTz
+from pgfeed.types.floating import SpecialFloat
+from pgfeed.types.interval import Interval
+from pgfeed.types.json import JsonText
 
 
 def parsed(v: Any, kind: str | None = None) -> feed_pb2.Value:
@@ -195,7 +195,7 @@ def test_generated_row_encoder_writes_what_the_reference_row_writer_does() -> No
     column's type speculated from the first row) against it: the same map entries for rows whose
     values keep the first row's types, change type (None, text for a number, a list), or change
     shape, and for json columns (``kinds``)."""
-    from service.encoding import to_proto
+    from pgfeed.encoding import to_proto
 
     first = {"id": 1, "name": "a", "amount": Decimal("1.50"), "at": datetime(2026, 1, 2, tzinfo=UTC),
              "day": date(2026, 1, 2), "on": True, "f": 1.5, "raw": b"\x00", "iv": Interval(1, 2, 3),

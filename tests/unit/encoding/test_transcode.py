@@ -20,17 +20,17 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pgfeed.v1 import feed_pb2
+from pgfeed_proto.v1 import feed_pb2
 
-from service.assembler.framing import frame
-from service.assembler.model import Op, StoredTransaction
-from service.assembler.relations import RelationCatalog
-from service.decoding.changes import RawChange, TransactionDecoder
-from service.encoding import transcode
-from service.encoding.to_json import change_events, change_to_dict, dumps
-from service.encoding.to_proto import change_bytes, json_columns, transaction_frames
-from service.encoding.transcode import json_event, proto_change
-from service.protowire import varint
+from pgfeed.assembler.framing import frame
+from pgfeed.assembler.model import Op, StoredTransaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.changes import RawChange, TransactionDecoder
+from pgfeed.encoding import transcode
+from pgfeed.encoding.to_json import change_events, change_to_dict, dumps
+from pgfeed.encoding.to_proto import change_bytes, json_columns, transaction_frames
+from pgfeed.encoding.transcode import json_event, proto_change
+from pgfeed.protowire import varint
 from tests.unit.encoding.jsondocs import documents, jsonb_text
 
 RELID = 16400

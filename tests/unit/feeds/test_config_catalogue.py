@@ -3,10 +3,10 @@
 import os
 import stat
 
-from service.config import Settings
-from service.dsn import mask_dsn, scrub
-from service.feeds.catalogue import Catalogue
-from service.feeds.model import FeedOptions, FeedSpec, Retention
+from pgfeed.config import Settings
+from pgfeed.dsn import mask_dsn, scrub
+from pgfeed.feeds.catalogue import Catalogue
+from pgfeed.feeds.model import FeedOptions, FeedSpec, Retention
 
 
 def test_flags_over_environment_over_toml(tmp_path, monkeypatch):

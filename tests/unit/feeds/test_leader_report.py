@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from service.feeds.leadership import merge_report
-from service.feeds.model import FeedStatus
-from service.replication.capture import CaptureStats
+from pgfeed.feeds.leadership import merge_report
+from pgfeed.feeds.model import FeedStatus
+from pgfeed.replication.capture import CaptureStats
 
 
 def _status(state: str = "starting") -> FeedStatus:

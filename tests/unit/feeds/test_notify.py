@@ -4,7 +4,7 @@ import asyncio
 import threading
 import time
 
-from service.feeds.notify import HeadNotifier
+from pgfeed.feeds.notify import HeadNotifier
 
 
 def test_waiter_wakes_within_milliseconds_of_a_publish_from_another_thread():

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from clients._cursor import EARLIEST, Cursor
-from service.assembler.model import Op
-from service.assembler.relations import RelationCatalog
-from service.changelog.memory import MemoryChangeLog
-from service.feeds.reader import FeedReader, ReaderBusy
+from pgfeed_client._cursor import EARLIEST, Cursor
+from pgfeed.assembler.model import Op
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.feeds.reader import FeedReader, ReaderBusy
 from tests.unit.changelog.txns import relation_frame, txn
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from service.feeds.catalogue import Catalogue
-from service.feeds.model import FeedSpec
-from service.feeds.supervisor import Supervisor
-from service.metrics import Metrics
-from service.replication import connect as connect_module
+from pgfeed.feeds.catalogue import Catalogue
+from pgfeed.feeds.model import FeedSpec
+from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.metrics import Metrics
+from pgfeed.replication import connect as connect_module
 
 
 @pytest.fixture

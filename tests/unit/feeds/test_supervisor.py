@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from service.errors import FeedExists, FeedNotFound, SourceError
-from service.feeds.catalogue import Catalogue
-from service.feeds.model import FeedSpec
-from service.feeds.supervisor import Supervisor
+from pgfeed.errors import FeedExists, FeedNotFound, SourceError
+from pgfeed.feeds.catalogue import Catalogue
+from pgfeed.feeds.model import FeedSpec
+from pgfeed.feeds.supervisor import Supervisor
 from tests.fixtures.fix_http import OFFLINE_DSN
 from tests.unit.changelog.txns import RELID, txn
 

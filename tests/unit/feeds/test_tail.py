@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from clients._cursor import Cursor
-from service.assembler.model import StoredTransaction
-from service.assembler.relations import RelationCatalog
-from service.changelog.memory import MemoryChangeLog
-from service.encoding.to_json import change_events
-from service.encoding.to_proto import Framer, JsonColumnCache
-from service.feeds.reader import FeedReader
-from service.feeds.tail import SharedTail
+from pgfeed_client._cursor import Cursor
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.encoding.to_json import change_events
+from pgfeed.encoding.to_proto import Framer, JsonColumnCache
+from pgfeed.feeds.reader import FeedReader
+from pgfeed.feeds.tail import SharedTail
 from tests.unit.changelog.txns import relation_frame, txn
 
 

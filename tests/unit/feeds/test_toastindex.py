@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from clients._cursor import EARLIEST, Cursor
-from service.assembler.relations import RelationCatalog
-from service.changelog.sqlite import SqliteChangeLog
-from service.feeds.reader import FeedReader, ReaderBusy
-from service.feeds.toastindex import ToastIndex
+from pgfeed_client._cursor import EARLIEST, Cursor
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.changelog.sqlite import SqliteChangeLog
+from pgfeed.feeds.reader import FeedReader, ReaderBusy
+from pgfeed.feeds.toastindex import ToastIndex
 from tests.unit.decoding.test_changes import U, ins, relation, stored, upd
 
 # (commit_lsn, change): body is v1, v2, v3 in turn; the even ones leave it unchanged.

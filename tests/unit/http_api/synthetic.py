@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from service.assembler.framing import frame
-from service.assembler.model import StoredTransaction
-from service.changelog.base import ChangeLog
-from service.pgoutput.encode import encode
-from service.pgoutput.encode import tuple_data as encode_tuple
-from service.pgoutput.messages import (
+from pgfeed.assembler.framing import frame
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.changelog.base import ChangeLog
+from pgfeed.pgoutput.encode import encode
+from pgfeed.pgoutput.encode import tuple_data as encode_tuple
+from pgfeed.pgoutput.messages import (
     UNCHANGED_TOAST,
     DeleteMessage,
     InsertMessage,

@@ -17,7 +17,7 @@ from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from service.feeds.model import FeedOptions
+from pgfeed.feeds.model import FeedOptions
 from tests.fixtures.fix_http import OFFLINE_DSN, OfflineService, error_body, run_offline
 from tests.unit.changelog.txns import txn
 

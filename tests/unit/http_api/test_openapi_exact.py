@@ -12,7 +12,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from service.feeds.model import FeedOptions
+from pgfeed.feeds.model import FeedOptions
 from tests.fixtures.fix_http import OfflineService, run_offline
 from tests.unit.changelog.txns import txn
 

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from service.feeds.catalogue import Catalogue
-from service.feeds.model import FeedOptions, FeedSpec
-from service.feeds.supervisor import Supervisor
+from pgfeed.feeds.catalogue import Catalogue
+from pgfeed.feeds.model import FeedOptions, FeedSpec
+from pgfeed.feeds.supervisor import Supervisor
 from tests.fixtures.fix_http import OFFLINE_DSN
 from tests.fixtures.fix_service import run_service
 

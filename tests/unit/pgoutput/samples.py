@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.pgoutput.messages import (
+from pgfeed.pgoutput.messages import (
     UNCHANGED_TOAST,
     BeginMessage,
     BeginPrepareMessage,

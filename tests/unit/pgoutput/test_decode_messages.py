@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from service.pgoutput import (
+from pgfeed.pgoutput import (
     UNCHANGED_TOAST,
     BeginMessage,
     BeginPrepareMessage,
@@ -32,7 +32,7 @@ from service.pgoutput import (
     decode,
     message_tag_name,
 )
-from service.pgoutput.messages import TRUNCATE_CASCADE, TRUNCATE_RESTART_IDENTITY
+from pgfeed.pgoutput.messages import TRUNCATE_CASCADE, TRUNCATE_RESTART_IDENTITY
 
 
 def be(fmt: str, *values: int) -> bytes:

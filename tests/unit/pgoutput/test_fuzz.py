@@ -10,14 +10,14 @@ import importlib
 import random
 import time
 
-from service.errors import DecodeError
-from service.pgoutput import decode
-from service.pgoutput.encode import encode
-from service.pgoutput.messages import Message, StreamStartMessage
+from pgfeed.errors import DecodeError
+from pgfeed.pgoutput import decode
+from pgfeed.pgoutput.encode import encode
+from pgfeed.pgoutput.messages import Message, StreamStartMessage
 from tests.unit.pgoutput.samples import SAMPLES
 
 # The package re-exports the function ``decode``, which shadows the submodule as an attribute.
-decode_module = importlib.import_module("service.pgoutput.decode")
+decode_module = importlib.import_module("pgfeed.pgoutput.decode")
 
 ROUNDS = 100_000
 TAGS = b"BCORYIUDTMSEcAbPKrp"

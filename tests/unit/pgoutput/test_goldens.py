@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from service.pgoutput import UnchangedToast, decode
-from service.pgoutput import messages as m
+from pgfeed.pgoutput import UnchangedToast, decode
+from pgfeed.pgoutput import messages as m
 from tests.fixtures.fix_goldens import Golden
 
 ALL_TAGS = "BCORYIUDTMSEcAbPKrp"

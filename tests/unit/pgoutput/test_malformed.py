@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from service.errors import DecodeError
-from service.pgoutput import decode, message_tag_name
-from service.pgoutput.encode import encode
-from service.pgoutput.messages import Message, StreamAbortMessage
+from pgfeed.errors import DecodeError
+from pgfeed.pgoutput import decode, message_tag_name
+from pgfeed.pgoutput.encode import encode
+from pgfeed.pgoutput.messages import Message, StreamAbortMessage
 from tests.unit.pgoutput.samples import SAMPLES
 
 

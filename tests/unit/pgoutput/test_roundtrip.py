@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.pgoutput import UNCHANGED_TOAST, decode
-from service.pgoutput import messages as pm
-from service.pgoutput.encode import encode
+from pgfeed.pgoutput import UNCHANGED_TOAST, decode
+from pgfeed.pgoutput import messages as pm
+from pgfeed.pgoutput.encode import encode
 
 u8 = st.integers(0, 0xFF)
 u32 = st.integers(0, 0xFFFF_FFFF)

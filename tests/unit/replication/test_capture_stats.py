@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.replication import capture
-from service.replication.capture import CaptureStats
+from pgfeed.replication import capture
+from pgfeed.replication.capture import CaptureStats
 
 
 def test_rate_over_the_last_ten_seconds_from_a_bounded_window(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from psycopg import sql
 
-from service.replication.commands import (
+from pgfeed.replication.commands import (
     OLDEST_SERVER,
     ReplicationLiteral,
     create_replication_slot,

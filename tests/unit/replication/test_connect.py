@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from service.errors import SourceError
-from service.replication import connect, session
+from pgfeed.errors import SourceError
+from pgfeed.replication import connect, session
 
 UNREACHABLE = "host=/nonexistent/pgfeed-test port=1 dbname=shop user=cdc password=s3cr3t-pw"
 

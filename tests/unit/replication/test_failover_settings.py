@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.dsn import mask_dsn, scrub
-from service.replication.slots import setting_list
+from pgfeed.dsn import mask_dsn, scrub
+from pgfeed.replication.slots import setting_list
 
 
 @pytest.mark.parametrize(("value", "names"), [

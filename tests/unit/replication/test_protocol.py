@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from service.errors import DecodeError
-from service.replication import protocol
-from service.replication.protocol import (
+from pgfeed.errors import DecodeError
+from pgfeed.replication import protocol
+from pgfeed.replication.protocol import (
     Keepalive,
     XLogData,
     build_status_update,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from service.peek import PeekError, peek_options
-from service.replication import session
-from service.replication.commands import start_replication
-from service.replication.connect import conninfo
+from pgfeed.peek import PeekError, peek_options
+from pgfeed.replication import session
+from pgfeed.replication.commands import start_replication
+from pgfeed.replication.connect import conninfo
 
 
 def test_pinned_settings_come_after_the_dsn_own() -> None:

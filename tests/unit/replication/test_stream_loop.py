@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from service.errors import DecodeError, SourceError
-from service.replication import protocol
-from service.replication.stream import ReplicationStream
+from pgfeed.errors import DecodeError, SourceError
+from pgfeed.replication import protocol
+from pgfeed.replication.stream import ReplicationStream
 
 END = object()  # the server ends the copy (get_copy_data -> -1)
 

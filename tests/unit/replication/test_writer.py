@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from clients._cursor import EARLIEST
-from service.assembler.model import StoredTransaction
-from service.changelog.base import ChangeLogError
-from service.changelog.memory import MemoryChangeLog
-from service.replication.writer import LogWriter
+from pgfeed_client._cursor import EARLIEST
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.changelog.base import ChangeLogError
+from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.replication.writer import LogWriter
 from tests.unit.changelog.txns import lsns, txn
 
 

@@ -4,7 +4,7 @@ holds it: NULL, as the Arrow path gives it)."""
 
 from __future__ import annotations
 
-from spark_connector._schema import json_converter
+from pgfeed_spark._schema import json_converter
 
 
 def test_json_array_elements_are_documents() -> None:

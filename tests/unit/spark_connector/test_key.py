@@ -18,10 +18,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from clients import Change, ColumnInfo, TableInfo
-from spark_connector import table_schema
-from spark_connector._arrow import arrow_schema, conform, rows_to_batch
-from spark_connector._schema import json_converter, typed_row
+from pgfeed_client import Change, ColumnInfo, TableInfo
+from pgfeed_spark import table_schema
+from pgfeed_spark._arrow import arrow_schema, conform, rows_to_batch
+from pgfeed_spark._schema import json_converter, typed_row
 
 NUMERIC_12_3 = ((12 << 16) | 3) + 4
 

@@ -27,9 +27,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from clients import Change, ColumnInfo, TableInfo
-from clients._json import loads_exact
-from spark_connector import (
+from pgfeed_client import Change, ColumnInfo, TableInfo
+from pgfeed_client._json import loads_exact
+from pgfeed_spark import (
     KEY_COLUMN,
     METADATA_COLUMNS,
     FeedOptions,
@@ -37,9 +37,9 @@ from spark_connector import (
     spark_type,
     table_schema,
 )
-from spark_connector._arrow import arrow_schema, conform, lsn_to_int64, rows_to_batch
-from spark_connector._partition import LsnRange, plan_ranges
-from spark_connector._schema import json_converter, numeric_precision, raw_row, typed_row
+from pgfeed_spark._arrow import arrow_schema, conform, lsn_to_int64, rows_to_batch
+from pgfeed_spark._partition import LsnRange, plan_ranges
+from pgfeed_spark._schema import json_converter, numeric_precision, raw_row, typed_row
 
 
 def _numeric(p: int, s: int) -> int:
@@ -258,13 +258,13 @@ def test_metadata_columns_are_the_documented_ones() -> None:
 
 
 def test_arrow_rows_past_the_range_end_are_cut() -> None:
-    from spark_connector._read import _cut
+    from pgfeed_spark._read import _cut
 
     target = arrow_schema(change_schema())
     rows = [(1, s, lsn, None, 1, "insert", "public", "t", None, None, None, [], None, None, None,
              None, None, None, None) for lsn, s in [(0x10, 0), (0x10, 1), (0x20, 0), (0x20, 1)]]
     batch = rows_to_batch(rows, target)
-    from clients import Cursor
+    from pgfeed_client import Cursor
     assert _cut(batch, Cursor(0x20, 0), "commit_lsn", "seq").num_rows == 3
     assert _cut(batch, Cursor(0x10), "commit_lsn", "seq").num_rows == 2
 

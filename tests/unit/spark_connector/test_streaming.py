@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from clients import FeedClient, RetryPolicy
-from spark_connector import FeedOptions, change_schema
-from spark_connector._clients import shared_client
-from spark_connector._streaming import PgFeedStreamReader
+from pgfeed_client import FeedClient, RetryPolicy
+from pgfeed_spark import FeedOptions, change_schema
+from pgfeed_spark._clients import shared_client
+from pgfeed_spark._streaming import PgFeedStreamReader
 from tests.unit.clients.test_http_client import FakeFeed, _change
 
 

@@ -7,19 +7,19 @@ from __future__ import annotations
 import re
 
 import pytest
-from pgfeed.v1 import feed_pb2
+from pgfeed_proto.v1 import feed_pb2
 
-from clients.pgtypes import BUILTIN_TYPES, COLUMN_KINDS, TEXT_ARRAY_OID, TEXT_OID
-from service.encoding import _transcode, transcode
-from service.protowire import VALUE
-from service.types import kinds_header
-from service.types.registry import FAMILIES, FAST_KINDS, family_of, fast_kind, loader_oid, type_of
+from pgfeed_client.pgtypes import BUILTIN_TYPES, COLUMN_KINDS, TEXT_ARRAY_OID, TEXT_OID
+from pgfeed.encoding import _transcode, transcode
+from pgfeed.protowire import VALUE
+from pgfeed.types import kinds_header
+from pgfeed.types.registry import FAMILIES, FAST_KINDS, family_of, fast_kind, loader_oid, type_of
 
 
 def test_generated_kind_header_is_fresh() -> None:
-    """``_kinds.h`` is what ``python -m service.types.kinds_header`` writes from the registry."""
+    """``_kinds.h`` is what ``python -m pgfeed.types.kinds_header`` writes from the registry."""
     assert kinds_header.HEADER.read_text() == kinds_header.render(), \
-        "stale: run python -m service.types.kinds_header, then rebuild (setup.py build_ext)"
+        "stale: run python -m pgfeed.types.kinds_header, then rebuild (setup.py build_ext)"
 
 
 def test_compiled_encoder_knows_the_registry_kinds_in_order() -> None:
