@@ -2,7 +2,7 @@
 # Several replicas: `pgfeed serve --store postgresql://… --replica-id …` needs no /data (the store
 # holds everything); deploy/compose.yaml runs three read-only replicas behind nginx.
 # Two stages: the builder compiles the transcoder (service/encoding/_transcode.c) into a wheel; the
-# final stage installs that wheel only (no sources to shadow the installed package, no compiler).
+# final stage installs the wheels only (no sources to shadow the installed package, no compiler).
 
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -13,9 +13,11 @@ COPY service ./service
 COPY clients ./clients
 COPY protos ./protos
 COPY spark_connector ./spark_connector
-# the extension is optional for a source install; here a wheel without it is an error
-RUN pip wheel -q --no-deps -w /wheels . \
- && python -c "import glob, zipfile, sys; (w,) = glob.glob('/wheels/pgfeed-*.whl'); sys.exit(not any(n.startswith('service/encoding/_transcode') and n.endswith('.so') for n in zipfile.ZipFile(w).namelist()))"
+COPY packaging ./packaging
+# two wheels: pgfeed (the server) and pgfeed-client (clients, Spark connector, gRPC stubs), which
+# pgfeed pins; the extension is optional for a source install, here a wheel without it is an error
+RUN pip wheel -q --no-deps -w /wheels . ./packaging/pgfeed-client \
+ && python -c "import glob, zipfile, sys; (w,) = glob.glob('/wheels/pgfeed-*.whl'); sys.exit(not any(n.startswith('pgfeed/encoding/_transcode') and n.endswith('.so') for n in zipfile.ZipFile(w).namelist()))"
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -25,7 +27,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PGFEED_DATA_DIR=/data
 COPY --from=build /wheels /tmp/wheels
 # the import check runs from / (no sources anywhere): the compiled transcoder must be the one in use
-RUN pip install -q /tmp/wheels/pgfeed-*.whl \
+RUN pip install -q --find-links /tmp/wheels /tmp/wheels/pgfeed-*.whl \
  && rm -rf /tmp/wheels \
  && cd / && python -c "import pgfeed.encoding.transcode as t, pgfeed.encoding._transcode as c; assert t.IMPLEMENTATION == 'c', t.IMPLEMENTATION; print(c.__file__)" \
  && useradd --system --uid 10001 --home-dir /data pgfeed \

@@ -1,4 +1,5 @@
-"""Generate the pgfeed.v1 Python code (messages, type stubs, gRPC stubs) from protos/*.proto.
+"""Generate the pgfeed.v1 Python code (messages, type stubs, gRPC stubs; package ``pgfeed_proto.v1``)
+from protos/*.proto.
 
 Run after editing a .proto, and commit the output: ``.venv/bin/python protos/build.py``.
 ``tests/unit/grpc_api/test_proto_fresh.py`` regenerates into a temporary directory and fails when
@@ -8,12 +9,15 @@ the committed files differ.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 PROTOS = Path(__file__).resolve().parent
 SOURCES = ("pgfeed/v1/feed.proto",)
 GENERATED = ("pgfeed/v1/feed_pb2.py", "pgfeed/v1/feed_pb2.pyi", "pgfeed/v1/feed_pb2_grpc.py")
+PROTO_PACKAGE = "pgfeed.v1"  # feed.proto's package: protoc names the Python modules after it
+PACKAGE = "pgfeed_proto"  # the import name of protos/pgfeed
 
 
 def build(out_dir: Path = PROTOS) -> list[Path]:
@@ -28,8 +32,16 @@ def build(out_dir: Path = PROTOS) -> list[Path]:
     code = protoc.main(args)
     if code != 0:
         raise RuntimeError(f"protoc failed with exit code {code}")
-    # The generated modules import each other as ``pgfeed_proto.v1.feed_pb2``: the installed package
-    # (pyproject packages ``pgfeed*`` from protos/), so no import rewriting is needed.
+    # The .proto lives at pgfeed/v1/feed.proto (its descriptor name and the gRPC names stay
+    # ``pgfeed.v1``), but the Python package is ``pgfeed_proto`` (protos/pgfeed, installed by
+    # pgfeed-client): ``pgfeed`` is the server's import name. protoc writes ``pgfeed.v1`` module
+    # names, so they are rewritten here, once, in the generated files.
+    for name in GENERATED:
+        path = out_dir / name
+        text = path.read_text()
+        text = text.replace(f"from {PROTO_PACKAGE} import ", f"from {PACKAGE}.v1 import ")
+        text = re.sub(rf"'{re.escape(PROTO_PACKAGE)}\.(\w+_pb2)'", rf"'{PACKAGE}.v1.\1'", text)
+        path.write_text(text)
     for package in ("pgfeed", "pgfeed/v1"):
         init = out_dir / package / "__init__.py"
         if not init.exists():
