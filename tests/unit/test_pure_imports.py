@@ -16,7 +16,9 @@ FORBIDDEN = ("psycopg", "asyncio", "sqlite3", "grpc", "fastapi", "socket", "thre
 # the type registry (whose families declare loaders), and only those, may import psycopg. The
 # other forbidden modules stay forbidden there too.
 PSYCOPG_ALLOWED = ("service/decoding/values.py", "service/types/")
-FIRST_PARTY = ("service", "clients")
+# folder -> import name (the packages are installed under names pgfeed owns; see pyproject.toml)
+IMPORT_NAMES = {"service": "pgfeed", "clients": "pgfeed_client", "spark_connector": "pgfeed_spark"}
+FIRST_PARTY = {name: folder for folder, name in IMPORT_NAMES.items()}
 
 
 def _modules() -> list[Path]:
@@ -25,7 +27,8 @@ def _modules() -> list[Path]:
 
 def _imports(path: Path) -> list[str]:
     """Absolute names of everything ``path`` imports (relative imports resolved)."""
-    package = ".".join(path.relative_to(ROOT).parts[:-1])
+    folder, *parts = path.relative_to(ROOT).parts[:-1]
+    package = ".".join([IMPORT_NAMES.get(folder, folder), *parts])
     return _imports_of(path.read_text(), package)
 
 
@@ -51,6 +54,7 @@ def _first_party_file(name: str) -> Path | None:
     parts = name.split(".")
     if parts[0] not in FIRST_PARTY:
         return None
+    parts[0] = FIRST_PARTY[parts[0]]
     for candidate in (ROOT.joinpath(*parts).with_suffix(".py"), ROOT.joinpath(*parts, "__init__.py")):
         if candidate.is_file():
             return candidate
@@ -121,8 +125,8 @@ def test_serving_starts_without_pyarrow() -> None:
 # top-level module), ``service`` (its __init__), ``clients`` and ``spark_connector``. A new module
 # must be given a floor here (test_every_unit_has_a_floor).
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("clients",),
-    ("spark_connector", "service", "pgfeed.errors", "pgfeed.dsn", "pgfeed.config", "pgfeed.logs",
+    ("pgfeed_client",),
+    ("pgfeed_spark", "pgfeed", "pgfeed.errors", "pgfeed.dsn", "pgfeed.config", "pgfeed.logs",
      "pgfeed.tls", "pgfeed.localpg", "pgfeed.codegen", "pgfeed.protowire"),
     ("pgfeed.access", "pgfeed.pgoutput", "pgfeed.types"),
     ("pgfeed.assembler",),
@@ -149,12 +153,11 @@ def _source_files() -> list[Path]:
 
 
 def _unit(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    if parts[0] != "service":
-        return parts[0]
-    if len(parts) == 2 and parts[1] == "__init__":
-        return "service"
-    return f"service.{parts[1]}"
+    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
+    name = IMPORT_NAMES[folder]
+    if folder != "service" or parts == ["__init__"]:
+        return name
+    return f"{name}.{parts[0]}"
 
 
 def _targets(path: Path) -> set[Path]:
@@ -271,7 +274,7 @@ def test_layer_checker_sees_a_cycle_and_an_upward_import(tmp_path: Path) -> None
     assert not _upward("pgfeed.feeds", "pgfeed.replication")
     assert not _upward("pgfeed.feeds", "pgfeed.feeds")
     capture = ROOT / "service/replication/capture.py"
-    assert _unit(capture) == "pgfeed.replication" and _unit(ROOT / "service/__init__.py") == "service"
+    assert _unit(capture) == "pgfeed.replication" and _unit(ROOT / "service/__init__.py") == "pgfeed"
     assert ROOT / "service/feeds/model.py" not in _targets(capture)
     assert ROOT / "service/replication/stream.py" in _targets(capture)
     sync = ROOT / "clients/_http_sync.py"  # `from pgfeed_client import _http_base`: the module, not __init__

@@ -10,7 +10,7 @@ import types
 import pytest
 
 
-@pytest.mark.parametrize("package", ["clients", "spark_connector"])
+@pytest.mark.parametrize("package", ["pgfeed_client", "pgfeed_spark"])
 def test_exported_names_equal_all(package: str) -> None:
     module = importlib.import_module(package)
     for name in module.__all__:  # every exported name resolves (lazy ones included)
@@ -23,8 +23,8 @@ def test_exported_names_equal_all(package: str) -> None:
 
 
 def test_clients_import_neither_service_nor_grpc_eagerly() -> None:
-    """Executors install only clients and spark_connector: no ``service`` import anywhere, and the
-    gRPC stubs load only when a gRPC client is asked for."""
+    """Executors install only pgfeed-client (clients/, spark_connector/): no import of the server
+    (``pgfeed``) anywhere, and the gRPC stubs load only when a gRPC client is asked for."""
     import ast
     from pathlib import Path
 
@@ -38,9 +38,9 @@ def test_clients_import_neither_service_nor_grpc_eagerly() -> None:
                     names = [node.module or ""]
                 else:
                     continue
-                assert not any(n == "service" or n.startswith("service.") for n in names), path
-    code = ("import sys, clients, spark_connector; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpc', 'pgfeed', 'service'}))")
+                assert not any(n == "pgfeed" or n.startswith("pgfeed.") for n in names), path
+    code = ("import sys, pgfeed_client, pgfeed_spark; print(sorted({m.split('.')[0] for m in "
+            "sys.modules} & {'grpc', 'pgfeed', 'pgfeed_proto', 'service', 'clients'}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
