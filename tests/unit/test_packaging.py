@@ -1,17 +1,28 @@
-"""The things a newcomer and an operator rely on: the package builds from a clean clone, the Docker
-image installs that package only, CI = README command."""
+"""The things a newcomer and an operator rely on: both distributions build from a clean clone
+(pgfeed, the server; pgfeed-client, what applications and Spark executors install), each under
+names pgfeed owns; the client works without the server's dependencies; the Docker image installs
+the wheels only; CI = README command."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import sysconfig
+import time
+import urllib.request
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
+
+from pgfeed.localpg import free_port
+from pgfeed_client import FeedClient, parse_lsn
+from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,55 +44,217 @@ def _clean_clone(dest: Path) -> Path:
     tracked = _run("git", "ls-files", "-z", cwd=ROOT).split("\0")
     for name in filter(None, tracked):
         src = ROOT / name
-        if src.is_file():  # a file deleted but not yet committed is not in a clone either
+        if src.is_symlink():  # pgfeed -> service, packaging/pgfeed-client/pgfeed_client -> ...
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).symlink_to(os.readlink(src))
+        elif src.is_file():  # a file deleted but not yet committed is not in a clone either
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             (dest / name).write_bytes(src.read_bytes())
     return dest
 
 
-@pytest.mark.slow
-def test_wheel_from_clean_clone_uses_compiled_transcoder(tmp_path: Path) -> None:
-    """Build the wheel the image's builder stage builds, install it into a fresh venv, and import it
-    from a directory without sources: what `docker build` does, minus the engine."""
-    # Nothing of this process's environment may point at the sources: a PYTHONPATH holding the
-    # checkout (the Spark fixture sets one) makes pip take its egg-info for an installed pgfeed.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGFEED_IMPL")}
-    src = _clean_clone(tmp_path / "src")
+@dataclass(frozen=True)
+class Wheels:
+    server: Path  # pgfeed: the import name pgfeed (service/) and its compiled modules
+    client: Path  # pgfeed-client: pgfeed_client, pgfeed_spark, pgfeed_proto
+
+
+def _clean_env() -> dict[str, str]:
+    """Nothing of this process's environment may point at the sources: a PYTHONPATH holding the
+    checkout (the Spark fixture sets one) makes pip take its egg-info for an installed pgfeed."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGFEED_IMPL")}
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
+    """Both distributions built once, from a clean clone, as the image's builder stage builds them."""
+    tmp = tmp_path_factory.mktemp("wheels")
+    src = _clean_clone(tmp / "src")
     assert not list(src.rglob("*.so")), "a clean clone holds no compiled module"
-    dist = tmp_path / "dist"
+    dist = tmp / "dist"
     # --no-build-isolation: the shared venv's setuptools, so the step needs no network
     _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", dist, src, cwd=tmp_path, env=env)
-    (wheel,) = dist.glob("pgfeed-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    compiled = r"service/encoding/_transcode\.cpython-.*\.so"
-    assert any(re.fullmatch(compiled, n) for n in names), names
-    assert "pgfeed/v1/feed_pb2.py" in names and "service/encoding/transcode.py" in names
-    assert not [n for n in names if n.startswith("tests/")]
+         "-w", dist, src, src / "packaging" / "pgfeed-client", cwd=tmp, env=_clean_env())
+    (server,) = dist.glob("pgfeed-*.whl")
+    (client,) = dist.glob("pgfeed_client-*.whl")
+    return Wheels(server, client)
 
-    venv = tmp_path / "venv"
-    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path, env=env)
+
+@pytest.fixture(scope="module")
+def server_venv(wheels: Wheels, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding both wheels (installed without dependencies, from the wheels alone)."""
+    tmp = tmp_path_factory.mktemp("server-venv")
+    venv, env = tmp / "venv", _clean_env()
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp, env=env)
     vpy = venv / "bin" / "python"
     _run(sys.executable, "-m", "pip", "--python", vpy, "install", "-q", "--no-deps", "--no-index",
-         wheel, cwd=tmp_path, env=env)
+         wheels.server, wheels.client, cwd=tmp, env=env)
     # The dependencies come from the shared venv (appended after the fresh venv's own
-    # site-packages, so the installed wheel wins; the shared venv's editable pgfeed is a .pth
+    # site-packages, so the installed wheels win; the shared venv's editable pgfeed is a .pth
     # there, which a path line does not process).
-    site = Path(_run(vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                     cwd=tmp_path, env=env).strip())
-    (site / "zz_shared_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (_site(vpy) / "zz_shared_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
 
+
+def _site(vpy: Path) -> Path:
+    return Path(_run(vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                     cwd=vpy.parent, env=_clean_env()).strip())
+
+
+def _metadata_requires(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        text = zf.read(meta).decode()
+    return [line.split(":", 1)[1].strip() for line in text.splitlines()
+            if line.startswith("Requires-Dist:")]
+
+
+@pytest.mark.slow
+def test_each_wheel_holds_its_own_import_names(wheels: Wheels) -> None:
+    """pgfeed installs ``pgfeed`` only, pgfeed-client the clients: no top-level name another
+    project may own (``service``, ``clients``, ``spark_connector``), no file in both."""
+    server = zipfile.ZipFile(wheels.server).namelist()
+    client = zipfile.ZipFile(wheels.client).namelist()
+    tops = {n.split("/")[0] for n in server + client if ".dist-info/" not in n}
+    assert tops == {"pgfeed", "pgfeed_client", "pgfeed_spark", "pgfeed_proto"}, tops
+    assert {n.split("/")[0] for n in server if ".dist-info/" not in n} == {"pgfeed"}
+    assert any(re.fullmatch(r"pgfeed/encoding/_transcode\.cpython-.*\.so", n) for n in server), server
+    assert any(re.fullmatch(r"pgfeed/backfill/_rows\.cpython-.*\.so", n) for n in server), server
+    assert "pgfeed/encoding/transcode.py" in server and "pgfeed/http_api/static/ui/index.html" in server
+    assert {"pgfeed_client/__init__.py", "pgfeed_spark/__init__.py", "pgfeed_proto/v1/feed_pb2.py",
+            "pgfeed_proto/v1/feed_pb2_grpc.py"} <= set(client)
+    # every subpackage of service/ is in the server wheel (setup.py finds them)
+    folders = {p.parent.relative_to(ROOT / "service").as_posix()
+               for p in (ROOT / "service").rglob("__init__.py")}
+    assert {f"pgfeed/{f}/__init__.py".replace("/./", "/") for f in folders} <= set(server)
+    # the server pins the client at its own version; the client needs no server dependency
+    version = _metadata_version(wheels.server)
+    assert version == _metadata_version(wheels.client)
+    assert f"pgfeed-client[grpc]=={version}" in _metadata_requires(wheels.server)
+    base = [r for r in _metadata_requires(wheels.client) if "extra ==" not in r]
+    assert sorted(re.split(r"[<>=\[ ]", r)[0] for r in base) == ["httpx", "orjson"], base
+
+
+def _metadata_version(wheel: Path) -> str:
+    return wheel.name.split("-")[1]
+
+
+@pytest.mark.slow
+def test_wheel_from_clean_clone_uses_compiled_transcoder(server_venv: Path, tmp_path: Path) -> None:
+    """Install the wheels the image installs into a fresh venv, and import them from a directory
+    without sources: what `docker build` does, minus the engine."""
+    env, vpy = _clean_env(), server_venv / "bin" / "python"
     neutral = tmp_path / "elsewhere"
     neutral.mkdir()
     compiled = Path(_run(vpy, "-c", IMPORT_CHECK, cwd=neutral, env=env).strip())
-    assert compiled.is_relative_to(site), compiled
+    assert compiled.is_relative_to(_site(vpy)), compiled
     out = _run(vpy, "-c", "import pgfeed.encoding.transcode as t; print(t.IMPLEMENTATION)",
                cwd=neutral, env={**env, "PGFEED_IMPL": "c"})
     assert out.strip() == "c"
     # the console script of the image's CMD, from the installed package alone
-    assert "serve" in _run(venv / "bin" / "pgfeed", "--help", cwd=neutral, env=env)
+    assert "serve" in _run(server_venv / "bin" / "pgfeed", "--help", cwd=neutral, env=env)
     # and the same import check is the one the Dockerfile runs
     assert IMPORT_CHECK in (ROOT / "Dockerfile").read_text()
+
+
+# What a Spark job runs with pgfeed-client alone: the server's dependencies are not importable,
+# and a batch read of a served table gives its rows.
+SPARK_READ = """
+import importlib.util, json, os, sys
+absent = [m for m in ("fastapi", "uvicorn", "psycopg", "starlette", "pgfeed")
+          if importlib.util.find_spec(m) is not None]
+from pyspark.sql import SparkSession
+from pgfeed_spark import PgFeedDataSource
+spark = (SparkSession.builder.master("local[2]").appName("pgfeed-client-only")
+         .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", "2")
+         .getOrCreate())
+spark.dataSource.register(PgFeedDataSource)
+url, feed = sys.argv[1], sys.argv[2]
+df = (spark.read.format("pgfeed").option("url", url).option("feed", feed)
+      .option("table", "public.pkg").option("partitions", 2).load())
+rows = sorted((r["id"], r["v"], r["_op"]) for r in df.select("id", "v", "_op").collect())
+workers = spark.sparkContext.parallelize(range(2), 2).map(
+    lambda _: __import__("importlib.util").util.find_spec("fastapi") is None).collect()
+spark.stop()
+print(json.dumps({"present": absent, "rows": rows, "workers_without_fastapi": workers,
+                  "pgfeed_spark": __import__("pgfeed_spark").__file__}))
+"""
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"pgfeed serve exited: {proc.stderr.read().decode() if proc.stderr else ''}"
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"pgfeed serve did not answer on {url} within {timeout} s")
+
+
+@pytest.mark.slow
+@pytest.mark.pg
+@pytest.mark.spark
+def test_client_distribution_reads_a_feed_with_spark_without_the_server(
+        wheels: Wheels, server_venv: Path, pg_clusters: Clusters, tmp_path: Path) -> None:
+    """The issue's Must-show: pip install pgfeed-client[spark] into a fresh venv pulls neither
+    FastAPI, uvicorn nor psycopg, and a Spark batch read works with it, against a real
+    `pgfeed serve` (the server wheel's console script)."""
+    env = _clean_env()
+    venv = tmp_path / "client-venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path, env=env)
+    vpy = venv / "bin" / "python"
+    # a real resolution from the package index (pyspark from pip's cache): whatever
+    # pgfeed-client's metadata asks for is installed, so the check below means something
+    _run(sys.executable, "-m", "pip", "--python", vpy, "install", "-q", f"{wheels.client}[spark]",
+         cwd=tmp_path, env=env)
+    installed = _run(sys.executable, "-m", "pip", "--python", vpy, "list", "--format=freeze",
+                     cwd=tmp_path, env=env).lower()
+    for server_only in ("fastapi", "uvicorn", "psycopg", "starlette", "pydantic", "pgfeed=="):
+        assert server_only not in installed, installed
+
+    cluster = pg_clusters.newest()
+    dsn = create_database(cluster, prefix="pkg")
+    http_port, grpc_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{http_port}"
+    server = subprocess.Popen(
+        [server_venv / "bin" / "pgfeed", "serve", "--data-dir", tmp_path / "data",
+         "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_http(url, server)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE pkg (id int PRIMARY KEY, v text)")
+        with FeedClient(url) as client:
+            client.create_feed("pkg", dsn, tables=["public.pkg"], options={"heartbeat_seconds": 1})
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO pkg SELECT g, 'v' || g FROM generate_series(1, 500) g")
+                conn.execute("UPDATE pkg SET v = 'u' WHERE id <= 10")
+                target = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+            assert target is not None
+            deadline = time.monotonic() + 60
+            while parse_lsn(client.get_feed("pkg")["confirmed_lsn"]) < int(target[0]):
+                assert time.monotonic() < deadline, "the feed did not capture the workload"
+                time.sleep(0.2)
+            neutral = tmp_path / "job"
+            neutral.mkdir()
+            spark_env = {**env, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": str(vpy),
+                         "PYSPARK_DRIVER_PYTHON": str(vpy)}
+            result = json.loads(_run(vpy, "-c", SPARK_READ, url, "pkg", cwd=neutral,
+                                     env=spark_env).strip().splitlines()[-1])
+            client.delete_feed("pkg")
+    finally:
+        server.terminate()
+        server.wait(30)
+        drop_slots(cluster, dsn)
+    assert result["present"] == [], result["present"]
+    assert result["workers_without_fastapi"] == [True, True]
+    assert Path(result["pgfeed_spark"]).is_relative_to(venv), result["pgfeed_spark"]
+    expected = ([[i, f"v{i}", "insert"] for i in range(1, 501)]
+                + [[i, "u", "update"] for i in range(1, 11)])
+    assert result["rows"] == sorted(expected)
 
 
 def _stages(dockerfile: str) -> list[list[str]]:
