@@ -82,7 +82,7 @@ class _Stream:
         return page, frames
 
 
-class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc]
+class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
     """Answers the ChangeFeed RPCs. ``Subscribe`` yields serialized ``Transaction`` frames (the
     server registers it with a pass-through serializer; see ``server.py``)."""
 

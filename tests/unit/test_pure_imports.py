@@ -121,8 +121,8 @@ def test_serving_starts_without_pyarrow() -> None:
 # -- layering --------------------------------------------------------------------------------------
 # Who may import whom, bottom floor first: a module imports only from its own unit or from units on
 # lower floors, so dependencies run one way (capture never reaches up into the feeds that drive it;
-# a change log never into the backfills it stores). Units are ``service.<name>`` (a subpackage or a
-# top-level module), ``service`` (its __init__), ``clients`` and ``spark_connector``. A new module
+# a change log never into the backfills it stores). Units are import names: ``pgfeed.<name>`` (a subpackage or
+# a top-level module of service/), ``pgfeed`` (its __init__), ``pgfeed_client`` and ``pgfeed_spark``. A new module
 # must be given a floor here (test_every_unit_has_a_floor).
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("pgfeed_client",),

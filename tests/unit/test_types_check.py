@@ -1,6 +1,7 @@
 """The type checker, run by the test command: ``mypy --strict`` on what clients install
-(``clients/``, ``spark_connector/``) and on ``service/``, plain ``mypy`` (pyproject's
-[tool.mypy], with pydantic's plugin) on ``service/`` too.
+(``pgfeed_client``, ``pgfeed_spark``) and on ``pgfeed`` (service/), plain ``mypy`` (pyproject's
+[tool.mypy], with pydantic's plugin) on ``pgfeed`` too. Packages by import name: the folders are
+reached through the root's symlinks (pgfeed -> service/), so mypy names files ``pgfeed/...``.
 
 The stored payload's type (``bytes | SpilledPayload``, narrowed nowhere on the read side) and
 Any from orjson/pyarrow in the encoders are what strict still finds: those errors are counted in
@@ -19,16 +20,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ERROR = re.compile(r"^(?P<path>[\w/.]+\.pyi?):\d+: error: ", re.MULTILINE)
-PENDING_PREFIX = ("service/assembler/", "service/decoding/")
+PENDING_PREFIX = ("pgfeed/assembler/", "pgfeed/decoding/")
 PAYLOAD_PENDING = 13  # plain mypy: at most this many, all under PENDING_PREFIX
 # mypy --strict on service/: where errors may remain (issue 16's type registry), and how many.
 STRICT_PENDING = {
-    "service/assembler/": 2,  # payload union (bytes | SpilledPayload) narrowed nowhere
-    "service/decoding/": 11,  # the same
-    "service/encoding/": 9,  # Any returned from orjson/pyarrow, bare generics
-    "service/changelog/sqlite.py": 4,  # type: ignore on payload lengths no longer needed
-    "service/pgstore/changelog.py": 1,  # the same
-    "service/http_api/encode_debezium.py": 1,  # RawChange where the decoder's list says Change
+    "pgfeed/assembler/": 2,  # payload union (bytes | SpilledPayload) narrowed nowhere
+    "pgfeed/decoding/": 11,  # the same
+    "pgfeed/encoding/": 9,  # Any returned from orjson/pyarrow, bare generics
+    "pgfeed/changelog/sqlite.py": 4,  # type: ignore on payload lengths no longer needed
+    "pgfeed/pgstore/changelog.py": 1,  # the same
+    "pgfeed/http_api/encode_debezium.py": 1,  # RawChange where the decoder's list says Change
 }
 
 
@@ -40,14 +41,14 @@ def _mypy(*args: str) -> tuple[int, str]:
     return out.returncode, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("package", ["clients", "spark_connector"])
+@pytest.mark.parametrize("package", ["pgfeed_client", "pgfeed_spark"])
 def test_client_packages_pass_strict(package: str) -> None:
-    code, text = _mypy("--strict", package)
+    code, text = _mypy("--strict", "-p", package)
     assert code == 0 and ERROR.search(text) is None, text
 
 
 def test_service_passes_mypy() -> None:
-    code, text = _mypy("service")
+    code, text = _mypy("-p", "pgfeed")
     errors = [m.group("path") for m in ERROR.finditer(text)]
     assert [e for e in errors if not e.startswith(PENDING_PREFIX)] == [], text
     assert len(errors) <= PAYLOAD_PENDING, text
@@ -55,7 +56,7 @@ def test_service_passes_mypy() -> None:
 
 
 def test_service_passes_strict_outside_the_read_path_reshape() -> None:
-    _, text = _mypy("--strict", "service")
+    _, text = _mypy("--strict", "-p", "pgfeed")
     errors = [m.group("path") for m in ERROR.finditer(text)]
     counts = {prefix: sum(e.startswith(prefix) for e in errors) for prefix in STRICT_PENDING}
     assert [e for e in errors if not e.startswith(tuple(STRICT_PENDING))] == [], text
