@@ -180,10 +180,10 @@ class _Tail:
         if any(type(t.payload) is not bytes or len(t.payload) > _TAIL_TRANSACTION_BYTES for t in fresh):
             return _Tail(head, head, self.trimmed)  # spilled or large: readers go to the file
         txns = self.txns + tuple(fresh)
-        nbytes = self.nbytes + sum(len(t.payload) for t in fresh)  # type: ignore[arg-type]
+        nbytes = self.nbytes + sum(len(t.payload) for t in fresh)
         drop = 0
         while len(txns) - drop > _TAIL_TRANSACTIONS or nbytes > _TAIL_BYTES:
-            nbytes -= len(txns[drop].payload)  # type: ignore[arg-type]
+            nbytes -= len(txns[drop].payload)
             drop += 1
         floor = txns[drop - 1].commit_lsn if drop else self.floor
         return _Tail(floor, head, self.trimmed, txns[drop:], nbytes)
@@ -192,7 +192,7 @@ class _Tail:
         """The tail after every transaction up to ``last_lsn`` was removed from the log."""
         keep = [t for t in self.txns if t.commit_lsn > last_lsn]
         return _Tail(max(self.floor, last_lsn), self.head, max(self.trimmed, last_lsn), tuple(keep),
-                     sum(len(t.payload) for t in keep))  # type: ignore[arg-type]
+                     sum(len(t.payload) for t in keep))
 
     def after(self, low: int, high: int) -> Iterator[StoredTransaction]:
         """Transactions with ``low < commit_lsn <= high`` (``low >= floor``)."""
@@ -611,7 +611,7 @@ class SqliteChangeLog:
                 # A multi-chunk payload stays the bytearray it was assembled in: copying it to
                 # bytes would double a 100 MB transaction's peak memory.
                 out.append(StoredTransaction(xid, commit_lsn, end_lsn, commit_ts, origin, count,
-                                             payload,  # type: ignore[arg-type]
+                                             payload,
                                              tuple(frames.get(commit_lsn, ()))))
         finally:
             chunks.close()

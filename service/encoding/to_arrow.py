@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pyarrow as pa
@@ -187,13 +187,13 @@ def _text(value: Any) -> str | None:
     """A string column's value: a JSON string as is, any other JSON value as its JSON text."""
     t = type(value)
     if value is None or t is str:
-        return value
+        return cast("str | None", value)
     if t is Decimal:
         return format(value, "f")
     if t is SpecialFloat:
-        return value.text
+        return cast(str, value.text)
     if t is Interval or isinstance(value, (time, date)):  # date covers datetime
-        return value.isoformat()
+        return cast(str, value.isoformat())
     if t is bytes:
         return base64.b64encode(value).decode()
     if isinstance(value, str):
@@ -384,4 +384,4 @@ def ipc_stream(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> bytes:
         for batch in batches:
             if batch.num_rows:
                 writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    return cast(bytes, sink.getvalue().to_pybytes())

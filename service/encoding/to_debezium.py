@@ -64,7 +64,7 @@ def _source(event: dict[str, Any], src: DebeziumSource, *, snapshot: bool,
 
 
 def _after(event: dict[str, Any]) -> dict[str, Any] | None:
-    after = event.get("after")
+    after: dict[str, Any] | None = event.get("after")
     if after is None:
         return None
     unchanged = set(event.get("unchanged_toast") or ()) - set(event.get("toast_filled") or ())

@@ -248,7 +248,7 @@ class PgChangeLog(ConsumersAndRetention):
             conn.execute(sql.SQL("INSERT INTO {} (feed, commit_lsn, epoch, piece, data) SELECT %s, x.l, %s, 0, x.d "
                                  "FROM unnest(%s::int8[], %s::bytea[]) AS x(l, d)").format(self._t["chunk"]),
                          (self.feed, epoch, [t.commit_lsn for t in with_data],
-                          [bytes(t.payload) for t in with_data]))  # type: ignore[arg-type]
+                          [bytes(t.payload) for t in with_data]))
         return [1 if t.payload else 0 for t in fresh]
 
     def _insert_txns(self, conn: psycopg.Connection, rows: list[tuple[Any, ...]], epoch: int,
