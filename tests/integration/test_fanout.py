@@ -110,7 +110,7 @@ def test_caught_up_long_polls_answered_ahead_of_routing_equal_the_route(
 
 def _check_fast_path(service: Service, name: str, conn: psycopg.Connection[Any]) -> None:
     auth = {"Authorization": f"Bearer {READ_TOKEN}"}
-    answered = pgfeed.runtime.metrics.tail_answers.labels(feed=name)
+    answered = service.runtime.metrics.tail_answers.labels(feed=name)
     with httpx.Client(base_url=service.http_url, headers=auth, timeout=30) as client:
         conn.execute("INSERT INTO fast VALUES (0)")
         first = wait_until(lambda: (r := client.get(f"/v1/feeds/{name}/changes")).json()["changes"]
