@@ -217,7 +217,7 @@ def measure_real(spark: Any, service: Any, wire: str, partitions: int, repeat: i
                  page_size: int, rows: int, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Best of ``repeat`` reads, each against a fresh server process (nothing read ahead for an
     earlier read is reused), with the server's and the machine's CPU seconds during each."""
-    from serve import FEED
+    from _serve_servers import FEED
 
     times, cpus = [], []
     for _ in range(repeat):
@@ -260,7 +260,8 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
 
     import psycopg
     from capture import SCHEMA, run_workload
-    from serve import TICKS, Service, create_feed, wait_captured
+    from _serve_phases import TICKS
+    from _serve_servers import Service, create_feed, wait_captured
 
     from pgfeed.localpg import LocalCluster
     from tests.fixtures.fix_spark import build_session
