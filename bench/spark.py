@@ -259,9 +259,9 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     import psycopg
-    from capture import SCHEMA, run_workload
     from _serve_phases import TICKS
     from _serve_servers import Service, create_feed, wait_captured
+    from capture import SCHEMA, run_workload
 
     from pgfeed.localpg import LocalCluster
     from tests.fixtures.fix_spark import build_session
