@@ -134,6 +134,10 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, str]) -> None:
         self._acknowledge(end.get("cursor"))
+        if self._target is not None and self._acker is not None:
+            # availableNow: the query ends by itself after its last commit, and Spark may end
+            # the source's Python process without stop(): the acknowledgement lands first
+            self._acker.flush()
 
     def _acknowledge(self, cursor: str | None) -> None:
         if not self.opts.consumer or not cursor:

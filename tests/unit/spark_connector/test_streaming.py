@@ -139,7 +139,9 @@ def test_acknowledgements_never_hold_up_a_trigger() -> None:
     assert time.monotonic() - t0 < 5  # the trigger did not wait for the acknowledgements
     gate.set()
     reader.stop()
-    assert service.acks == [{"cursor": "0/3000"}]  # 0/1000 failed; 0/2000 was superseded
+    # 0/1000 failed; 0/2000 was superseded: only the newest reached the server (a repeat of it
+    # is harmless: an acknowledgement is an idempotent PUT)
+    assert service.acks and {a["cursor"] for a in service.acks} == {"0/3000"}, service.acks
 
 
 def test_a_trigger_asks_the_server_once() -> None:
