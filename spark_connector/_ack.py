@@ -35,6 +35,7 @@ class Acknowledger:
         self._cond = threading.Condition()
         self._pending: str | None = None  # newest cursor not yet sent
         self._busy = False
+        self._inflight: str | None = None  # the cursor being sent
         self._closed = False
         self.acked: str | None = None  # the newest cursor the server accepted
         self._thread: threading.Thread | None = None
@@ -43,8 +44,8 @@ class Acknowledger:
         if _key(cursor) == Cursor(0):
             return
         with self._cond:
-            newest = self._pending or self.acked
-            if self._closed or (newest is not None and _key(cursor) <= _key(newest)):
+            known = [c for c in (self._pending, self._inflight, self.acked) if c is not None]
+            if self._closed or any(_key(cursor) <= _key(c) for c in known):
                 return
             self._pending = cursor
             if self._thread is None:
@@ -72,6 +73,7 @@ class Acknowledger:
                 if self._pending is None:
                     return
                 cursor, self._pending, self._busy = self._pending, None, True
+                self._inflight = cursor
             try:
                 self._client().ack(self._feed, self._consumer, cursor)
                 accepted = True
@@ -82,5 +84,5 @@ class Acknowledger:
             with self._cond:
                 if accepted and (self.acked is None or _key(cursor) > _key(self.acked)):
                     self.acked = cursor
-                self._busy = False
+                self._busy, self._inflight = False, None
                 self._cond.notify_all()
