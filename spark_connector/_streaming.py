@@ -88,6 +88,11 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._acknowledge(cursor)
         end = self._target or self._fetch_head()
         if _key(end) <= _key(cursor):
+            if self._target is not None and self._acker is not None:
+                # availableNow has reached its target: the query ends now, and Spark calls
+                # commit() only when it plans another batch, nor always stop(): land the last
+                # acknowledgement here
+                self._acker.flush()
             return start
         if isinstance(limit, ReadMaxRows):
             end = self._after_rows(cursor, end, limit.max_rows)
@@ -134,10 +139,6 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, str]) -> None:
         self._acknowledge(end.get("cursor"))
-        if self._target is not None and self._acker is not None:
-            # availableNow: the query ends by itself after its last commit, and Spark may end
-            # the source's Python process without stop(): the acknowledgement lands first
-            self._acker.flush()
 
     def _acknowledge(self, cursor: str | None) -> None:
         if not self.opts.consumer or not cursor:
