@@ -1,22 +1,28 @@
-/* Backfill rows: COPY text rows -> pgoutput Insert messages (compiled).
+/* Backfill rows: a chunk's COPY text -> log frames of pgoutput Insert messages (compiled).
  *
  * The chunk query is COPY (SELECT every published column ...) TO STDOUT: each value is its
  * type's output function (what pgoutput sends) with COPY's text escapes. pgoutput's TupleData is
  * Int16 column count, then per column 't' Int32 length bytes, or 'n'. rows.py holds the same
  * rules in Python (the specification and the fallback).
+ *
+ * Why C, and why whole chunks: a backfill is bound by the server's CPU, and per-row Python
+ * (a call, a key tuple, a bytes object per row) cost more than reading the table. Here a chunk is
+ * one call over one buffer, with no Python object per row, and the GIL released around the loops:
+ * the `parallel` chunk readers then use both cores while capture keeps the GIL for itself.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
+#define LSN_BYTES 8 /* a frame: the LSN (stamped when stored), >I length, the message */
+
 static void put_u32(unsigned char *p, uint32_t v) {
     p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
 }
 
-static PyObject *bad(const char *what) {
-    PyErr_Format(PyExc_ValueError, "COPY text data: %s", what);
-    return NULL;
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)v; v >>= 8; }
 }
 
 static unsigned char unescape(unsigned char c) {
@@ -31,102 +37,120 @@ static unsigned char unescape(unsigned char c) {
     }
 }
 
-/* copy_text_rows(block, header, key_positions, out) -> rows appended to out as (key, body), from
- * COPY text format (each value its type's output function, as pgoutput sends it): rows end with
- * a newline, fields are tab-separated, \N is NULL, backslash escapes \b \f \n \r \t \v and a
- * backslash before any other character stand for that character. key_positions: the key
- * columns' field indexes; header ends with the column count, which every row must have. */
-static PyObject *copy_text_rows(PyObject *self, PyObject *args) {
+/* One row's fields -> 't' length value / 'n' at w; returns the end, or NULL with *error set. */
+static unsigned char *tuple_data(const unsigned char *p, const unsigned char *eol, int ncols,
+                                 unsigned char *w, const char **error) {
+    int fields = 0;
+    for (;;) {
+        if (eol - p >= 2 && p[0] == '\\' && p[1] == 'N' && (eol - p == 2 || p[2] == '\t')) {
+            *w++ = 'n';
+            p += 2;
+        } else {
+            unsigned char *v = w + 5, *o = v;
+            *w = 't';
+            while (p < eol && *p != '\t') {
+                unsigned char c = *p++;
+                if (c == '\\') {
+                    if (p == eol) { *error = "backslash at end of line"; return NULL; }
+                    c = unescape(*p++);
+                }
+                *o++ = c;
+            }
+            put_u32(w + 1, (uint32_t)(o - v));
+            w = o;
+        }
+        fields++;
+        if (p == eol) break;
+        p++;  /* the tab */
+    }
+    if (fields != ncols) { *error = "a row's field count is not the column count"; return NULL; }
+    return w;
+}
+
+/* copy_text_frames(block, header) -> (frames, starts): every row of COPY text format in block
+ * (rows end with a newline, fields are tab-separated, \N is NULL, backslash escapes \b \f \n \r
+ * \t \v and a backslash before any other character stand for that character) as a log frame:
+ * 8 zero bytes for the LSN, >I length, header + TupleData. starts: native uint64 offsets of each
+ * frame and of the end. header ends with the column count, which every row must have. */
+static PyObject *copy_text_frames(PyObject *self, PyObject *args) {
     Py_buffer data, header;
-    PyObject *positions, *out;
-    if (!PyArg_ParseTuple(args, "y*y*O!O!", &data, &header, &PyTuple_Type, &positions,
-                          &PyList_Type, &out))
+    if (!PyArg_ParseTuple(args, "y*y*", &data, &header))
         return NULL;
-    PyObject *result = NULL;
-    int *slot = NULL;
-    Py_ssize_t nkeys = PyTuple_GET_SIZE(positions), count = 0;
-    if (header.len < 2) { bad("header without a column count"); goto done; }
+    PyObject *frames = NULL, *starts = NULL, *result = NULL;
+    const char *error = NULL;
+    if (header.len < 2) { error = "header without a column count"; goto done; }
     const unsigned char *hp = (const unsigned char *)header.buf + header.len - 2;
     int ncols = (int16_t)((hp[0] << 8) | hp[1]);
-    if (ncols < 0) { bad("negative column count"); goto done; }
-    slot = PyMem_Malloc(sizeof(int) * (ncols + 1));
-    if (slot == NULL) { PyErr_NoMemory(); goto done; }
-    for (int i = 0; i < ncols; i++) slot[i] = -1;
-    for (Py_ssize_t k = 0; k < nkeys; k++) {
-        long at = PyLong_AsLong(PyTuple_GET_ITEM(positions, k));
-        if (at < 0 || at >= ncols) { if (!PyErr_Occurred()) bad("key position out of range"); goto done; }
-        slot[at] = (int)k;
-    }
-    const unsigned char *p = data.buf, *end = p + data.len;
-    while (p < end) {
+    if (ncols < 1) { error = "no columns"; goto done; }
+    const unsigned char *begin = data.buf, *end = begin + data.len;
+    if (data.len > 0 && end[-1] != '\n') { error = "row without end of line"; goto done; }
+    Py_ssize_t rows = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (const unsigned char *p = begin; p < end; rows++) p = (const unsigned char *)memchr(p, '\n', end - p) + 1;
+    Py_END_ALLOW_THREADS
+    /* at most: the text, and per row a frame head and header, per field 5 bytes for its tab */
+    Py_ssize_t most = data.len + rows * (LSN_BYTES + 4 + header.len + 5 * (Py_ssize_t)ncols);
+    frames = PyBytes_FromStringAndSize(NULL, most);
+    starts = PyBytes_FromStringAndSize(NULL, (rows + 1) * (Py_ssize_t)sizeof(uint64_t));
+    if (frames == NULL || starts == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(frames), *w = out;
+    uint64_t *at = (uint64_t *)PyBytes_AS_STRING(starts);
+    Py_BEGIN_ALLOW_THREADS
+    const unsigned char *p = begin;
+    for (Py_ssize_t r = 0; r < rows; r++) {
         const unsigned char *eol = memchr(p, '\n', end - p);
-        if (eol == NULL) { bad("row without end of line"); goto done; }
-        /* first pass: the fields and the body's size */
-        Py_ssize_t size = 4 + header.len;
-        int fields = 0;
-        const unsigned char *q = p;
-        for (;;) {
-            const unsigned char *f = q;
-            Py_ssize_t n = 0;
-            while (q < eol && *q != '\t') {
-                if (*q == '\\') { if (++q == eol) { bad("backslash at end of line"); goto done; } }
-                q++; n++;
-            }
-            size += (q - f == 2 && f[0] == '\\' && f[1] == 'N') ? 1 : 5 + n;
-            fields++;
-            if (q == eol) break;
-            q++;  /* the tab */
-        }
-        if (fields != ncols) { bad("a row's field count is not the column count"); goto done; }
-        PyObject *key = PyTuple_New(nkeys);
-        PyObject *body = PyBytes_FromStringAndSize(NULL, size);
-        if (key == NULL || body == NULL) { Py_XDECREF(key); Py_XDECREF(body); goto done; }
-        for (Py_ssize_t k = 0; k < nkeys; k++) { Py_INCREF(Py_None); PyTuple_SET_ITEM(key, k, Py_None); }
-        unsigned char *w = (unsigned char *)PyBytes_AS_STRING(body);
-        put_u32(w, (uint32_t)(size - 4));
-        memcpy(w + 4, header.buf, header.len);
-        w += 4 + header.len;
-        q = p;
-        for (int i = 0; i < ncols; i++) {
-            const unsigned char *f = q;
-            while (q < eol && *q != '\t') q += (*q == '\\') ? 2 : 1;
-            if (q - f == 2 && f[0] == '\\' && f[1] == 'N') {
-                *w++ = 'n';
-            } else {
-                unsigned char *len_at = w + 1, *v = w + 5, *o = v;
-                *w = 't';
-                for (const unsigned char *c = f; c < q; c++)
-                    *o++ = (*c == '\\') ? unescape(*++c) : *c;
-                put_u32(len_at, (uint32_t)(o - v));
-                if (slot[i] >= 0) {
-                    PyObject *kv = PyBytes_FromStringAndSize((const char *)v, o - v);
-                    if (kv == NULL) { Py_DECREF(key); Py_DECREF(body); goto done; }
-                    PyObject *old = PyTuple_GET_ITEM(key, slot[i]);
-                    PyTuple_SET_ITEM(key, slot[i], kv);
-                    Py_DECREF(old);
-                }
-                w = o;
-            }
-            q++;  /* the tab, or the newline after the last field */
-        }
+        unsigned char *frame = w;
+        at[r] = (uint64_t)(frame - out);
+        memset(frame, 0, LSN_BYTES);
+        memcpy(frame + LSN_BYTES + 4, header.buf, header.len);
+        w = tuple_data(p, eol, ncols, frame + LSN_BYTES + 4 + header.len, &error);
+        if (w == NULL) break;
+        put_u32(frame + LSN_BYTES, (uint32_t)(w - frame - LSN_BYTES - 4));
         p = eol + 1;
-        PyObject *pair = PyTuple_Pack(2, key, body);
-        Py_DECREF(key);
-        Py_DECREF(body);
-        if (pair == NULL || PyList_Append(out, pair) < 0) { Py_XDECREF(pair); goto done; }
-        Py_DECREF(pair);
-        count++;
     }
-    result = PyLong_FromSsize_t(count);
+    if (w != NULL) at[rows] = (uint64_t)(w - out);
+    Py_END_ALLOW_THREADS
+    if (error != NULL) goto done;
+    if (_PyBytes_Resize(&frames, w - out) < 0) { frames = NULL; goto done; }
+    result = PyTuple_Pack(2, frames, starts);
 done:
-    PyMem_Free(slot);
+    if (error != NULL) PyErr_Format(PyExc_ValueError, "COPY text data: %s", error);
+    Py_XDECREF(frames);
+    Py_XDECREF(starts);
     PyBuffer_Release(&data);
     PyBuffer_Release(&header);
     return result;
 }
 
+/* stamp(frames, starts, start, stop, lsn) -> the frames of rows [start, stop) with lsn written
+ * in each (a read transaction's rows all sit at its one position). */
+static PyObject *stamp(PyObject *self, PyObject *args) {
+    Py_buffer frames, starts;
+    Py_ssize_t start, stop;
+    unsigned long long lsn;
+    if (!PyArg_ParseTuple(args, "y*y*nnK", &frames, &starts, &start, &stop, &lsn))
+        return NULL;
+    PyObject *result = NULL;
+    const uint64_t *at = starts.buf;
+    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(uint64_t);
+    if (start < 0 || stop < start || stop >= count || at[stop] > (uint64_t)frames.len) {
+        PyErr_SetString(PyExc_IndexError, "stamp: rows out of range");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize((const char *)frames.buf + at[start], at[stop] - at[start]);
+    if (result == NULL) goto done;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t r = start; r < stop; r++) put_u64(w + (at[r] - at[start]), lsn);
+done:
+    PyBuffer_Release(&frames);
+    PyBuffer_Release(&starts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
-    {"copy_text_rows", copy_text_rows, METH_VARARGS, "COPY text rows -> (key, >I length + Insert message)"},
+    {"copy_text_frames", copy_text_frames, METH_VARARGS,
+     "COPY text rows -> (frames of Insert messages, native uint64 frame offsets)"},
+    {"stamp", stamp, METH_VARARGS, "frames of rows [start, stop) with their LSN written"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -407,7 +407,7 @@ class BackfillManager:
             progress = BackfillProgress(run.record.id, part.part,
                                         None if last is None else json.dumps(last),
                                         stored.rows, stored.chunks, read.exhausted)
-            tracker.read(token, read.entries, read.xip, progress, read.plan.messages)
+            tracker.read(token, read.rows, read.xip, progress, read.plan.messages)
             source.emit_watermark(conn, token, "h")
         except BaseException:
             tracker.cancel(token=token)

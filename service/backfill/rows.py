@@ -1,53 +1,107 @@
-"""COPY text rows -> pgoutput Insert messages: how a chunk's rows are encoded.
+"""COPY text rows -> log frames of pgoutput Insert messages: how a chunk's rows are encoded.
 
 The chunk query is ``COPY (SELECT every published column …) TO STDOUT``: each value is its
 type's output function in the session's settings, exactly what pgoutput sends, with COPY's text
 escapes (``\\N`` for NULL, a backslash before the few characters that need it). pgoutput's
 TupleData is the same values unescaped, each after a kind byte and a length ('t'), or 'n' for
-NULL, so a row becomes an Insert message without a value being decoded. ``_rows.c`` is the
-compiled twin (built by setup.py where a C compiler is); this module's function is the
-specification and the fallback.
+NULL, so a row becomes an Insert message without a value being decoded.
+
+A chunk stays one ``Rows``: its frames back to back in one buffer (no Python object per row; a
+row's key is read from its frame only when a window changed keys of its table), stamped with
+their position when stored. ``_rows.c`` is the compiled twin (built by setup.py where a C
+compiler is); this module's functions are the specification and the fallback.
 """
 
 from __future__ import annotations
 
+import bisect
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IMPLEMENTATION", "copy_text_rows"]
+from pgfeed.backfill.keys import Key, tuple_key
+
+__all__ = ["IMPLEMENTATION", "Rows", "copy_text_rows"]
 
 _i16 = struct.Struct(">h").unpack_from
 _u32 = struct.Struct(">I").pack
+_lsn8 = struct.Struct(">Q")
+LSN_BYTES = 8  # a frame: its LSN (zero until stored), >I length, the message
+# From a frame's start to its TupleData: the LSN, the length, 'I', the relation id, 'N'
+_TUPLE_AT = LSN_BYTES + 4 + 1 + 4 + 1
 
 
-_UNESCAPE = {ord("b"): b"\b", ord("f"): b"\f", ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t",
-             ord("v"): b"\v"}
+@dataclass(frozen=True, slots=True, eq=False)
+class Rows:
+    """A chunk's rows in key order, as log frames (``>QI`` LSN and length, then the Insert
+    message) back to back in ``frames``; ``starts`` (native uint64) holds each frame's offset and
+    the end. ``positions``: the key columns' places in a row."""
+
+    frames: bytes
+    starts: memoryview  # format "Q", len(self) + 1 items
+    positions: tuple[int, ...]
+
+    @classmethod
+    def of(cls, messages: Sequence[bytes], positions: tuple[int, ...]) -> Rows:
+        """Rows from whole Insert messages (tests; the Python fallback's result)."""
+        zero = bytes(LSN_BYTES)
+        frames = b"".join(zero + _u32(len(m)) + m for m in messages)
+        offsets = [0]
+        for m in messages:
+            offsets.append(offsets[-1] + LSN_BYTES + 4 + len(m))
+        return cls(frames, memoryview(struct.pack(f"={len(offsets)}Q", *offsets)).cast("Q"), positions)
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def key(self, i: int) -> Key:
+        """Row ``i``'s key values (each its type's text, as the stream's tuples carry it)."""
+        key, _ = tuple_key(self.frames, self.starts[i] + _TUPLE_AT, self.positions)
+        assert key is not None  # every column of a read row is sent whole
+        return key
+
+    def fitting(self, start: int, limit: int) -> int:
+        """The end of the longest run of rows from ``start`` whose frames take at most ``limit``
+        bytes (at least one row)."""
+        stop = bisect.bisect_right(self.starts, self.starts[start] + limit, start, len(self.starts)) - 1
+        return max(stop, start + 1)
+
+    def stamp(self, start: int, stop: int, lsn: int) -> bytes:
+        """The frames of rows ``[start, stop)`` at log position ``lsn``."""
+        return _stamp(self.frames, self.starts, start, stop, lsn)
 
 
-def _copy_text_rows(block: bytes | bytearray | memoryview, header: bytes, positions: tuple[int, ...],
-                    out: list[tuple[tuple[Any, ...], bytes]]) -> int:
-    """Append ``(key, >I length + header + TupleData)`` for each row of COPY text format in
-    ``block`` (rows end with a newline, fields are tab-separated, ``\\N`` is NULL, a backslash
-    before b f n r t v is that control character and before anything else that character):
-    ``key`` the fields at ``positions``. ``header`` ends with the column count every row must
-    have. Returns the rows appended."""
+def _stamp_py(frames: bytes, starts: Any, start: int, stop: int, lsn: int) -> bytes:
+    begin = starts[start]
+    out = bytearray(frames[begin:starts[stop]])
+    for i in range(start, stop):
+        _lsn8.pack_into(out, starts[i] - begin, lsn)
+    return bytes(out)
+
+
+def _copy_text_frames(block: bytes | bytearray | memoryview, header: bytes) -> tuple[bytes, bytes]:
+    """Each row of COPY text format in ``block`` (rows end with a newline, fields are
+    tab-separated, ``\\N`` is NULL, a backslash before b f n r t v is that control character and
+    before anything else that character) as a frame: zero LSN, ``>I`` length, ``header`` +
+    TupleData; and the frames' native uint64 offsets and end. ``header`` ends with the column
+    count every row must have."""
     data = bytes(block)
     columns = _i16(header, len(header) - 2)[0]
-    count = 0
     if data and not data.endswith(b"\n"):
         raise ValueError("COPY text data: row without end of line")
+    messages = []
     for line in data.split(b"\n")[:-1]:
         fields = line.split(b"\t")
         if len(fields) != columns:
             raise ValueError("COPY text data: a row's field count is not the column count")
-        values = [None if f == b"\\N" else _unescape(f) for f in fields]
         parts = [header]
-        for v in values:
+        for f in fields:
+            v = None if f == b"\\N" else _unescape(f)
             parts.append(b"n" if v is None else b"t" + struct.pack(">i", len(v)) + v)
-        body = b"".join(parts)
-        out.append((tuple(values[p] for p in positions), _u32(len(body)) + body))
-        count += 1
-    return count
+        messages.append(b"".join(parts))
+    rows = Rows.of(messages, ())
+    return rows.frames, rows.starts.tobytes()
 
 
 def _unescape(field: bytes) -> bytes:
@@ -69,6 +123,18 @@ def _unescape(field: bytes) -> bytes:
     return bytes(out)
 
 
+_UNESCAPE = {ord("b"): b"\b", ord("f"): b"\f", ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t",
+             ord("v"): b"\v"}
+
+
+def copy_text_rows(block: bytes | bytearray | memoryview, header: bytes,
+                   positions: tuple[int, ...]) -> Rows:
+    """A chunk's COPY text (every row, each ending with a newline) -> its ``Rows``;
+    ValueError when the text is not COPY text of ``header``'s column count."""
+    frames, starts = _encode(block, header)
+    return Rows(frames, memoryview(starts).cast("Q"), positions)
+
+
 def _load() -> Any:
     try:
         from pgfeed.backfill import _rows  # type: ignore[attr-defined]
@@ -79,4 +145,5 @@ def _load() -> Any:
 
 _compiled = _load()
 IMPLEMENTATION = "c" if _compiled is not None else "python"
-copy_text_rows = _compiled.copy_text_rows if _compiled is not None else _copy_text_rows
+_encode = _compiled.copy_text_frames if _compiled is not None else _copy_text_frames
+_stamp = _compiled.stamp if _compiled is not None else _stamp_py

@@ -15,16 +15,14 @@ import itertools
 import json
 import re
 import select
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import errors as e
 from psycopg import pq, sql
 
-from pgfeed.backfill.rows import copy_text_rows
+from pgfeed.backfill.rows import Rows, copy_text_rows
 from pgfeed.backfill.schema import _COLUMNS, relation_message, type_message
-from pgfeed.backfill.window import Entry
 from pgfeed.errors import BackfillError
 from pgfeed.pgoutput.encode import insert_head
 from pgfeed.replication.connect import conninfo
@@ -247,7 +245,7 @@ def in_progress(conn: psycopg.Connection) -> tuple[set[int], set[int]]:
 @dataclass(slots=True)
 class ChunkRead:
     plan: TablePlan
-    entries: list[Entry]
+    rows: Rows
     xip: set[int]
     last_key: list[str] | None  # key of the last row read (None when no rows)
     exhausted: bool  # fewer rows than asked: the range has no more
@@ -299,23 +297,21 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
                                  {"oid": plan.oid, "pub": publication, "schema": schema,
                                   "name": name}).fetchone()
             digest = again[0] if again else None
-        header = insert_head(plan.oid, len(plan.columns))
-        positions = plan.key_index
-        entries: list[Entry] = []
-        copy_out(conn, _chunk_query(plan, after, upper, limit),
-                 lambda block: copy_text_rows(block, header, positions, entries))
-    last_key = None if not entries else [v.decode() for v in entries[-1][0]]
-    return ChunkRead(plan, entries, xip, last_key, len(entries) < limit, digest)
+        text = copy_out(conn, _chunk_query(plan, after, upper, limit))
+    rows = copy_text_rows(text, insert_head(plan.oid, len(plan.columns)), plan.key_index)
+    last_key = [v.decode() for v in rows.key(len(rows) - 1)] if len(rows) else None
+    return ChunkRead(plan, rows, xip, last_key, len(rows) < limit, digest)
 
 
-def copy_out(conn: psycopg.Connection, query: sql.Composable,
-             take: Callable[[memoryview], object]) -> None:
-    """Run a ``COPY … TO STDOUT`` and hand each CopyData message to ``take``, with libpq's
-    calls in a plain loop: psycopg's ``Copy`` iterator spends ~7 µs of Python a message (PostgreSQL
-    sends one a row), more than the rest of a chunk's work together (bench/RESULTS.md, Backfill).
-    Waits for the socket with the GIL released; errors are psycopg's own."""
+def copy_out(conn: psycopg.Connection, query: sql.Composable) -> bytearray:
+    """Run a ``COPY … TO STDOUT`` and return its data (every CopyData message, back to back),
+    with libpq's calls in a plain loop: psycopg's ``Copy`` iterator spends ~7 µs of Python a
+    message (PostgreSQL sends one a row), more than the rest of a chunk's work together
+    (bench/RESULTS.md, Backfill). Waits for the socket with the GIL released; errors are
+    psycopg's own."""
     pg = conn.pgconn
     encoding = conn.info.encoding
+    text = bytearray()
     with conn.lock:
         pg.send_query(query.as_bytes(conn))
         error: psycopg.Error | None = None
@@ -328,7 +324,7 @@ def copy_out(conn: psycopg.Connection, query: sql.Composable,
             while True:
                 n, data = get(1)
                 if n > 0:
-                    take(data)
+                    text += data
                 elif n == 0:
                     select.select([fd], [], [])
                     consume()
@@ -341,6 +337,7 @@ def copy_out(conn: psycopg.Connection, query: sql.Composable,
                 error = e.error_from_result(result, encoding=encoding)
     if error is not None:
         raise error
+    return text
 
 
 def _result(pg: pq.abc.PGconn) -> pq.abc.PGresult | None:

@@ -41,6 +41,7 @@ from pgfeed.assembler.framing import FRAME
 from pgfeed.assembler.model import BACKFILL_ORIGIN, BackfillProgress, StoredTransaction
 from pgfeed.assembler.spill import SpilledPayload
 from pgfeed.backfill.keys import Key, add_key, key_positions, precedes, same_relation, tuple_key
+from pgfeed.backfill.rows import Rows
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import (
     TAG_DELETE,
@@ -52,9 +53,6 @@ from pgfeed.pgoutput.messages import (
     RelationMessage,
     TruncateMessage,
 )
-
-# One row of a chunk as the reader hands it over: its key, and ``>I`` length + Insert message.
-Entry = tuple[Key, bytes]
 
 # Keys remembered for xip lookups across all watched tables; past it the oldest xids are
 # forgotten and a chunk whose snapshot names one of them is redone.
@@ -87,7 +85,7 @@ class Chunk:
     # is stored only if that one was, and counts its rows and chunks from that one's result.
     pred: Chunk | None = None
     # set by the reader once the chunk is read (before the high watermark is written)
-    entries: list[Entry] | None = None
+    rows: Rows | None = None
     xip: frozenset[int] = frozenset()
     progress: BackfillProgress | None = None  # rows/chunks before this chunk; completed at store
     # capture side
@@ -103,7 +101,7 @@ class Chunk:
         self.outcome = outcome
         if problem is not None:
             self.problem = problem
-        self.entries = None
+        self.rows = None
         self.pred = None  # judged: nothing needs the chunk before it any more (no chain builds up)
         self.done.set()
 
@@ -111,10 +109,10 @@ class Chunk:
 @dataclass(slots=True)
 class _Held:
     """A chunk judged at its high watermark and not yet (wholly) handed to the log: its rows
-    ``entries[next:]`` wait for a gap between live commits (``WindowTracker.release``)."""
+    ``rows[next:]`` wait for a gap between live commits (``WindowTracker.release``)."""
 
     chunk: Chunk
-    entries: list[Entry]
+    rows: Rows
     excluded: set[Key]  # keys of its snapshot's in-progress transactions (``chunk.changed`` grows)
     progress: BackfillProgress  # the chunk's own: last key and done of its last row
     next: int = 0
@@ -198,14 +196,14 @@ class WindowTracker:
         with self._lock:
             self._chunks[chunk.token] = chunk
 
-    def read(self, token: str, entries: list[Entry], xip: Iterable[int],
+    def read(self, token: str, rows: Rows, xip: Iterable[int],
              progress: BackfillProgress, schema: tuple[bytes, ...]) -> None:
         """The chunk's rows (key order), its snapshot's in-progress xids (32-bit), the progress
         it makes if stored (rows and chunks before it) and the table's Type/Relation messages."""
         with self._lock:
             chunk = self._chunks.get(token)
             if chunk is not None:
-                chunk.entries, chunk.xip, chunk.progress = entries, frozenset(xip), progress
+                chunk.rows, chunk.xip, chunk.progress = rows, frozenset(xip), progress
                 chunk.schema = schema
 
     def cancel(self, backfill_id: str | None = None, token: str | None = None) -> None:
@@ -292,38 +290,36 @@ class WindowTracker:
 
     def _piece(self, held: _Held, position: int, end_lsn: int, commit_ts: int,
                limit: int | None) -> StoredTransaction:
-        chunk, entries = held.chunk, held.entries
-        stop, size = len(entries), 0
-        if limit is not None:
-            for i in range(held.next, len(entries)):
-                size += len(entries[i][1]) + 8  # and the frame's LSN
-                if size > limit:
-                    stop = max(i, held.next + 1)  # at least one row
-                    break
-        rows = entries[held.next:stop]
+        chunk, rows = held.chunk, held.rows
+        first = held.next
+        stop = len(rows) if limit is None else min(len(rows), rows.fitting(first, limit))
         held.next = stop
-        final = stop == len(entries)
+        final = stop == len(rows)
         excluded = held.excluded | chunk.changed
-        bodies = [body for key, body in rows if key not in excluded] if excluded else \
-            [body for _, body in rows]
+        lsn = _lsn8(position)
+        if excluded:  # keys read from the frames only here: the stream changed some of the table
+            kept = [i for i in range(first, stop) if rows.key(i) not in excluded]
+            runs = _runs(kept)
+            count = len(kept)
+        else:
+            runs, count = [(first, stop)], stop - first
         own = held.progress
         base = self._parts.get((own.backfill_id, own.part), own)
-        last_key = own.last_key if final else json.dumps([v.decode() for v in rows[-1][0]])
-        progress = BackfillProgress(own.backfill_id, own.part, last_key, base.rows + len(bodies),
+        last_key = own.last_key if final else json.dumps([v.decode() for v in rows.key(stop - 1)])
+        progress = BackfillProgress(own.backfill_id, own.part, last_key, base.rows + count,
                                     base.chunks + 1,  # a piece counts: it is a chunk for resuming
                                     own.done and final)
         self._parts[(own.backfill_id, own.part)] = progress
         held.released = True
-        chunk.stored_rows += len(bodies)
+        chunk.stored_rows += count
         chunk.result = progress
         if final:
             self._held.popleft()
             chunk.finish("stored")
-        lsn = _lsn8(position)
         schema = tuple(lsn + struct.pack(">I", len(m)) + m for m in chunk.schema)
-        payload = b"".join(schema) + (lsn + lsn.join(bodies) if bodies else b"")
+        payload = b"".join([*schema, *(rows.stamp(a, b, position) for a, b in runs)])
         return StoredTransaction(0, position, end_lsn, commit_ts,
-                                 f"{BACKFILL_ORIGIN}:{chunk.backfill_id}", len(bodies), payload,
+                                 f"{BACKFILL_ORIGIN}:{chunk.backfill_id}", count, payload,
                                  schema, progress=progress)
 
     def _drop(self, first: _Held) -> None:
@@ -475,15 +471,15 @@ class WindowTracker:
         if excluded is None:
             chunk.finish("redo")
             return
-        assert chunk.entries is not None and chunk.progress is not None
-        self._held.append(_Held(chunk, chunk.entries, excluded, chunk.progress))
-        chunk.entries = None
+        assert chunk.rows is not None and chunk.progress is not None
+        self._held.append(_Held(chunk, chunk.rows, excluded, chunk.progress))
+        chunk.rows = None
         chunk.pred = None  # judged: no chain of chunks builds up
 
     def _judge(self, chunk: Chunk, unit: StoredTransaction) -> set[Key] | None:
         """The keys of the chunk's snapshot's in-progress transactions that committed before its
         window (excluded as well as those its window changes); None when it must be redone."""
-        if chunk.low_lsn is None or chunk.entries is None or chunk.progress is None:
+        if chunk.low_lsn is None or chunk.rows is None or chunk.progress is None:
             chunk.problem = "its low watermark or rows were missing"
             return None
         if _keep(unit):
@@ -508,6 +504,17 @@ class WindowTracker:
                 chunk.problem = f"transaction {xid} in its snapshot could not be judged"
             excluded |= recent.keys.get(chunk.relation_id, set())
         return None if chunk.problem is not None else excluded
+
+
+def _runs(indexes: list[int]) -> list[tuple[int, int]]:
+    """Ascending indexes -> ``[start, stop)`` runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
 
 
 def _keep(unit: StoredTransaction) -> bool:

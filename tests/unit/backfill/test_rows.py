@@ -32,7 +32,26 @@ def copy_row(fields: list[bytes | None]) -> bytes:
 def implementations() -> list[object]:
     if rows._compiled is None:
         pytest.fail("service/backfill/_rows.c is not built (setup.py build_ext --inplace)")
-    return [rows._compiled.copy_text_rows, rows._copy_text_rows]
+    return [rows._compiled.copy_text_frames, rows._copy_text_frames]
+
+
+def encode_both(block: bytes, positions: tuple[int, ...]) -> rows.Rows:
+    """The chunk's Rows by both encoders, which must agree byte for byte."""
+    results = [encode(block, HEADER) for encode in implementations()]  # type: ignore[operator]
+    assert results[0] == results[1]
+    frames, starts = results[0]
+    return rows.Rows(frames, memoryview(starts).cast("Q"), positions)
+
+
+def messages(chunk: rows.Rows) -> list[bytes]:
+    """Each row's message, checking its frame: a zero LSN (not stored yet) and its length."""
+    out = []
+    for i in range(len(chunk)):
+        frame = chunk.frames[chunk.starts[i]:chunk.starts[i + 1]]
+        assert frame[:8] == bytes(8)
+        assert struct.unpack(">I", frame[8:12])[0] == len(frame) - 12
+        out.append(frame[12:])
+    return out
 
 
 # any text but NUL (PostgreSQL's text cannot hold it): control characters, backslashes, tabs
@@ -45,38 +64,52 @@ key = st.text(min_size=1, max_size=20).map(lambda t: t.replace("\0", "x").encode
 def test_both_encoders_agree_and_decode_as_inserts(
         tuples: list[tuple[bytes | None, bytes, bytes | None, bytes]]) -> None:
     block = b"".join(copy_row(list(t)) for t in tuples)
-    results = []
-    for copy_text_rows in implementations():
-        out: list[tuple[tuple[bytes | None, ...], bytes]] = []
-        assert copy_text_rows(block, HEADER, (3, 1), out) == len(tuples)  # type: ignore[operator]
-        results.append(out)
-    assert results[0] == results[1]
-    for (got_key, body), values in zip(results[0], tuples, strict=True):
-        assert got_key == (values[3], values[1])  # in key order, unescaped
-        assert struct.unpack(">I", body[:4])[0] == len(body) - 4
-        msg = decode(body[4:])
+    chunk = encode_both(block, (3, 1))
+    assert len(chunk) == len(tuples) and chunk.starts[len(chunk)] == len(chunk.frames)
+    for i, (message, values) in enumerate(zip(messages(chunk), tuples, strict=True)):
+        assert chunk.key(i) == (values[3], values[1])  # in key order, unescaped
+        msg = decode(message)
         assert isinstance(msg, InsertMessage) and msg.relation_id == 16400
         # the wire bytes: 't' + length + value, or 'n'
         expected = struct.pack(">h", 4) + b"".join(
             b"n" if v is None else b"t" + struct.pack(">i", len(v)) + v for v in values)
-        assert body[4 + len(HEADER) - 2:] == expected
+        assert message[len(HEADER) - 2:] == expected
 
 
 def test_escapes_and_null_as_postgresql_writes_them() -> None:
-    for copy_text_rows in implementations():
-        out: list[tuple[tuple[bytes | None, ...], bytes]] = []
-        copy_text_rows(b"k\\\\1\ta\\tb\\\\N\t\\N\tx\\.y\n", HEADER, (0,), out)  # type: ignore[operator]
-        ((k, body),) = out
-        msg = decode(body[4:])
-        assert k == (b"k\\1",)
-        assert isinstance(msg, InsertMessage)
-        assert msg.new_tuple.values == ("k\\1", "a\tb\\N", None, "x.y")
+    chunk = encode_both(b"k\\\\1\ta\\tb\\\\N\t\\N\tx\\.y\n\\N\t\\\\N\t\\NN\t\n", (0,))
+    first, second = (decode(m) for m in messages(chunk))
+    assert chunk.key(0) == (b"k\\1",)
+    assert isinstance(first, InsertMessage) and isinstance(second, InsertMessage)
+    assert first.new_tuple.values == ("k\\1", "a\tb\\N", None, "x.y")
+    # only \N alone is NULL: an escaped backslash before N, or \N and more, is text
+    assert second.new_tuple.values == (None, "\\N", "NN", "")
 
 
 def test_malformed_blocks_raise_value_error() -> None:
-    for copy_text_rows in implementations():
+    for encode in implementations():
         for block in (b"1\t2\t3\n",  # a field short
+                      b"1\t2\t3\t4\t5\n",  # a field too many
                       b"1\t2\t3\t4",  # no end of line
                       b"1\t2\t3\t4\\\n"):  # a backslash escaping the end of line
             with pytest.raises(ValueError):
-                copy_text_rows(block, HEADER, (0,), [])  # type: ignore[operator]
+                encode(block, HEADER)  # type: ignore[operator]
+
+
+@given(st.lists(key, min_size=1, max_size=30), st.data())
+def test_stamped_runs_are_the_rows_frames_at_one_position(keys: list[bytes], data: st.DataObject) -> None:
+    chunk = encode_both(b"".join(copy_row([k, None, b"v", k]) for k in keys), (0,))
+    start = data.draw(st.integers(0, len(keys)))
+    stop = data.draw(st.integers(start, len(keys)))
+    lsn = data.draw(st.integers(0, 2**64 - 1))
+    stamped = {chunk.stamp(start, stop, lsn), rows._stamp_py(chunk.frames, chunk.starts, start, stop, lsn)}
+    assert len(stamped) == 1  # both implementations
+    payload = stamped.pop()
+    expected = b"".join(struct.pack(">Q", lsn) + chunk.frames[chunk.starts[i] + 8:chunk.starts[i + 1]]
+                        for i in range(start, stop))
+    assert payload == expected
+    limit = data.draw(st.integers(1, len(chunk.frames) + 1))
+    end = chunk.fitting(start, limit) if start < len(keys) else None
+    if end is not None:  # the longest run within the limit, at least one row
+        assert end == start + 1 or chunk.starts[end] - chunk.starts[start] <= limit
+        assert end == len(keys) or chunk.starts[end + 1] - chunk.starts[start] > limit

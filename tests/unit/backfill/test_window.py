@@ -9,7 +9,8 @@ from pgfeed.assembler.framing import FRAME
 from pgfeed.assembler.model import BackfillProgress, StoredTransaction
 from pgfeed.assembler.spill import SpilledPayload
 from pgfeed.backfill.schema import PublishedTable, relation_message
-from pgfeed.backfill.window import Chunk, Entry, WindowTracker, precedes, tuple_key
+from pgfeed.backfill.rows import Rows
+from pgfeed.backfill.window import Chunk, WindowTracker, precedes, tuple_key
 from pgfeed.pgoutput.encode import encode
 from pgfeed.pgoutput.messages import (
     DeleteMessage,
@@ -40,12 +41,8 @@ def watermark(token: str, kind: str, commit_lsn: int) -> StoredTransaction:
                              watermark=json.dumps({"t": token, "k": kind}).encode())
 
 
-def entries(*ids: int) -> list[Entry]:
-    out = []
-    for i in ids:
-        message = encode(InsertMessage(None, REL, row(i, "read")))
-        out.append(((str(i).encode(),), struct.pack(">I", len(message)) + message))
-    return out
+def entries(*ids: int) -> Rows:
+    return Rows.of([encode(InsertMessage(None, REL, row(i, "read"))) for i in ids], (0,))
 
 
 def start(tracker: WindowTracker, token: str = "c1", floor: int = 100) -> Chunk:
@@ -278,7 +275,7 @@ def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progr
     step(tracker, [watermark("c1", "l", 1000)])
     ids = tuple(range(10, 40))  # rows of one size: ten to a piece
     read(tracker, "c1", ids)
-    piece = sum(len(body) + 8 for _, body in entries(*ids)) // 3  # a row's bytes and its frame LSN
+    piece = len(entries(*ids).frames) // 3  # rows' frames: each its bytes and LSN
     original, window.PIECE_BYTES = window.PIECE_BYTES, piece
     try:
         tracker.process([watermark("c1", "h", 2000), txn(303, 2100, InsertMessage(None, REL + 1, row(1)))])
