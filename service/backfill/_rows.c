@@ -122,35 +122,109 @@ done:
     return result;
 }
 
-/* stamp(frames, starts, start, stop, lsn) -> the frames of rows [start, stop) with lsn written
- * in each (a read transaction's rows all sit at its one position). */
+/* stamp(prefix, frames, starts, runs, lsn) -> prefix, then the frames of the rows of each
+ * [start, stop) run in runs (a list of pairs), with lsn written in each: a read transaction's
+ * payload (its rows all sit at its one position), built with one allocation and one copy. */
 static PyObject *stamp(PyObject *self, PyObject *args) {
-    Py_buffer frames, starts;
-    Py_ssize_t start, stop;
+    Py_buffer prefix, frames, starts;
+    PyObject *runs;
     unsigned long long lsn;
-    if (!PyArg_ParseTuple(args, "y*y*nnK", &frames, &starts, &start, &stop, &lsn))
+    if (!PyArg_ParseTuple(args, "y*y*y*O!K", &prefix, &frames, &starts, &PyList_Type, &runs, &lsn))
         return NULL;
     PyObject *result = NULL;
     const uint64_t *at = starts.buf;
-    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(uint64_t);
-    if (start < 0 || stop < start || stop >= count || at[stop] > (uint64_t)frames.len) {
-        PyErr_SetString(PyExc_IndexError, "stamp: rows out of range");
-        goto done;
+    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(uint64_t), nruns = PyList_GET_SIZE(runs);
+    Py_ssize_t *bounds = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (nruns + 1));
+    if (bounds == NULL) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t size = prefix.len;
+    for (Py_ssize_t i = 0; i < nruns; i++) {
+        PyObject *run = PyList_GET_ITEM(runs, i);
+        Py_ssize_t start, stop;
+        if (!PyTuple_Check(run) || !PyArg_ParseTuple(run, "nn", &start, &stop)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "stamp: runs are (start, stop) pairs");
+            goto done;
+        }
+        if (start < 0 || stop < start || stop >= count || at[stop] > (uint64_t)frames.len) {
+            PyErr_SetString(PyExc_IndexError, "stamp: rows out of range");
+            goto done;
+        }
+        bounds[2 * i] = start;
+        bounds[2 * i + 1] = stop;
+        size += at[stop] - at[start];
     }
-    result = PyBytes_FromStringAndSize((const char *)frames.buf + at[start], at[stop] - at[start]);
+    result = PyBytes_FromStringAndSize(NULL, size);
     if (result == NULL) goto done;
     unsigned char *w = (unsigned char *)PyBytes_AS_STRING(result);
-    for (Py_ssize_t r = start; r < stop; r++) put_u64(w + (at[r] - at[start]), lsn);
+    memcpy(w, prefix.buf, prefix.len);
+    w += prefix.len;
+    for (Py_ssize_t i = 0; i < nruns; i++) {
+        Py_ssize_t start = bounds[2 * i], stop = bounds[2 * i + 1];
+        memcpy(w, (const char *)frames.buf + at[start], at[stop] - at[start]);
+        for (Py_ssize_t r = start; r < stop; r++) put_u64(w + (at[r] - at[start]), lsn);
+        w += at[stop] - at[start];
+    }
 done:
+    PyMem_Free(bounds);
+    PyBuffer_Release(&prefix);
     PyBuffer_Release(&frames);
     PyBuffer_Release(&starts);
     return result;
 }
 
+/* read_copy(pgconn, get_copy_data, freemem) -> (status, data): the rest of a COPY TO STDOUT
+ * in progress on a libpq connection (PGconn *, as psycopg's pgconn.pgconn_ptr), every CopyData
+ * message back to back; status -1 at the COPY's end, -2 on an error (PQerrorMessage says which).
+ * Why: psycopg's get_copy_data costs a Python call, a tuple and a buffer object per row
+ * (PostgreSQL sends one message a row), a third of a chunk's CPU, all of it under the GIL. Here
+ * the loop waits and copies with the GIL released. The libpq functions come as addresses (of the
+ * one libpq psycopg's connection lives in: psycopg's wheel ships its own), so this module does
+ * not link a libpq of its own, which could differ from the connection's. */
+typedef int (*get_copy_data_fn)(void *conn, char **buffer, int async);
+typedef void (*freemem_fn)(void *ptr);
+
+static PyObject *read_copy(PyObject *self, PyObject *args) {
+    unsigned long long conn_at, get_at, free_at;
+    if (!PyArg_ParseTuple(args, "KKK", &conn_at, &get_at, &free_at))
+        return NULL;
+    if (conn_at == 0 || get_at == 0 || free_at == 0) {
+        PyErr_SetString(PyExc_ValueError, "read_copy: a null connection or function");
+        return NULL;
+    }
+    void *conn = (void *)(uintptr_t)conn_at;
+    get_copy_data_fn get = (get_copy_data_fn)(uintptr_t)get_at;
+    freemem_fn release = (freemem_fn)(uintptr_t)free_at;
+    char *data = NULL;
+    size_t used = 0, size = 0;
+    int n, nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        char *buffer = NULL;
+        n = get(conn, &buffer, 0);  /* blocking: waits for the socket itself */
+        if (n <= 0) break;
+        if (!nomem && used + (size_t)n > size) {
+            size_t grown = size ? size * 2 : (size_t)1 << 20;
+            while (grown < used + (size_t)n) grown *= 2;
+            char *more = PyMem_RawRealloc(data, grown);
+            if (more == NULL) nomem = 1;  /* the COPY is still read to its end */
+            else { data = more; size = grown; }
+        }
+        if (!nomem) { memcpy(data + used, buffer, n); used += n; }
+        release(buffer);
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    if (nomem) PyErr_NoMemory();
+    else result = Py_BuildValue("(iy#)", n, data == NULL ? "" : data, (Py_ssize_t)used);
+    PyMem_RawFree(data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"read_copy", read_copy, METH_VARARGS,
+     "(PGconn *, PQgetCopyData, PQfreemem addresses) -> (status, the COPY's data)"},
     {"copy_text_frames", copy_text_frames, METH_VARARGS,
      "COPY text rows -> (frames of Insert messages, native uint64 frame offsets)"},
-    {"stamp", stamp, METH_VARARGS, "frames of rows [start, stop) with their LSN written"},
+    {"stamp", stamp, METH_VARARGS, "prefix + the frames of runs of rows, with their LSN written"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pgfeed.backfill.keys import Key, tuple_key
 
-__all__ = ["IMPLEMENTATION", "Rows", "copy_text_rows"]
+__all__ = ["IMPLEMENTATION", "Rows", "copy_text_rows", "read_copy"]
 
 _i16 = struct.Struct(">h").unpack_from
 _u32 = struct.Struct(">I").pack
@@ -67,16 +67,20 @@ class Rows:
         stop = bisect.bisect_right(self.starts, self.starts[start] + limit, start, len(self.starts)) - 1
         return max(stop, start + 1)
 
-    def stamp(self, start: int, stop: int, lsn: int) -> bytes:
-        """The frames of rows ``[start, stop)`` at log position ``lsn``."""
-        return _stamp(self.frames, self.starts, start, stop, lsn)
+    def stamp(self, prefix: bytes, runs: list[tuple[int, int]], lsn: int) -> bytes:
+        """``prefix``, then the frames of the rows of each ``[start, stop)`` run at log position
+        ``lsn``: a read transaction's payload."""
+        return _stamp(prefix, self.frames, self.starts, runs, lsn)
 
 
-def _stamp_py(frames: bytes, starts: Any, start: int, stop: int, lsn: int) -> bytes:
-    begin = starts[start]
-    out = bytearray(frames[begin:starts[stop]])
-    for i in range(start, stop):
-        _lsn8.pack_into(out, starts[i] - begin, lsn)
+def _stamp_py(prefix: bytes, frames: bytes, starts: Any, runs: list[tuple[int, int]],
+              lsn: int) -> bytes:
+    out = bytearray(prefix)
+    for start, stop in runs:
+        at = len(out) - starts[start]
+        out += frames[starts[start]:starts[stop]]
+        for i in range(start, stop):
+            _lsn8.pack_into(out, at + starts[i], lsn)
     return bytes(out)
 
 
@@ -147,3 +151,5 @@ _compiled = _load()
 IMPLEMENTATION = "c" if _compiled is not None else "python"
 _encode = _compiled.copy_text_frames if _compiled is not None else _copy_text_frames
 _stamp = _compiled.stamp if _compiled is not None else _stamp_py
+# (PGconn *, PQgetCopyData, PQfreemem addresses) -> (status, data): a COPY's rest, in C
+read_copy: Any = _compiled.read_copy if _compiled is not None else None

@@ -11,17 +11,21 @@ would send once COPY's escapes are undone. Rows are encoded here as pgoutput Ins
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import itertools
 import json
+import os
 import re
 import select
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import errors as e
 from psycopg import pq, sql
 
-from pgfeed.backfill.rows import Rows, copy_text_rows
+from pgfeed.backfill.rows import Rows, copy_text_rows, read_copy
 from pgfeed.backfill.schema import _COLUMNS, relation_message, type_message
 from pgfeed.errors import BackfillError
 from pgfeed.pgoutput.encode import insert_head
@@ -303,15 +307,15 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
     return ChunkRead(plan, rows, xip, last_key, len(rows) < limit, digest)
 
 
-def copy_out(conn: psycopg.Connection, query: sql.Composable) -> bytearray:
+def copy_out(conn: psycopg.Connection, query: sql.Composable, *, native: bool = True) -> bytes:
     """Run a ``COPY … TO STDOUT`` and return its data (every CopyData message, back to back),
     with libpq's calls in a plain loop: psycopg's ``Copy`` iterator spends ~7 µs of Python a
     message (PostgreSQL sends one a row), more than the rest of a chunk's work together
-    (bench/RESULTS.md, Backfill). Waits for the socket with the GIL released; errors are
-    psycopg's own."""
+    (bench/RESULTS.md, Backfill). ``native``: the loop in C when it can be (``_read_copy``).
+    Errors are psycopg's own."""
     pg = conn.pgconn
     encoding = conn.info.encoding
-    text = bytearray()
+    text = b""
     with conn.lock:
         pg.send_query(query.as_bytes(conn))
         error: psycopg.Error | None = None
@@ -320,24 +324,62 @@ def copy_out(conn: psycopg.Connection, query: sql.Composable) -> bytearray:
             error = e.error_from_result(result, encoding=encoding) if result is not None else \
                 psycopg.OperationalError("COPY did not start")
         else:
-            get, consume, fd = pg.get_copy_data, pg.consume_input, pg.socket
-            while True:
-                n, data = get(1)
-                if n > 0:
-                    text += data
-                elif n == 0:
-                    select.select([fd], [], [])
-                    consume()
-                elif n == -1:
-                    break
-                else:
-                    raise psycopg.OperationalError(pg.get_error_message(encoding))
+            text = _read_copy(pg, encoding, native)
         while (result := _result(pg)) is not None:  # the COPY's own result, then none
             if result.status != pq.ExecStatus.COMMAND_OK and error is None:
                 error = e.error_from_result(result, encoding=encoding)
     if error is not None:
         raise error
     return text
+
+
+def _read_copy(pg: pq.abc.PGconn, encoding: str, native: bool) -> bytes:
+    """The data of the COPY in progress on ``pg``: with ``_rows.read_copy`` (libpq's calls in C,
+    the GIL released: ~0.35 µs of Python a row less, and the other chunk reader runs meanwhile)
+    when the libpq psycopg uses is known, else psycopg's calls in a Python loop that waits for
+    the socket with the GIL released."""
+    functions = _libpq_functions() if native and read_copy is not None else None
+    if read_copy is not None and functions is not None:
+        status, data = read_copy(pg.pgconn_ptr, *functions)
+        if status == -2:
+            raise psycopg.OperationalError(pg.get_error_message(encoding))
+        return bytes(data)
+    text = bytearray()
+    get, consume, fd = pg.get_copy_data, pg.consume_input, pg.socket
+    while True:
+        n, chunk = get(1)
+        if n > 0:
+            text += chunk
+        elif n == 0:
+            select.select([fd], [], [])
+            consume()
+        elif n == -1:
+            return bytes(text)
+        else:
+            raise psycopg.OperationalError(pg.get_error_message(encoding))
+
+
+@functools.cache
+def _libpq_functions() -> tuple[int, int] | None:
+    """Addresses of PQgetCopyData and PQfreemem in the libpq psycopg's connections live in (its
+    binary wheel ships its own, which may differ from the system's): psycopg's ctypes library,
+    or the one libpq mapped into this process; None when that is not certain."""
+    try:
+        if pq.__impl__ == "python":
+            from psycopg.pq import _pq_ctypes
+            found: tuple[Any, Any] = (_pq_ctypes.PQgetCopyData, _pq_ctypes.PQfreemem)
+        else:
+            with open("/proc/self/maps") as maps:
+                paths = {parts[5] for line in maps if len(parts := line.split(None, 5)) == 6}
+            libpq = {p.strip() for p in paths if os.path.basename(p.strip()).startswith(("libpq.", "libpq-"))}
+            if len(libpq) != 1:
+                return None
+            lib = ctypes.CDLL(libpq.pop())
+            found = (lib.PQgetCopyData, lib.PQfreemem)
+        get, free = (ctypes.cast(f, ctypes.c_void_p).value for f in found)
+    except (OSError, AttributeError, ImportError):
+        return None
+    return (get, free) if get and free else None
 
 
 def _result(pg: pq.abc.PGconn) -> pq.abc.PGresult | None:

@@ -317,7 +317,7 @@ class WindowTracker:
             self._held.popleft()
             chunk.finish("stored")
         schema = tuple(lsn + struct.pack(">I", len(m)) + m for m in chunk.schema)
-        payload = b"".join([*schema, *(rows.stamp(a, b, position) for a, b in runs)])
+        payload = rows.stamp(b"".join(schema), runs, position)
         return StoredTransaction(0, position, end_lsn, commit_ts,
                                  f"{BACKFILL_ORIGIN}:{chunk.backfill_id}", count, payload,
                                  schema, progress=progress)

@@ -161,3 +161,25 @@ def test_a_read_row_carries_what_pgoutput_sends_for_the_same_row(
     assert read.after == insert.after
     assert read.after["b"] is True and read.after["c"] == "ab  " and read.after["i"] == "10.0.0.1"
     assert read.after["t"] == "tab\there\\back\nline" and read.after["z"] is None
+
+
+def test_copy_out_in_c_reads_what_psycopg_reads_and_raises_its_errors(pg_dsn: str) -> None:
+    """``source.copy_out`` with libpq's calls in C (the GIL released) and in psycopg's Python loop:
+    the same bytes, escapes and NULLs included, past the C loop's first buffer (1 MiB); an error
+    in the middle of a COPY is psycopg's error, and the connection stays usable."""
+    from psycopg import sql
+
+    from pgfeed.backfill import source
+
+    assert source._libpq_functions() is not None  # the C loop is what the service runs here
+    query = sql.SQL("COPY (SELECT g, repeat(E'a\\tb\\\\c\\n', g % 50), CASE WHEN g % 7 = 0 THEN NULL "
+                    "ELSE g END FROM generate_series(1, 40000) g ORDER BY 1) TO STDOUT")
+    with source.connect(pg_dsn) as conn:
+        native, python = (source.copy_out(conn, query, native=n) for n in (True, False))
+        assert native == python and native.count(b"\n") == 40_000 and len(native) > 2 << 20
+        assert native.startswith(b"1\ta\\tb\\\\c\\n\t1\n")
+        failing = sql.SQL("COPY (SELECT 1 / (20000 - g) FROM generate_series(1, 30000) g) TO STDOUT")
+        for n in (True, False):
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                source.copy_out(conn, failing, native=n)
+            assert conn.execute("SELECT 1").fetchone() == (1,)

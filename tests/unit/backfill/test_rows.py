@@ -102,12 +102,19 @@ def test_stamped_runs_are_the_rows_frames_at_one_position(keys: list[bytes], dat
     start = data.draw(st.integers(0, len(keys)))
     stop = data.draw(st.integers(start, len(keys)))
     lsn = data.draw(st.integers(0, 2**64 - 1))
-    stamped = {chunk.stamp(start, stop, lsn), rows._stamp_py(chunk.frames, chunk.starts, start, stop, lsn)}
+    middle = data.draw(st.integers(start, stop))
+    runs = [(start, middle), (middle, stop), (0, 1)]  # runs as the window leaves them, any order
+    stamped = {chunk.stamp(b"schema", runs, lsn),
+               rows._stamp_py(b"schema", chunk.frames, chunk.starts, runs, lsn)}
     assert len(stamped) == 1  # both implementations
     payload = stamped.pop()
-    expected = b"".join(struct.pack(">Q", lsn) + chunk.frames[chunk.starts[i] + 8:chunk.starts[i + 1]]
-                        for i in range(start, stop))
+    expected = b"schema" + b"".join(
+        struct.pack(">Q", lsn) + chunk.frames[chunk.starts[i] + 8:chunk.starts[i + 1]]
+        for a, b in runs for i in range(a, b))
     assert payload == expected
+    for bad in ([(0, len(keys) + 1)], [(1, 0)], [(-1, 0)], [(0,)]):  # the C twin checks its input
+        with pytest.raises((IndexError, TypeError)):
+            chunk.stamp(b"", bad, 0)  # type: ignore[arg-type]
     limit = data.draw(st.integers(1, len(chunk.frames) + 1))
     end = chunk.fitting(start, limit) if start < len(keys) else None
     if end is not None:  # the longest run within the limit, at least one row
