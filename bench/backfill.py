@@ -83,6 +83,12 @@ def copy_rate(dsn: str, rows: int) -> tuple[float, int]:
     return rows / (time.monotonic() - t), nbytes
 
 
+def per_row(cpu: Cpu, rows: int) -> str:
+    """CPU a row (comparable across loaded and quiet runs, unlike rates)."""
+    return (f"server {cpu.server / rows * 1e6:.2f} µs a row, postgres "
+            f"{cpu.postgres / rows * 1e6:.2f} µs a row")
+
+
 def wal_lsn(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
@@ -200,7 +206,8 @@ def main() -> None:
                           "wal": wal_lsn(dsn) - w0, "cpu": cpu, "pg_cpu": tree_cpu(ppid) - pg0,
                           "copy": copies[-1][0]})
             print(f"backfill: {alone[-1]['rate']:,.0f} rows/s ({seconds:.1f} s, {b['chunks']} "
-                  f"chunks, WAL {alone[-1]['wal'] / 1024:.0f} KiB); {cpu.text()}", flush=True)
+                  f"chunks, WAL {alone[-1]['wal'] / 1024:.0f} KiB); {cpu.text()}; "
+                  f"{per_row(cpu, args.rows)}", flush=True)
         copy_best = max(r for r, _ in copies)
         best = max(alone, key=lambda a: a["rate"])
         args.live_chunk_rows = args.live_chunk_rows or args.chunk_rows
@@ -242,7 +249,8 @@ Machine: 2 cores shared with other work; `uptime` before: `{uptime}`; after: `{u
 Source's extra load while backfilling alone: postgres {best['pg_cpu']:.1f} CPU-s
 ({best['pg_cpu'] / best['seconds']:.0%} of a core; it runs the chunks' COPY and the walsender);
 WAL written {best['wal'] / 1024:,.0f} KiB, about {per_chunk:,.0f} bytes a chunk (two watermark
-transactions: a message record and a commit record each) and nothing else. pgfeed: {cpu.text()}.
+transactions: a message record and a commit record each) and nothing else. pgfeed: {cpu.text()};
+{per_row(cpu, args.rows)}.
 Each run measured COPY then the backfill, back to back (backfill / COPY): {pairs}.
 """
 

@@ -334,6 +334,9 @@ class BackfillManager:
             exhausted, redos = False, 0
             while not run.stop.is_set():
                 if not exhausted and len(pending) < PIPELINE:
+                    tracker.pace(run.stop)  # live commits slow to become durable: hold back
+                    if run.stop.is_set():
+                        break
                     pred = pending[-1][0] if pending else None
                     chunk, last, exhausted = self._chunk(run, part, conn, spec, plan, after, upper,
                                                          pred, stored)

@@ -339,8 +339,9 @@ def _read_copy(pg: pq.abc.PGconn, encoding: str, native: bool) -> bytes:
     when the libpq psycopg uses is known, else psycopg's calls in a Python loop that waits for
     the socket with the GIL released."""
     functions = _libpq_functions() if native and read_copy is not None else None
-    if read_copy is not None and functions is not None:
-        status, data = read_copy(pg.pgconn_ptr, *functions)
+    address = getattr(pg, "pgconn_ptr", None)  # PGconn *: both psycopg implementations have it
+    if read_copy is not None and functions is not None and address:
+        status, data = read_copy(address, *functions)
         if status == -2:
             raise psycopg.OperationalError(pg.get_error_message(encoding))
         return bytes(data)

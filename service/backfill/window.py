@@ -63,6 +63,17 @@ MAX_REMEMBERED_KEYS = 1_000_000
 PIECE_BYTES = 192 << 10  # with framing, under the log's in-memory tail limit for a transaction
 LIVE_SECONDS = 1.0
 
+# Pacing: a live commit that took longer than LIVE_LATENCY from capture receiving it to durable
+# in the log holds the backfill's next chunks back for PAUSE_SECONDS (a chunk's read, its
+# encoding and the log writes and checkpoints it causes compete with live commits for the cores
+# and the disk; bench/RESULTS.md, Backfill). A worker waits at most MAX_PAUSE a chunk: a backfill
+# always progresses. Receipt to durable is measured on pgfeed's own clock (the source's may
+# differ).
+LIVE_LATENCY = 0.020
+PAUSE_SECONDS = 0.25
+MAX_PAUSE = 2.0
+_MAX_TIMED = 4096  # live commits timed at once (receipt to durable); past it, timing restarts
+
 _u32 = struct.Struct(">I").unpack_from
 _u16 = struct.Struct(">H").unpack_from
 _lsn8 = struct.Struct(">Q").pack
@@ -149,6 +160,9 @@ class WindowTracker:
         self._host: tuple[int, int, int, int] | None = None
         self._live_at = float("-inf")  # when a live transaction last passed (monotonic)
         self._parts: dict[tuple[str, int], BackfillProgress] = {}  # last progress handed to the log
+        self._received: dict[int, float] = {}  # live commit_lsn -> when capture received it
+        self._slow_until = float("-inf")  # workers wait until then before their next chunk
+        self.paused = 0.0  # seconds workers waited (metrics, tests)
         self.generation = 0  # bumped by watch(); capture acknowledges in ``synced``
         self.synced = 0
 
@@ -251,6 +265,9 @@ class WindowTracker:
                 if unit.xid:
                     if unit.change_count:
                         self._live_at = time.monotonic()
+                        if len(self._received) >= _MAX_TIMED:
+                            self._received.clear()
+                        self._received[unit.commit_lsn] = self._live_at
                     if self._watched:
                         self._observe(unit)
                 out.append(unit)
@@ -278,6 +295,30 @@ class WindowTracker:
                 if limit is not None:
                     break
             return out
+
+    def durable(self, units: Sequence[StoredTransaction]) -> None:
+        """Capture's hook once ``units`` are durable in the log (on its writer's thread or its
+        own): a live commit slower than LIVE_LATENCY from receipt pauses the backfill."""
+        if not self._received:
+            return
+        now = time.monotonic()
+        with self._lock:
+            for unit in units:
+                received = self._received.pop(unit.commit_lsn, None)
+                if received is not None and now - received > LIVE_LATENCY:
+                    self._slow_until = now + PAUSE_SECONDS
+
+    def pace(self, stop: threading.Event) -> None:
+        """A worker's wait before its next chunk while live commits are slow to become durable
+        (at most MAX_PAUSE, or until ``stop``)."""
+        deadline = time.monotonic() + MAX_PAUSE
+        while not stop.is_set():
+            now = time.monotonic()
+            wait = min(self._slow_until, deadline) - now
+            if wait <= 0:
+                return
+            stop.wait(wait)
+            self.paused += min(wait, time.monotonic() - now)
 
     def restart(self) -> None:
         """Capture starts a session: the stream replays from the confirmed position, so a held

@@ -75,7 +75,9 @@ class BatchHook(Protocol):
     service/backfill/window.py): ``process`` sees every assembled batch, in commit order, before
     it is written (watermarks become chunks, held for later); while ``holding``, capture reads
     its stream often and, whenever the log's writer is idle, appends what ``release`` hands back
-    (positioned after everything passed on so far); ``restart`` begins a session."""
+    (positioned after everything passed on so far); ``restart`` begins a session; ``durable``
+    hears of each batch once it is durable in the log (the backfill paces itself by how long
+    live commits take to get there)."""
 
     @property
     def holding(self) -> bool: ...
@@ -85,6 +87,10 @@ class BatchHook(Protocol):
     def release(self) -> Batch: ...
 
     def restart(self) -> None: ...
+
+    def durable(self, batch: Sequence[StoredTransaction]) -> None: ...
+
+
 CaptureState = Literal["starting", "running", "paused", "failed"]  # a subset of feeds' FeedState
 
 
@@ -286,6 +292,8 @@ class Capture:
         order; replays the log skipped do not move it), so no read of the log is needed."""
         self.stats.last_commit_ts = stored[-1].commit_ts or self.stats.last_commit_ts
         self.stats.count(sum(t.change_count for t in stored), sum(len(t.payload) for t in stored))
+        if self.hook is not None:
+            self.hook.durable(stored)
         if self.on_durable is not None:
             self.on_durable(stored[-1].commit_lsn)
 
@@ -300,6 +308,9 @@ class _NoHook:
         return []
 
     def restart(self) -> None:
+        return None
+
+    def durable(self, batch: Sequence[StoredTransaction]) -> None:
         return None
 
 

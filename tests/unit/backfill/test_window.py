@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import struct
 
 from pgfeed.assembler.framing import FRAME
 from pgfeed.assembler.model import BackfillProgress, StoredTransaction
 from pgfeed.assembler.spill import SpilledPayload
-from pgfeed.backfill.schema import PublishedTable, relation_message
 from pgfeed.backfill.rows import Rows
+from pgfeed.backfill.schema import PublishedTable, relation_message
 from pgfeed.backfill.window import Chunk, WindowTracker, precedes, tuple_key
 from pgfeed.pgoutput.encode import encode
 from pgfeed.pgoutput.messages import (
@@ -326,3 +325,46 @@ def test_a_new_capture_session_redoes_held_chunks() -> None:
     tracker.restart()
     assert chunk.outcome == "redo" and chunk.result is None and not tracker.holding
     assert step(tracker, [txn(300, 1500, InsertMessage(None, REL + 1, row(1)))])[1:] == []
+
+
+def test_a_live_commit_slow_to_become_durable_holds_the_next_chunks_back() -> None:
+    import threading
+    import time
+
+    from pgfeed.backfill import window
+
+    tracker = WindowTracker()
+    start(tracker)
+    stop = threading.Event()
+    fast = txn(301, 2100, InsertMessage(None, REL + 1, row(1)))
+    slow = txn(302, 2200, InsertMessage(None, REL + 1, row(2)))
+    tracker.process([fast, slow])
+    tracker.durable([fast])  # at once: no pause
+    t = time.monotonic()
+    tracker.pace(stop)
+    assert time.monotonic() - t < 0.05 and tracker.paused == 0
+    original = window.PAUSE_SECONDS, window.LIVE_LATENCY
+    window.PAUSE_SECONDS, window.LIVE_LATENCY = 0.2, 0.01
+    try:
+        time.sleep(0.02)
+        tracker.durable([slow])  # received 20 ms ago: slower than LIVE_LATENCY
+        t = time.monotonic()
+        tracker.pace(stop)
+        assert 0.15 < time.monotonic() - t < 1.0 and tracker.paused > 0.1
+        tracker.process([txn(303, 2300, InsertMessage(None, REL + 1, row(3)))])
+        time.sleep(0.02)
+        tracker.durable([txn(303, 2300)])
+        stop.set()  # a stopping worker does not wait
+        t = time.monotonic()
+        tracker.pace(stop)
+        assert time.monotonic() - t < 0.05
+    finally:
+        window.PAUSE_SECONDS, window.LIVE_LATENCY = original
+
+
+def test_pacing_costs_nothing_while_no_backfill_is_watched() -> None:
+    tracker = WindowTracker()
+    unit = txn(301, 2100, InsertMessage(None, REL, row(1)))
+    assert tracker.process([unit]) == [unit]
+    tracker.durable([unit])
+    assert not tracker._received and tracker._slow_until == float("-inf")
