@@ -48,13 +48,22 @@ static unsigned char *tuple_data(const unsigned char *p, const unsigned char *eo
         } else {
             unsigned char *v = w + 5, *o = v;
             *w = 't';
-            while (p < eol && *p != '\t') {
-                unsigned char c = *p++;
-                if (c == '\\') {
-                    if (p == eol) { *error = "backslash at end of line"; return NULL; }
-                    c = unescape(*p++);
+            /* most values have no escape: copy up to the tab in one go (memchr is vectorised) */
+            const unsigned char *tab = memchr(p, '\t', eol - p);
+            if (tab == NULL) tab = eol;
+            if (memchr(p, '\\', tab - p) == NULL) {
+                memcpy(o, p, tab - p);
+                o += tab - p;
+                p = tab;
+            } else {
+                while (p < eol && *p != '\t') {
+                    unsigned char c = *p++;
+                    if (c == '\\') {
+                        if (p == eol) { *error = "backslash at end of line"; return NULL; }
+                        c = unescape(*p++);
+                    }
+                    *o++ = c;
                 }
-                *o++ = c;
             }
             put_u32(w + 1, (uint32_t)(o - v));
             w = o;
