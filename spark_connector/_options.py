@@ -25,17 +25,26 @@ def _get(options: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
-def _positive(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+def _integer(options: Mapping[str, Any], name: str, default: int | None, least: int) -> int | None:
     text = _get(options, name)
     if text is None or text == "":
         return default
+    kind = "a positive integer" if least > 0 else "an integer >= 0"
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"pgfeed option {name!r} must be a positive integer, not {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"pgfeed option {name!r} must be a positive integer, not {text!r}")
+        raise ValueError(f"pgfeed option {name!r} must be {kind}, not {text!r}") from None
+    if value < least:
+        raise ValueError(f"pgfeed option {name!r} must be {kind}, not {text!r}")
     return value
+
+
+def _positive(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    return _integer(options, name, default, 1)
+
+
+def _count(options: Mapping[str, Any], name: str, default: int) -> int:
+    return _integer(options, name, default, 0) or 0
 
 
 def _client_cert(options: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -55,7 +64,8 @@ class FeedOptions:
     default ``latest``), ``partitions`` (default 4), ``table`` (``schema.name``: typed columns),
     ``tables``/``ops`` (comma-separated filters), ``token``, ``consumer`` (streaming: acknowledge
     committed offsets), ``maxRowsPerTrigger``, ``wireFormat`` (``arrow`` or ``json``),
-    ``pageSize`` (changes per request), ``timeout`` (seconds), and for https ``caBundle`` (PEM
+    ``pageSize`` (changes per request), ``readAhead`` (arrow: pages a partition fetches
+    while Spark converts the current one, default 1, 0 for none), ``timeout`` (seconds), and for https ``caBundle`` (PEM
     CAs to trust) with ``clientCert``/``clientKey`` (PEM) when the server requires a client
     certificate (the files must be readable on the driver and on every executor).
     """
@@ -73,6 +83,7 @@ class FeedOptions:
     max_rows_per_trigger: int | None = None
     wire: str = "arrow"
     page_size: int = 100_000
+    read_ahead: int = 1
     timeout: float = 60.0
     columns: tuple[ColumnInfo, ...] = field(default=())  # typed reads: the table's columns
     ca_bundle: str | None = None
@@ -104,6 +115,7 @@ class FeedOptions:
             token=_get(options, "token") or None, consumer=_get(options, "consumer") or None,
             max_rows_per_trigger=_positive(options, "maxRowsPerTrigger", None), wire=wire,
             page_size=_positive(options, "pageSize", 100_000) or 100_000,
+            read_ahead=_count(options, "readAhead", 1),
             timeout=float(_get(options, "timeout") or 60.0),
             ca_bundle=_get(options, "caBundle") or None, client_cert=_client_cert(options),
         )
