@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import partial
 from itertools import chain
 
@@ -349,7 +349,8 @@ class TransactionAssembler:
             return SpilledPayload(partial(spill.read, txn.xid), txn.spilled + len(tail), tail), txn.changes
         key = txn.xid | _FILTERED
         size = changes = offset = 0
-        for segment in chain(spill.read(txn.xid), (tail,)):
+        segments: Iterator[bytes | bytearray] = chain(spill.read(txn.xid), (tail,))
+        for segment in segments:
             kept, n = _drop_aborted(segment, offset, txn.runs, txn.aborted)
             offset += len(segment)
             if kept:

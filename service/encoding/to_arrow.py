@@ -275,24 +275,26 @@ _ROW_IMAGE_AFTER = frozenset({Op.INSERT, Op.UPDATE, Op.READ})
 _EMPTY: dict[str, Any] = {}
 
 
-def _changes(transactions: Iterable[Transaction]) -> tuple[list[Change], list[Transaction]]:
+def _changes(transactions: Iterable[Transaction[Change]],
+             ) -> tuple[list[Change], list[Transaction[Change]]]:
     """Every change, and the transaction of each (same length)."""
     changes: list[Change] = []
-    owners: list[Transaction] = []
+    owners: list[Transaction[Change]] = []
     for t in transactions:
         changes.extend(t.changes)
         owners.extend([t] * len(t.changes))
     return changes, owners
 
 
-def _repeated(transactions: Iterable[Transaction], attr: Callable[[Transaction], Any]) -> list[Any]:
+def _repeated(transactions: Iterable[Transaction[Change]],
+              attr: Callable[[Transaction[Change]], Any]) -> list[Any]:
     out: list[Any] = []
     for t in transactions:
         out.extend([attr(t)] * len(t.changes))
     return out
 
 
-def typed_batch(transactions: Sequence[Transaction], columns: Sequence[ArrowColumn],
+def typed_batch(transactions: Sequence[Transaction[Change]], columns: Sequence[ArrowColumn],
                 schema: pa.Schema | None = None) -> pa.RecordBatch:
     """Changes of one table as rows of ``typed_schema(columns)``: the new image for inserts and
     updates, the old one (whole, else the key) for deletes, nothing for truncates."""
@@ -329,7 +331,7 @@ def _key_struct(changes: list[Change], columns: Sequence[ArrowColumn],
     return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
 
 
-def _metadata(transactions: Sequence[Transaction], changes: list[Change],
+def _metadata(transactions: Sequence[Transaction[Change]], changes: list[Change],
               toast_lists: list[list[str]]) -> list[pa.Array]:
     return [
         pa.array([c.op.value for c in changes], pa.string()),
@@ -346,7 +348,7 @@ def _json_or_none(values: Iterable[Any]) -> list[bytes | None]:
     return [None if v is None else dumps(v) for v in values]
 
 
-def generic_batch(transactions: Sequence[Transaction]) -> pa.RecordBatch:
+def generic_batch(transactions: Sequence[Transaction[Change]]) -> pa.RecordBatch:
     """Every change as a row of ``change_schema()``; row images and options as JSON text."""
     changes, _ = _changes(transactions)
     arrays = [

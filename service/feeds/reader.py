@@ -9,14 +9,16 @@ gap and no duplicate.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Generic, Literal, overload
 
 from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
 from pgfeed.assembler.framing import FRAME
 from pgfeed.assembler.model import (
     BACKFILL_ORIGIN,
+    Change,
+    ChangeT,
     Op,
     StoredTransaction,
     Transaction,
@@ -24,7 +26,14 @@ from pgfeed.assembler.model import (
 )
 from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.changelog.base import ChangeLog
-from pgfeed.decoding.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
+from pgfeed.decoding.changes import (
+    DEFAULT_PLACEHOLDER,
+    LazyChange,
+    ReadChange,
+    SunkChange,
+    ToastMode,
+    TransactionDecoder,
+)
 from pgfeed.errors import RetentionError
 from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.pgoutput.decode import decode
@@ -53,17 +62,18 @@ class ReaderBusy(Exception):
 
 
 @dataclass(slots=True)
-class Page:
+class Page(Generic[ChangeT]):
     """Decoded transactions (sliced when a page ends inside one, empty ones left out), the cursor
     after everything scanned, the log's head and whether the log holds more past ``next``.
     ``passed`` is the last transaction this page read whole and the filters left out entirely,
-    when none of ``transactions`` comes after it (a stream can report that it got that far)."""
+    when none of ``transactions`` comes after it (a stream can report that it got that far).
+    The changes are as ``page``'s ``lazy`` and ``sink`` read them (``TransactionDecoder.decode``)."""
 
-    transactions: list[Transaction]
+    transactions: Sequence[Transaction[ChangeT]]
     next: Cursor
     head: int
     has_more: bool
-    passed: Transaction | None = None
+    passed: Transaction[ChangeT] | None = None
 
     @property
     def change_count(self) -> int:
@@ -108,10 +118,30 @@ class FeedReader:
                 f"transaction {oldest_text})", oldest=oldest_text)
         return cursor
 
+    @overload
     def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
              ops: Collection[Op] | None = None, to: Cursor | None = None,
              max_transactions: int | None = None, whole_transactions: bool = False,
-             lazy: bool = False, block: bool = True, sink: ArrowSink | None = None) -> Page:
+             lazy: Literal[False] = False, block: bool = True, sink: None = None,
+             ) -> Page[Change]: ...
+
+    @overload
+    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
+             ops: Collection[Op] | None = None, to: Cursor | None = None,
+             max_transactions: int | None = None, whole_transactions: bool = False,
+             lazy: bool, block: bool = True, sink: None = None) -> Page[LazyChange]: ...
+
+    @overload
+    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
+             ops: Collection[Op] | None = None, to: Cursor | None = None,
+             max_transactions: int | None = None, whole_transactions: bool = False,
+             lazy: bool = False, block: bool = True, sink: ArrowSink) -> Page[SunkChange]: ...
+
+    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
+             ops: Collection[Op] | None = None, to: Cursor | None = None,
+             max_transactions: int | None = None, whole_transactions: bool = False,
+             lazy: bool = False, block: bool = True,
+             sink: ArrowSink | None = None) -> Page[ReadChange]:
         """Up to ``limit`` changes scanned after ``after`` (and up to ``to`` inclusive).
 
         ``max_transactions`` additionally stops after that many transactions (the
@@ -133,8 +163,8 @@ class FeedReader:
         head = self.changelog.head()
         upto = None if to is None else to.lsn
         next_cursor = after
-        out: list[Transaction] = []
-        passed = None
+        out: list[Transaction[ReadChange]] = []
+        passed: Transaction[ReadChange] | None = None
         remaining = limit
         count = 0
         batch = self._stored(after, limit, upto)

@@ -22,6 +22,7 @@ from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
+from pgfeed.decoding.changes import LazyChange
 from pgfeed.encoding.to_proto import Framer, JsonColumnCache
 from pgfeed.errors import FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
@@ -65,7 +66,7 @@ class _Stream:
         return self.reader.resolve(self.request.cursor)  # type: ignore[arg-type]
 
     def read(self, after: Cursor, limit: int = PAGE_CHANGES, block: bool = True,
-             ) -> tuple[Page, list[bytes]]:
+             ) -> tuple[Page[LazyChange], list[bytes]]:
         assert self.reader is not None
         request = self.request
         try:
@@ -238,7 +239,7 @@ async def _expired(context: grpc.aio.ServicerContext, exc: RetentionError) -> No
     raise AssertionError("unreachable")  # abort raises
 
 
-async def _read(stream: _Stream, position: Cursor, tailing: bool) -> tuple[Page, list[bytes]]:
+async def _read(stream: _Stream, position: Cursor, tailing: bool) -> tuple[Page[LazyChange], list[bytes]]:
     """The next page. A stream that has caught up reads its next (small) page on the event loop:
     handing a read to a worker thread and back costs ~0.2 ms of CPU here, more than a few live
     transactions take to read, and a live subscriber's latency is made of such steps. At most
