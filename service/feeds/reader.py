@@ -104,11 +104,17 @@ class FeedReader:
         # once, not once per page.
         self._current: StoredTransaction | None = None
 
-    def resolve(self, cursor: Cursor | Literal["latest"]) -> Cursor:
-        """``latest`` -> the head; a cursor before what retention dropped -> RetentionError (410)."""
+    def resolve(self, cursor: Cursor | Literal["latest"], *, head: int | None = None,
+                trimmed: int | None = None) -> Cursor:
+        """``latest`` -> the head; a cursor before what retention dropped -> RetentionError (410).
+
+        ``head`` and ``trimmed`` are the log's positions when the caller has read them already
+        (to take other decisions on them): resolved on the same values, not read again, so that
+        an append or a trim in between cannot make the two disagree."""
         if cursor == "latest":
-            return Cursor(self.changelog.head())
-        trimmed = self.changelog.trimmed_lsn()
+            return Cursor(self.changelog.head() if head is None else head)
+        if trimmed is None:
+            trimmed = self.changelog.trimmed_lsn()
         if cursor != EARLIEST and trimmed and cursor < Cursor(trimmed):
             oldest = self.changelog.oldest()
             oldest_text = format_lsn(oldest) if oldest else format_lsn(trimmed)

@@ -209,9 +209,9 @@ class _Reading:
         request = self.request
         head = reader.changelog.head()
         # A page below the head stays the same until retention trims under it: pages are shared
-        # (``ReadAhead``) per trimmed position
+        # (``ReadAhead``) per trimmed position, the one the retention check uses too
         self.trimmed = reader.changelog.trimmed_lsn()
-        after = reader.resolve(request.after)
+        after = reader.resolve(request.after, head=head, trimmed=self.trimmed)
         if request.to is not None:
             self.to = Cursor(head) if request.to == "latest" else request.to
         return after, head
