@@ -166,12 +166,12 @@ class Change:
 
 # What a served transaction's changes are: ``Change``, or (reads that write straight from the wire,
 # ``decoding.changes``) a union with the read side's stand-ins for changes not decoded.
-ChangeT = TypeVar("ChangeT", covariant=True)
+ChangeT_co = TypeVar("ChangeT_co", covariant=True)
 OtherT = TypeVar("OtherT")
 
 
 @dataclass(slots=True)
-class Transaction(Generic[ChangeT]):
+class Transaction(Generic[ChangeT_co]):
     """A committed transaction as served: its metadata and decoded changes (possibly a slice).
     Covariant in its changes, which nobody alters once the transaction is built (a reference
     encoder of ``Transaction[Change]`` takes no lazy read's; one of lazy reads takes both)."""
@@ -181,7 +181,7 @@ class Transaction(Generic[ChangeT]):
     end_lsn: int
     commit_ts: int  # microseconds since 2000-01-01 UTC
     origin: str | None
-    changes: Sequence[ChangeT]
+    changes: Sequence[ChangeT_co]
     change_count: int = 0  # changes in the whole transaction (a page may carry a slice)
     # seq of the last change the decoder scanned (filtered-out ones included), -1 if none: the
     # next cursor is commit_lsn:last_seq, or commit_lsn once last_seq == change_count - 1.

@@ -18,7 +18,7 @@ from pgfeed.assembler.framing import FRAME
 from pgfeed.assembler.model import (
     BACKFILL_ORIGIN,
     Change,
-    ChangeT,
+    ChangeT_co,
     Op,
     StoredTransaction,
     Transaction,
@@ -62,18 +62,18 @@ class ReaderBusy(Exception):
 
 
 @dataclass(slots=True)
-class Page(Generic[ChangeT]):
+class Page(Generic[ChangeT_co]):
     """Decoded transactions (sliced when a page ends inside one, empty ones left out), the cursor
     after everything scanned, the log's head and whether the log holds more past ``next``.
     ``passed`` is the last transaction this page read whole and the filters left out entirely,
     when none of ``transactions`` comes after it (a stream can report that it got that far).
     The changes are as ``page``'s ``lazy`` and ``sink`` read them (``TransactionDecoder.decode``)."""
 
-    transactions: Sequence[Transaction[ChangeT]]
+    transactions: Sequence[Transaction[ChangeT_co]]
     next: Cursor
     head: int
     has_more: bool
-    passed: Transaction[ChangeT] | None = None
+    passed: Transaction[ChangeT_co] | None = None
 
     @property
     def change_count(self) -> int:
