@@ -20,6 +20,7 @@ import grpc
 from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed_client._headers import OLDEST_METADATA
 from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.decoding.changes import LazyChange
@@ -34,7 +35,6 @@ __all__ = ["OLDEST_METADATA", "ChangeFeedServicer", "feed_message"]
 
 log = logging.getLogger("pgfeed.grpc")
 
-OLDEST_METADATA = "pgfeed-oldest"  # trailing metadata of OUT_OF_RANGE: the oldest position served
 PAGE_CHANGES = 10_000  # changes scanned per log read while replaying
 TAIL_PAGE = 200  # changes scanned per read on the event loop once caught up (see ``_read``)
 TAIL_WAIT = 30.0  # seconds a caught-up stream waits on the notifier before looking again
