@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from pgfeed_client._cursor import Cursor, parse_cursor
-from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
+from pgfeed_client._headers import DEFAULT_LIMIT, HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from pgfeed_client._json import loads_page
 from pgfeed_client._models import TableInfo
 from pgfeed_client.errors import ClientError, TransportFailed, error_from_response
@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 CursorLike = str | Cursor
-DEFAULT_LIMIT = 1000
 _RETRY_STATUSES = frozenset({502, 503, 504})
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgfeed_client import ColumnInfo, FeedClient, parse_cursor
+from pgfeed_client._headers import MAX_LIMIT
 from pgfeed_spark._replicas import parse_urls, reachable_first
 
 __all__ = ["FeedOptions"]
@@ -72,7 +73,7 @@ class FeedOptions:
     consumer: str | None = None
     max_rows_per_trigger: int | None = None
     wire: str = "arrow"
-    page_size: int = 100_000
+    page_size: int = MAX_LIMIT  # pages as large as the server allows
     timeout: float = 60.0
     columns: tuple[ColumnInfo, ...] = field(default=())  # typed reads: the table's columns
     ca_bundle: str | None = None
@@ -103,7 +104,7 @@ class FeedOptions:
             tables=table or _get(options, "tables") or None, ops=ops,
             token=_get(options, "token") or None, consumer=_get(options, "consumer") or None,
             max_rows_per_trigger=_positive(options, "maxRowsPerTrigger", None), wire=wire,
-            page_size=_positive(options, "pageSize", 100_000) or 100_000,
+            page_size=_positive(options, "pageSize", MAX_LIMIT) or MAX_LIMIT,
             timeout=float(_get(options, "timeout") or 60.0),
             ca_bundle=_get(options, "caBundle") or None, client_cert=_client_cert(options),
         )

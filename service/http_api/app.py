@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from pgfeed_client._headers import MAX_LIMIT
 import pgfeed
 from pgfeed.config import Settings
 from pgfeed.feeds.notify import StopSignal
@@ -73,7 +74,7 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     install_ui(app)  # /ui: the admin console
     install_handlers(app)
     changes_route = next(r for r in changes.router.routes if getattr(r, "path", None) == changes.CHANGES_PATH)
-    app.add_middleware(TailFastPath, route=changes_route, max_limit=changes.MAX_LIMIT,
+    app.add_middleware(TailFastPath, route=changes_route, max_limit=MAX_LIMIT,
                        max_wait=changes.MAX_WAIT)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost
 
