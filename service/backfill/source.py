@@ -22,6 +22,7 @@ import psycopg
 from psycopg import errors as e
 from psycopg import pq, sql
 
+from pgfeed.assembler.transactions import WATERMARK_PREFIX
 from pgfeed.backfill.rows import copy_text_rows
 from pgfeed.backfill.schema import _COLUMNS, relation_message, type_message
 from pgfeed.backfill.window import Entry
@@ -29,7 +30,6 @@ from pgfeed.errors import BackfillError
 from pgfeed.pgoutput.encode import insert_head
 from pgfeed.replication.connect import conninfo
 
-WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
 _INT_TYPES = frozenset({20, 21, 23})
 
