@@ -24,7 +24,7 @@ from pgfeed.assembler.model import (
     Transaction,
     backfill_id_of,
 )
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.assembler.relations import RelationCatalog, served_schema
 from pgfeed.changelog.base import ChangeLog
 from pgfeed.decoding.changes import (
     DEFAULT_PLACEHOLDER,
@@ -279,7 +279,7 @@ def _filtered_chunk(stored: StoredTransaction, tables: set[str] | None,
         if tag == TAG_RELATION:
             rel = decode(bytes(payload[start:start + length]))
             assert isinstance(rel, RelationMessage)
-            return f"{rel.namespace or 'pg_catalog'}.{rel.relation_name}" not in tables
+            return f"{served_schema(rel.namespace)}.{rel.relation_name}" not in tables
         if tag != TAG_TYPE:
             return False
         pos = start + length
