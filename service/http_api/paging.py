@@ -27,7 +27,7 @@ from pgfeed.http_api.errors import ApiError, bad_parameter
 from pgfeed.http_api.readahead import ReadAhead
 
 __all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
-           "parse_ops_param", "parse_tables", "serve_page"]
+           "parse_ops_param", "parse_tables", "serve_page", "within_head"]
 
 Format = Literal["json", "arrow", "debezium"]
 CursorParam = Cursor | Literal["latest"]
@@ -46,6 +46,16 @@ def parse_cursor_param(name: str, text: str, *, where: str = "query parameter") 
         return parse_cursor(text)
     except CursorError as exc:
         raise ApiError(400, "invalid_cursor", f"{where} {name!r}: {exc}") from None
+
+
+def within_head(cursor: CursorParam, head: int, *, why: str = "") -> Cursor:
+    """A cursor a request asks the log to act on (``latest``: ``head``); one past the head is a
+    400 ``cursor_ahead``, ``why`` saying what may be named instead."""
+    resolved = Cursor(head) if cursor == "latest" else cursor
+    if resolved.lsn > head:
+        raise ApiError(400, "cursor_ahead",
+                       f"cursor {resolved} is past the feed's head {Cursor(head)}{why}")
+    return resolved
 
 
 def parse_names(name: str, values: Sequence[str] | None) -> list[str] | None:
