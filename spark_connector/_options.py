@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgfeed_client import ColumnInfo, FeedClient, parse_cursor
-from pgfeed_client._headers import MAX_LIMIT
+from pgfeed_client._headers import MAX_LIMIT, qualified_table
 from pgfeed_spark._replicas import parse_urls, reachable_first
 
 __all__ = ["FeedOptions"]
@@ -92,8 +92,8 @@ class FeedOptions:
         parse_cursor(start)  # a malformed cursor fails here, on the driver, with the expected form
         parse_cursor(end)
         table = _get(options, "table") or None
-        if table is not None and "." not in table:
-            table = f"public.{table}"
+        if table is not None:
+            table = qualified_table(table)
         wire = (_get(options, "wireFormat") or "arrow").lower()
         if wire not in ("arrow", "json"):
             raise ValueError(f"pgfeed option 'wireFormat' must be 'arrow' or 'json', not {wire!r}")

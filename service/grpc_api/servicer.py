@@ -20,7 +20,7 @@ import grpc
 from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
-from pgfeed_client._headers import OLDEST_METADATA
+from pgfeed_client._headers import OLDEST_METADATA, qualified_table
 from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.decoding.changes import LazyChange
@@ -228,8 +228,7 @@ async def _parse(request: feed_pb2.SubscribeRequest, context: grpc.aio.ServicerC
         if not all(names):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "tables: empty table name; expected names like public.orders")
-        # As on HTTP: ``orders`` means ``public.orders``.
-        tables = frozenset(n if "." in n else f"public.{n}" for n in names)
+        tables = frozenset(qualified_table(n) for n in names)  # as on HTTP
     return _Request(request.feed, cursor, tables, ops)
 
 

@@ -15,6 +15,7 @@ from typing import Literal, TypedDict
 from starlette.concurrency import run_in_threadpool
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed_client._headers import qualified_table
 from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.feeds.notify import HeadNotifier, StopSignal
@@ -79,7 +80,7 @@ def parse_tables(values: Sequence[str] | None) -> frozenset[str] | None:
     names = parse_names("tables", values)
     if names is None:
         return None
-    return frozenset(n if "." in n else f"public.{n}" for n in names)
+    return frozenset(qualified_table(n) for n in names)
 
 
 def parse_ops_param(values: Sequence[str] | None) -> frozenset[Op] | None:
