@@ -14,7 +14,7 @@ from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from pgfeed.assembler.model import Change, Transaction
 from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.decoding.changes import LazyChange, SunkChange
-from pgfeed.encoding import ARROW_MEDIA_TYPE
+from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import change_events, transaction_json
 from pgfeed.feeds.reader import Page
 from pgfeed.http_api.errors import ApiError
@@ -48,7 +48,7 @@ class Encoded:
         next_text, head_text = str(page.next), format_lsn(head)
         headers = {NEXT_HEADER: next_text, HEAD_HEADER: head_text,
                    HAS_MORE_HEADER: "true" if has_more else "false"}
-        if self.media_type != "application/json":
+        if self.media_type != JSON_MEDIA_TYPE:
             return self.body, headers
         tail = (b'"next":' + orjson.dumps(next_text) + b',"head":' + orjson.dumps(head_text)
                 + (b',"has_more":true}' if has_more else b',"has_more":false}'))
@@ -57,7 +57,7 @@ class Encoded:
 
 def json_changes(page: Page[LazyChange]) -> Encoded:
     events = [e for t in page.transactions for e in change_events(t)]
-    return Encoded(b'{"changes":[' + b",".join(events) + b"],", "application/json", page,
+    return Encoded(b'{"changes":[' + b",".join(events) + b"],", JSON_MEDIA_TYPE, page,
                    len(events))
 
 
@@ -72,7 +72,7 @@ def cursor_after(txn: Transaction[object]) -> str:
 def json_transactions(page: Page[LazyChange]) -> Encoded:
     items = [transaction_json(txn, cursor_after(txn)) for txn in page.transactions]
     count = sum(len(txn.changes) for txn in page.transactions)
-    return Encoded(b'{"transactions":[' + b",".join(items) + b"],", "application/json", page,
+    return Encoded(b'{"transactions":[' + b",".join(items) + b"],", JSON_MEDIA_TYPE, page,
                    count)
 
 

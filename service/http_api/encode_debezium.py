@@ -10,6 +10,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import pgfeed
 from pgfeed.assembler.model import Change
+from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.encoding.to_debezium import DebeziumSource, envelopes
 from pgfeed.encoding.to_json import change_to_dict, dumps
 from pgfeed.feeds.reader import Page
@@ -35,4 +36,4 @@ def debezium_changes(page: Page[Change], source: DebeziumSource) -> Encoded:
         for change in txn.changes:
             count += 1
             items.extend(dumps(e) for e in envelopes(change_to_dict(change, txn), source))
-    return Encoded(b'{"changes":[' + b",".join(items) + b"],", "application/json", page, count)
+    return Encoded(b'{"changes":[' + b",".join(items) + b"],", JSON_MEDIA_TYPE, page, count)

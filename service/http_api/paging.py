@@ -18,6 +18,7 @@ from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import qualified_table
 from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
+from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import HeadNotifier, StopSignal
 from pgfeed.feeds.reader import FeedReader, Page, parse_ops
 from pgfeed.feeds.supervisor import Supervisor
@@ -195,7 +196,7 @@ async def _from_tail(tail: SharedTail, notifier: HeadNotifier, request: PageRequ
         if notifier.closed:
             return None
     body = b'{"changes":[' + b",".join(e.events for e in part.entries if e.events) + b"],"
-    out = Encoded(body, "application/json", Page([], part.next, head, False), part.change_count)
+    out = Encoded(body, JSON_MEDIA_TYPE, Page([], part.next, head, False), part.change_count)
     body, headers = out.finish(head, None)
     return Answer(body, out.media_type, headers, out.change_count)
 

@@ -16,7 +16,7 @@ from pgfeed_client._headers import (
     MAX_LIMIT,
     NEXT_HEADER,
 )
-from pgfeed.encoding import ARROW_MEDIA_TYPE
+from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
 from pgfeed.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
 from pgfeed.http_api.errors import ApiError
@@ -149,7 +149,7 @@ def splits(
         points = reader.changelog.split_points(low.lsn, high.lsn, n) if high.lsn > low.lsn else []
         boundaries += [format_lsn(p) for p in points if low < Cursor(p) < high]
         boundaries.append(str(high))
-    return Response(dumps({"boundaries": boundaries}), media_type="application/json")
+    return Response(dumps({"boundaries": boundaries}), media_type=JSON_MEDIA_TYPE)
 
 
 @router.get("/{feed}/tables", response_model=TablesOut, summary="Relations and their schemas")
@@ -157,4 +157,4 @@ def tables_of(feed: FeedName, supervisor: SupervisorDep) -> Response:
     """Every relation the feed has seen: columns (name, type OID, type name, typmod, key flag) of
     its newest version first, then every version with the LSN it took effect at."""
     tables: list[dict[str, Any]] = supervisor.catalog(feed).tables()
-    return Response(dumps({"tables": tables}), media_type="application/json")
+    return Response(dumps({"tables": tables}), media_type=JSON_MEDIA_TYPE)
