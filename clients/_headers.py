@@ -13,7 +13,8 @@ HEAD_HEADER = "PgFeed-Head"  # the log's head when the page was read
 HAS_MORE_HEADER = "PgFeed-Has-More"  # "true" when the log held more than the page
 DEFAULT_LIMIT = 1000  # changes a page scans at most when the request names no limit
 MAX_LIMIT = 100_000  # the largest limit a page request may name (a larger one is refused)
-OLDEST_METADATA = "pgfeed-oldest"  # gRPC OUT_OF_RANGE's trailing metadata: the oldest position served
+# gRPC OUT_OF_RANGE's trailing metadata: the oldest position served
+OLDEST_METADATA = "pgfeed-oldest"
 
 
 def qualified_table(name: str) -> str:

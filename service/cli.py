@@ -151,8 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     consumers = sub.add_parser("consumers", help="named consumers of a feed (their cursors hold "
                                                  "retention)")
     consumers_sub = consumers.add_subparsers(dest="consumers_command", required=True)
-    listed = add_service_flags(consumers_sub.add_parser("list", help="every consumer with its cursor, "
-                                                                    "lag, last ack and expiry"))
+    listed = add_service_flags(consumers_sub.add_parser(
+        "list", help="every consumer with its cursor, lag, last ack and expiry"))
     listed.add_argument("feed")
     listed.set_defaults(func=lambda a: _admin(a, "GET", f"/v1/feeds/{a.feed}/consumers"))
     dropped = add_service_flags(consumers_sub.add_parser(

@@ -1,6 +1,6 @@
-"""The flags of the commands that talk to a running service (``pgfeed feeds …``, ``consumers …``,
-``tail``, ``backfill``): where it is, the bearer token and the CAs of an https URL, each with its
-environment variable; written once so the commands cannot drift apart."""
+"""The flags of the commands that talk to a running service (``pgfeed feeds …``,
+``consumers …``, ``tail``, ``backfill``): where it is, the bearer token and the CAs of an https
+URL, each with its environment variable; written once so the commands cannot drift apart."""
 
 from __future__ import annotations
 

@@ -46,8 +46,8 @@ from pgfeed.pgoutput.messages import TUPLE_KEY as _KEY
 from pgfeed.pgoutput.messages import TUPLE_NEW as _NEW
 from pgfeed.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 
-__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "LazyChange", "RawChange", "ReadChange", "RowSink", "Segment",
-           "SunkChange", "ToastMode", "TransactionDecoder"]
+__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "LazyChange", "RawChange", "ReadChange", "RowSink",
+           "Segment", "SunkChange", "ToastMode", "TransactionDecoder"]
 
 ToastMode = Literal["omit", "placeholder", "reselect"]
 
@@ -83,8 +83,8 @@ class RawChange:
 
     __slots__ = ("buf", "commit_lsn", "decoder", "lsn", "op", "plan", "seq", "tag")
 
-    def __init__(self, lsn: int, seq: int, op: Op, tag: int, buf: bytes | bytearray, plan: RelationPlan,
-                 commit_lsn: int, decoder: TransactionDecoder) -> None:
+    def __init__(self, lsn: int, seq: int, op: Op, tag: int, buf: bytes | bytearray,
+                 plan: RelationPlan, commit_lsn: int, decoder: TransactionDecoder) -> None:
         self.lsn = lsn
         self.seq = seq
         self.op = op

@@ -96,8 +96,8 @@ def _arrow(t: ColumnType) -> pa.DataType:
 
 # -- the generic schema: one row per change event, as Spark's change_schema() plus end_lsn -------
 
-_CHANGE_FIELDS: tuple[pa.Field, ...] = (
-    *(pa.field(name, _arrow(t)) for name, t in CHANGE_COLUMN_TYPES), pa.field("end_lsn", pa.int64()))
+_CHANGE_FIELDS: tuple[pa.Field, ...] = (*(pa.field(name, _arrow(t)) for name, t in CHANGE_COLUMN_TYPES),
+                                        pa.field("end_lsn", pa.int64()))
 _CHANGE_SCHEMA = pa.schema(list(_CHANGE_FIELDS))
 
 # Metadata columns of a typed row, after the table's columns (pgfeed_client.pgtypes), then

@@ -67,7 +67,8 @@ class Page(Generic[ChangeT_co]):
     after everything scanned, the log's head and whether the log holds more past ``next``.
     ``passed`` is the last transaction this page read whole and the filters left out entirely,
     when none of ``transactions`` comes after it (a stream can report that it got that far).
-    The changes are as ``page``'s ``lazy`` and ``sink`` read them (``TransactionDecoder.decode``)."""
+    The changes are as ``page``'s ``lazy`` and ``sink`` read them (see
+    ``TransactionDecoder.decode``)."""
 
     transactions: Sequence[Transaction[ChangeT_co]]
     next: Cursor

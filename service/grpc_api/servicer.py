@@ -238,7 +238,8 @@ async def _expired(context: grpc.aio.ServicerContext, exc: RetentionError) -> No
     raise AssertionError("unreachable")  # abort raises
 
 
-async def _read(stream: _Stream, position: Cursor, tailing: bool) -> tuple[Page[LazyChange], list[bytes]]:
+async def _read(stream: _Stream, position: Cursor,
+                tailing: bool) -> tuple[Page[LazyChange], list[bytes]]:
     """The next page. A stream that has caught up reads its next (small) page on the event loop:
     handing a read to a worker thread and back costs ~0.2 ms of CPU here, more than a few live
     transactions take to read, and a live subscriber's latency is made of such steps. At most

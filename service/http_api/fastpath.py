@@ -93,7 +93,8 @@ class TailFastPath:
             params[name] = value
         if params.get("format", "json") != "json":
             return None
-        limit, wait, after = params.get("limit", str(DEFAULT_LIMIT)), params.get("wait", "0"), params.get("after")
+        limit, wait = params.get("limit", str(DEFAULT_LIMIT)), params.get("wait", "0")
+        after = params.get("after")
         if after is None or len(after) > MAX_CURSOR_LENGTH or not _INT.fullmatch(limit) \
                 or not _SECONDS.fullmatch(wait):
             return None

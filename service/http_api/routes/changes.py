@@ -52,10 +52,10 @@ After = Annotated[str, Query(json_schema_extra=_CURSOR_DOC, description="Cursor:
 Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                               description="Long-poll: when nothing is there yet, wait up to this "
                                           "many seconds for a commit")]
-FormatParam = Annotated[Literal["json", "arrow"], Query(
-    alias="format", description=f"`arrow`: an Arrow IPC stream; the cursor comes in `{NEXT_HEADER}`")]
+_ARROW_DOC = f"`arrow`: an Arrow IPC stream; the cursor comes in `{NEXT_HEADER}`"
+FormatParam = Annotated[Literal["json", "arrow"], Query(alias="format", description=_ARROW_DOC)]
 ChangesFormatParam = Annotated[Literal["json", "arrow", "debezium"], Query(
-    alias="format", description=f"`arrow`: an Arrow IPC stream; the cursor comes in `{NEXT_HEADER}`. "
+    alias="format", description=f"{_ARROW_DOC}. "
                                 "`debezium`: each change as a Debezium envelope (docs/debezium.md)")]
 
 _PAGE_HEADERS = {
