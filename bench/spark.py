@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 from _results import write_section
+from _workload import DELETES, INSERTS, PER_TXN, UPDATES
 
 RESULTS = BENCH / "RESULTS.md"
 TARGET = 1_000_000  # rows/s, Arrow path
-INSERTS, UPDATES, DELETES, PER_TXN = 400_000, 400_000, 200_000, 10_000
 TABLE = "public.orders"
 COLUMNS = [  # (name, type_oid, type_name, typmod, key)
     ("id", 20, "int8", -1, True), ("customer", 25, "text", -1, False),

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgfeed_client import ColumnInfo, FeedClient, parse_cursor
+from pgfeed_client._headers import MAX_LIMIT, qualified_table
 from pgfeed_spark._replicas import parse_urls, reachable_first
 
 __all__ = ["FeedOptions"]
@@ -82,7 +83,7 @@ class FeedOptions:
     consumer: str | None = None
     max_rows_per_trigger: int | None = None
     wire: str = "arrow"
-    page_size: int = 100_000
+    page_size: int = MAX_LIMIT  # pages as large as the server allows
     read_ahead: int = 1
     timeout: float = 60.0
     columns: tuple[ColumnInfo, ...] = field(default=())  # typed reads: the table's columns
@@ -102,8 +103,8 @@ class FeedOptions:
         parse_cursor(start)  # a malformed cursor fails here, on the driver, with the expected form
         parse_cursor(end)
         table = _get(options, "table") or None
-        if table is not None and "." not in table:
-            table = f"public.{table}"
+        if table is not None:
+            table = qualified_table(table)
         wire = (_get(options, "wireFormat") or "arrow").lower()
         if wire not in ("arrow", "json"):
             raise ValueError(f"pgfeed option 'wireFormat' must be 'arrow' or 'json', not {wire!r}")
@@ -114,7 +115,7 @@ class FeedOptions:
             tables=table or _get(options, "tables") or None, ops=ops,
             token=_get(options, "token") or None, consumer=_get(options, "consumer") or None,
             max_rows_per_trigger=_positive(options, "maxRowsPerTrigger", None), wire=wire,
-            page_size=_positive(options, "pageSize", 100_000) or 100_000,
+            page_size=_positive(options, "pageSize", MAX_LIMIT) or MAX_LIMIT,
             read_ahead=_count(options, "readAhead", 1),
             timeout=float(_get(options, "timeout") or 60.0),
             ca_bundle=_get(options, "caBundle") or None, client_cert=_client_cert(options),

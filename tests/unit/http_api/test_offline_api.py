@@ -44,6 +44,41 @@ def test_a_cursor_older_than_retention_is_410_naming_the_oldest_position(tmp_pat
                 page["changes"]
 
 
+class _CountedLog:
+    """A feed's change log that counts reads of its trimmed position (everything else passes)."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self.trimmed_reads = 0
+
+    def trimmed_lsn(self) -> int:
+        self.trimmed_reads += 1
+        return int(self._log.trimmed_lsn())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+
+def test_a_page_request_reads_the_trimmed_position_once(tmp_path: Path) -> None:
+    """The retention check and the read-ahead key of a request use one read of the trimmed
+    position, so a trim between two reads cannot make them disagree."""
+    with run_offline(tmp_path / "data", {"shop": FeedOptions()}) as svc:
+        log = svc.supervisor.changelog("shop")
+        log.append([txn(n * 0x1000, 2, schema=n == 1, ts=n) for n in range(1, 6)])
+        log.trim(0x3000, force=True)
+        reader = svc.supervisor.reader("shop")
+        counted = _CountedLog(reader.changelog)
+        reader.changelog = counted  # type: ignore[assignment]
+        with httpx.Client(base_url=svc.url, timeout=30) as client:
+            for params, status in (({"after": "0/3000", "tables": "orders"}, 200),
+                                   ({"after": "0/1000", "tables": "orders"}, 410),
+                                   ({"after": "0/3000", "format": "arrow"}, 200)):
+                counted.trimmed_reads = 0
+                response = client.get("/v1/feeds/shop/changes", params=params)
+                assert response.status_code == status, response.text
+                assert counted.trimmed_reads == 1, params
+
+
 # -- schemathesis -----------------------------------------------------------------------------------
 
 # Examples per operation: positive, negative, and positive on a feed that exists.
