@@ -250,10 +250,14 @@ class _Reading:
         reader = self.reader
         assert reader is not None
         try:
-            return self._read(reader, after)
+            out = self._read(reader, after)
         except ChangeLogError:  # closed: 404 if the feed was deleted meanwhile (a long-poll)
             self.supervisor.check_reader(self.feed, reader)
             raise
+        # Retention may have trimmed past ``after`` during the read (``resolve`` checked before
+        # it): checked again after it, so a page that is answered has missed nothing
+        reader.resolve(after)
+        return out
 
     def _read(self, reader: FeedReader, after: Cursor) -> Encoded:
         request = self.request
