@@ -377,9 +377,9 @@ def transaction_frames(txn: Transaction[LazyChange], *, kinds: ColumnKinds | Non
                 table_kinds = change.plan.json_kinds or None
                 loaded = change.load()
         else:
-            loaded = change
-            if kinds:
-                table_kinds = kinds.get((change.schema or "", change.table or "")) or None
+            loaded = change  # its own table's json columns, never the previous change's
+            table_kinds = kinds.get((change.schema or "", change.table or "")) or None \
+                if kinds else None
         if loaded is not None:
             change_parts(loaded, table_kinds, scratch)
             body = join(scratch)
