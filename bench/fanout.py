@@ -6,8 +6,12 @@ subscribers alone, N HTTP long-pollers alone (for the server CPU a delivered row
 surface), then N + N together (for latency). Every subscriber starts at ``latest`` before
 ``pgbench --rate`` commits one-row INSERTs at ``--rate`` (500/s) for ``--seconds``; each row
 carries ``clock_timestamp()`` from inside its INSERT, so latency = receive time minus a moment
-before the commit. Subscribers run in two client processes (one per surface, asyncio: grpc.aio
-raw stubs, httpx long-polls with ``wait=30``), so that no client shares the server's GIL.
+before the commit. Subscribers run in two client processes (one per surface, on uvloop: grpc.aio
+raw stubs, and long-polls with ``wait=30`` over one keep-alive HTTP/1.1 connection each, spoken
+directly), so that no client shares the server's GIL. Clients keep what they receive as bytes
+with its arrival time and decode it after the phase: on a 2-core machine a client that spends
+CPU on each message (httpx took ~0.2 ms a request) competes with the server it measures. The
+pgfeed server and the bare server are measured with the same clients.
 
 Each subscriber must receive every committed row exactly once, in order (``missing`` and
 ``duplicated`` are reported). The same phases then run against a bare server (``fanout.py
