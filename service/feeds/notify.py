@@ -7,6 +7,9 @@ import contextlib
 import threading
 from typing import Any
 
+SWEPT_WAIT = 5.0  # seconds: a wait this long shares the loop's sweep instead of a timer
+SWEEP_SECONDS = 0.1
+
 
 class HeadNotifier:
     """The newest durable commit LSN of one feed, observable from asyncio code.
@@ -89,11 +92,19 @@ class HeadNotifier:
                 if self._head > lsn or self._closed:  # published meanwhile
                     waiters.futures.pop()
                     return self._head
-            timer = loop.call_at(deadline, _time_out, fut)
+            timer = None
+            if timeout < SWEPT_WAIT:
+                timer = loop.call_at(deadline, _time_out, fut)
+            else:
+                waiters.deadlines[fut] = deadline
+                waiters.sweep_soon()
             try:
                 await fut
             finally:
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
+                else:
+                    del waiters.deadlines[fut]
                 if fut.cancelled() or fut.result():
                     with self._lock, contextlib.suppress(ValueError):  # not woken: still listed
                         waiters.futures.remove(fut)
@@ -103,9 +114,14 @@ class HeadNotifier:
 
 
 class _LoopWaiters:
-    """One event loop's waiters on a notifier: futures resolved together by one callback."""
+    """One event loop's waiters on a notifier: futures resolved together by one callback.
 
-    __slots__ = ("futures", "loop", "notifier", "pending", "stops")
+    A wait of ``SWEPT_WAIT`` seconds or more (a live stream's or a long-poll's) has no timer of
+    its own (a uvloop timer costs ~2 µs to start and cancel, once per waiter per commit): a sweep
+    every ``SWEEP_SECONDS`` ends those past their deadline, at most that late.
+    """
+
+    __slots__ = ("deadlines", "futures", "loop", "notifier", "pending", "stops", "sweeping")
 
     def __init__(self, notifier: HeadNotifier, loop: asyncio.AbstractEventLoop) -> None:
         self.notifier = notifier
@@ -113,6 +129,22 @@ class _LoopWaiters:
         self.futures: list[asyncio.Future[bool]] = []  # changed under the notifier's lock
         self.pending = False  # a wake-up is scheduled and has not run yet
         self.stops: set[asyncio.Future[Any]] = set()  # stop futures that wake every waiter
+        self.deadlines: dict[asyncio.Future[bool], float] = {}  # swept waits (loop only)
+        self.sweeping: asyncio.TimerHandle | None = None
+
+    def sweep_soon(self) -> None:
+        if self.sweeping is None:
+            self.sweeping = self.loop.call_later(SWEEP_SECONDS, self.sweep)
+
+    def sweep(self) -> None:
+        """(On the loop.) End the swept waits whose deadline passed; again later while any wait."""
+        self.sweeping = None
+        now = self.loop.time()
+        for fut, deadline in list(self.deadlines.items()):
+            if deadline <= now:
+                _time_out(fut)
+        if self.deadlines:
+            self.sweep_soon()
 
     def schedule(self) -> None:
         """(Any thread.) Run ``wake`` on the loop soon."""

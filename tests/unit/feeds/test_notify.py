@@ -97,3 +97,20 @@ def test_a_cancelled_wait_leaves_the_others_waiting_and_no_waiter_behind():
 
     assert asyncio.run(scenario()) == 11
     assert notifier.waiting() == 0
+
+
+def test_a_long_wait_ends_at_its_deadline_by_the_sweep():
+    # Waits of SWEPT_WAIT seconds or more have no timer of their own: the loop's sweep ends them.
+    from pgfeed.feeds import notify
+
+    notifier = HeadNotifier(head=10)
+
+    async def scenario():
+        start = time.perf_counter()
+        head = await notifier.wait_beyond(10, timeout=notify.SWEPT_WAIT)
+        return head, time.perf_counter() - start
+
+    head, waited = asyncio.run(scenario())
+    assert head == 10
+    assert notify.SWEPT_WAIT <= waited < notify.SWEPT_WAIT + 3 * notify.SWEEP_SECONDS + 0.5
+    assert notifier.waiting() == 0
