@@ -109,7 +109,6 @@ async def _http_subscriber(url: str, cursor: str, rows: list[tuple[bytes, float]
         while True:
             writer.write((head % cursor).encode())
             status = await reader.readuntil(b"\r\n\r\n")
-            t = now()
             length = None
             for line in status.split(b"\r\n")[1:]:
                 name, _, value = line.partition(b":")
@@ -118,7 +117,7 @@ async def _http_subscriber(url: str, cursor: str, rows: list[tuple[bytes, float]
             if not status.startswith(b"HTTP/1.1 200 ") or length is None:
                 raise RuntimeError(f"unexpected answer: {status!r}")
             body = await reader.readexactly(length)
-            append((body, t))
+            append((body, now()))  # the whole answer is in
             cursor = orjson.loads(body)["next"]
     writer.close()
     done.set()
