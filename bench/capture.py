@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import psycopg
 from _results import write_section
+from _workload import INSERT_SQL, SCHEMA, steps
 
 from pgfeed_client._cursor import format_lsn, parse_lsn
 from pgfeed.localpg import LocalCluster
@@ -50,24 +51,6 @@ RESULTS = BENCH / "RESULTS.md"
 TARGET_RATIO = 0.85
 RSS_LIMIT_MB = 200
 
-INSERTS, UPDATES, DELETES, PER_TXN = 400_000, 400_000, 200_000, 10_000
-SCHEMA = """
-CREATE TABLE orders (
-    id          bigint PRIMARY KEY,
-    customer    text NOT NULL,
-    amount      numeric(12,2) NOT NULL,
-    status      text NOT NULL,
-    note        text,
-    created_at  timestamptz NOT NULL
-);
-CREATE PUBLICATION pub FOR TABLE orders;
-"""
-INSERT_SQL = (
-    "INSERT INTO orders SELECT g, 'customer-' || lpad(g::text, 8, '0'), "
-    "(g %% 100000) / 100.0, 'new', CASE WHEN g %% 7 = 0 THEN NULL "
-    "ELSE 'note for order ' || g END, "
-    "timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second' "
-    "FROM generate_series(%s::bigint, %s::bigint) g")
 
 
 @dataclass
@@ -92,23 +75,16 @@ class Run:
 
 def run_workload(conn: psycopg.Connection, scale: float) -> tuple[int, int, int]:
     """The 1M-change workload (scaled); returns (changes, LSN before the last commit, end LSN)."""
-    per = max(1, int(PER_TXN * min(scale, 1.0)))
-    ins, upd, dele = (max(per, int(n * scale)) for n in (INSERTS, UPDATES, DELETES))
-    steps: list[tuple[str, int, int]] = []
-    steps += [(INSERT_SQL, lo, lo + per - 1) for lo in range(1, ins + 1, per)]
-    steps += [("UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id BETWEEN %s AND %s",
-               lo, lo + per - 1) for lo in range(1, upd + 1, per)]
-    steps += [("DELETE FROM orders WHERE id BETWEEN %s AND %s", lo, lo + per - 1)
-              for lo in range(1, dele + 1, per)]
+    statements = steps(scale)
     before_last = 0
-    for i, (query, lo, hi) in enumerate(steps):
+    for i, (query, lo, hi) in enumerate(statements):
         with conn.transaction():
             conn.execute(query, (lo, hi))  # type: ignore[arg-type]
-            if i == len(steps) - 1:
+            if i == len(statements) - 1:
                 before_last = parse_lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text")
                                         .fetchone()[0])  # type: ignore[index]
     end = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
-    return len(steps) * per, before_last, end
+    return sum(hi - lo + 1 for _, lo, hi in statements), before_last, end
 
 
 # -- CPU of the walsender ------------------------------------------------------------------------

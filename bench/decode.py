@@ -18,6 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _workload import DELETES, INSERTS, PER_TXN, SCHEMA, UPDATES, steps
 
 from pgfeed.assembler.framing import FRAME
 from pgfeed.pgoutput import decode
@@ -28,18 +31,6 @@ RESULTS = BENCH / "RESULTS.md"
 START, END = "<!-- decode:start -->", "<!-- decode:end -->"
 CAPTURE_TARGET = 290_000  # changes/s a capture path must sustain here (FIELD-NOTES: ~290-340k/s)
 
-INSERTS, UPDATES, DELETES, PER_TXN = 400_000, 400_000, 200_000, 10_000
-SCHEMA = """
-CREATE TABLE orders (
-    id          bigint PRIMARY KEY,
-    customer    text NOT NULL,
-    amount      numeric(12,2) NOT NULL,
-    status      text NOT NULL,
-    note        text,
-    created_at  timestamptz NOT NULL
-);
-CREATE PUBLICATION pub FOR TABLE orders;
-"""
 WORKLOAD_ID = f"orders-v1:{INSERTS}/{UPDATES}/{DELETES}/{PER_TXN}"
 
 
@@ -63,20 +54,8 @@ def capture(pg: str) -> Path:
             psycopg.connect(cluster.dsn(dbname="postgres"), autocommit=True) as conn:
         conn.execute(SCHEMA)
         conn.execute("SELECT pg_create_logical_replication_slot('bench', 'pgoutput')")
-        # Each statement is its own transaction of PER_TXN rows.
-        for lo in range(1, INSERTS + 1, PER_TXN):
-            conn.execute(
-                "INSERT INTO orders SELECT g, 'customer-' || lpad(g::text, 8, '0'), "
-                "(g %% 100000) / 100.0, 'new', CASE WHEN g %% 7 = 0 THEN NULL "
-                "ELSE 'note for order ' || g END, "
-                "timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second' "
-                "FROM generate_series(%s::bigint, %s::bigint) g", (lo, lo + PER_TXN - 1))
-        for lo in range(1, UPDATES + 1, PER_TXN):
-            conn.execute("UPDATE orders SET status = 'paid', amount = amount + 1 "
-                         "WHERE id BETWEEN %s AND %s", (lo, lo + PER_TXN - 1))
-        for lo in range(1, DELETES + 1, PER_TXN):
-            conn.execute("DELETE FROM orders WHERE id BETWEEN %s AND %s",
-                         (lo, lo + PER_TXN - 1))
+        for query, lo, hi in steps():  # autocommit: each statement its own transaction
+            conn.execute(query, (lo, hi))  # type: ignore[arg-type]
         count = 0
         tmp = path.with_suffix(".tmp")
         # A named (server-side) cursor streams the rows; it needs an explicit transaction.

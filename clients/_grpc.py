@@ -18,6 +18,7 @@ from typing import Any, Self
 import grpc
 
 from pgfeed_client._cursor import format_lsn
+from pgfeed_client._headers import OLDEST_METADATA
 from pgfeed_client._http_base import CursorLike, RetryPolicy
 from pgfeed_client._json import embeddable, loads_exact
 from pgfeed_client._models import Change, Transaction
@@ -34,7 +35,6 @@ from pgfeed_client.errors import (
 
 __all__ = ["OLDEST_METADATA", "AsyncGrpcFeedClient", "GrpcFeedClient", "from_value"]
 
-OLDEST_METADATA = "pgfeed-oldest"  # trailing metadata of OUT_OF_RANGE
 # A frame stays under 4 MiB, but a single change larger than that is sent whole.
 _CHANNEL_OPTIONS = (("grpc.max_receive_message_length", -1),)
 

@@ -13,7 +13,7 @@ from pgfeed_client._debezium import DebeziumPage
 from pgfeed_client._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
 from pgfeed_client._models import Change, Page, TableInfo, TransactionPage
 from pgfeed_client._tls import ClientCert, PathLike, http_verify
-from pgfeed_client.errors import FeedNotFound, TransportFailed
+from pgfeed_client.errors import FeedNotFound
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,15 +61,8 @@ class AsyncFeedClient:
                 return base.check(await self._http.request(
                     method, path, params=params, json=json,
                     timeout=self.timeout if timeout is None else timeout))
-            except Exception as exc:
-                if not base.is_retryable(exc):
-                    raise
-                delay = next(delays, None)
-                if delay is None:
-                    if isinstance(exc, httpx.TransportError):
-                        raise TransportFailed(f"{method} {path}: {exc!r}", code="transport") from exc
-                    raise
-                await asyncio.sleep(delay)
+            except Exception as exc:  # noqa: BLE001 - retry_delay raises what is not retried
+                await asyncio.sleep(base.retry_delay(exc, delays, f"{method} {path}"))
 
     @overload
     async def _json(self, method: str, path: str, build: Callable[[Any], _T], **kw: Any) -> _T: ...

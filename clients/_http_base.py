@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from pgfeed_client._cursor import Cursor, parse_cursor
-from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
+from pgfeed_client._headers import DEFAULT_LIMIT, HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from pgfeed_client._json import loads_page
 from pgfeed_client._models import TableInfo
-from pgfeed_client.errors import ClientError, error_from_response
+from pgfeed_client.errors import ClientError, TransportFailed, error_from_response
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,10 +36,10 @@ __all__ = [
     "feed_path",
     "is_retryable",
     "new_headers",
+    "retry_delay",
 ]
 
 CursorLike = str | Cursor
-DEFAULT_LIMIT = 1000
 _RETRY_STATUSES = frozenset({502, 503, 504})
 
 
@@ -124,6 +124,20 @@ def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, httpx.TransportError):
         return True
     return isinstance(exc, ClientError) and exc.status in _RETRY_STATUSES
+
+
+def retry_delay(exc: Exception, delays: Iterator[float], what: str) -> float:
+    """How long to wait before sending ``what`` (``METHOD path``) again after ``exc``; raises when
+    it is not to be sent again: ``exc`` itself when final, or when the retries are spent (a
+    transport failure then as TransportFailed)."""
+    if not is_retryable(exc):
+        raise exc
+    delay = next(delays, None)
+    if delay is None:
+        if isinstance(exc, httpx.TransportError):
+            raise TransportFailed(f"{what}: {exc!r}", code="transport") from exc
+        raise exc
+    return delay
 
 
 @dataclass(frozen=True, slots=True)

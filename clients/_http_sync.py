@@ -65,15 +65,8 @@ class FeedClient:
                 return base.check(self._http.request(
                     method, path, params=params, json=json,
                     timeout=self.timeout if timeout is None else timeout))
-            except Exception as exc:
-                if not base.is_retryable(exc):
-                    raise
-                delay = next(delays, None)
-                if delay is None:
-                    if isinstance(exc, httpx.TransportError):
-                        raise TransportFailed(f"{method} {path}: {exc!r}", code="transport") from exc
-                    raise
-                time.sleep(delay)
+            except Exception as exc:  # noqa: BLE001 - retry_delay raises what is not retried
+                time.sleep(base.retry_delay(exc, delays, f"{method} {path}"))
 
     @overload
     def _json(self, method: str, path: str, build: Callable[[Any], _T], **kw: Any) -> _T: ...

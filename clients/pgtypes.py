@@ -1,4 +1,5 @@
-"""PURE: PostgreSQL's built-in type names and OIDs, and the column type a typed read gives each.
+"""PURE: PostgreSQL's built-in type names and OIDs, the column type a typed read gives each, and
+the columns every read has (a generic read's change rows, a typed read's metadata).
 
 The one table both sides read: the server's type registry (``service/types``) and Arrow encoder
 (``service/encoding/to_arrow.py``) and the Spark connector's schema (``spark_connector/_schema.py``)
@@ -12,9 +13,12 @@ from dataclasses import dataclass
 
 __all__ = [
     "BUILTIN_TYPES",
+    "CHANGE_COLUMN_TYPES",
     "COLUMN_KINDS",
     "FIRST_NON_BUILTIN_OID",
     "JSON_TYPES",
+    "KEY_COLUMN",
+    "METADATA_COLUMN_TYPES",
     "TEXT_ARRAY_OID",
     "TEXT_OID",
     "ColumnType",
@@ -93,6 +97,29 @@ class ColumnType:
 
 
 _STRING = ColumnType("string")
+_INT64, _TIMESTAMPTZ = ColumnType("int64"), ColumnType("timestamptz")
+_STRINGS = ColumnType("list", element=_STRING)
+
+# A generic read: one row per change event, row images and truncate options as JSON text, LSNs
+# as 64-bit positions (they sort numerically).
+CHANGE_COLUMN_TYPES: tuple[tuple[str, ColumnType], ...] = (
+    ("lsn", _INT64), ("seq", _INT64), ("commit_lsn", _INT64), ("commit_ts", _TIMESTAMPTZ),
+    ("xid", _INT64), ("op", _STRING), ("schema", _STRING), ("table", _STRING),
+    ("key", _STRING), ("before", _STRING), ("after", _STRING),  # JSON text
+    ("unchanged_toast", _STRINGS), ("origin", _STRING), ("prefix", _STRING),
+    ("content", ColumnType("binary")), ("transactional", ColumnType("bool")),
+    ("tables", _STRINGS), ("options", _STRING),  # JSON text
+    ("toast_filled", _STRINGS),
+)
+# A typed read's metadata, after the table's own columns: which change, where in the log, and
+# which columns were unchanged TOAST (NULL in the row, but not changed to NULL). Then KEY_COLUMN,
+# when the table has key columns: a struct of them, the contract's ``key`` (the key before the
+# change), which is how a key-changing update names the key it left.
+METADATA_COLUMN_TYPES: tuple[tuple[str, ColumnType], ...] = (
+    ("_op", _STRING), ("_lsn", _INT64), ("_seq", _INT64), ("_commit_lsn", _INT64),
+    ("_commit_ts", _TIMESTAMPTZ), ("_xid", _INT64), ("_unchanged_toast", _STRINGS),
+)
+KEY_COLUMN = "_key"
 
 
 def builtin_oid(name: str) -> int | None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import httpx
+
+from pgfeed.cli_remote import add_service_flags, bearer_headers
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -34,8 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
-    token = args.token or os.environ.get("PGFEED_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = bearer_headers(args)
     try:
         from pgfeed_client._tls import http_verify
 
@@ -79,14 +79,6 @@ def _demo(args: argparse.Namespace) -> int:
                     grpc_port=args.grpc_port)
 
 
-def _service_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
-    p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
-    p.add_argument("--ca-bundle", default=os.environ.get("PGFEED_CA_BUNDLE"),
-                   help="PEM CAs to trust for an https --url (or PGFEED_CA_BUNDLE)")
-    return p
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgfeed", description="Change data capture for PostgreSQL")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     feeds_sub = feeds.add_subparsers(dest="feeds_command", required=True)
 
     def admin_parser(name: str, help_text: str) -> argparse.ArgumentParser:
-        return _service_options(feeds_sub.add_parser(name, help=help_text))
+        return add_service_flags(feeds_sub.add_parser(name, help=help_text))
 
     create = admin_parser("create", "create a feed (same as POST /v1/feeds)")
     from pgfeed.cli_options import add_option_flags
@@ -159,11 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     consumers = sub.add_parser("consumers", help="named consumers of a feed (their cursors hold "
                                                  "retention)")
     consumers_sub = consumers.add_subparsers(dest="consumers_command", required=True)
-    listed = _service_options(consumers_sub.add_parser("list", help="every consumer with its cursor, "
-                                                                    "lag, last ack and expiry"))
+    listed = add_service_flags(consumers_sub.add_parser(
+        "list", help="every consumer with its cursor, lag, last ack and expiry"))
     listed.add_argument("feed")
     listed.set_defaults(func=lambda a: _admin(a, "GET", f"/v1/feeds/{a.feed}/consumers"))
-    dropped = _service_options(consumers_sub.add_parser(
+    dropped = add_service_flags(consumers_sub.add_parser(
         "delete", help="delete a consumer: retention stops waiting for it (admin token)"))
     dropped.add_argument("feed")
     dropped.add_argument("name")

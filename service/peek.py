@@ -108,7 +108,7 @@ def fetch_rows(conn: psycopg.Connection[Any], slot: str, options: Sequence[str],
             yield int(lsn), int(xid), data
 
 
-def decode_rows(rows: Iterable[Row], *, toast: str = "omit") -> Iterator[Transaction]:
+def decode_rows(rows: Iterable[Row], *, toast: str = "omit") -> Iterator[Transaction[Change]]:
     """Committed transactions (and non-transactional messages) in the order a feed would log them.
 
     Relation frames go into the catalog in arrival order, before their transaction is decoded.
@@ -125,7 +125,7 @@ def decode_rows(rows: Iterable[Row], *, toast: str = "omit") -> Iterator[Transac
                 yield decoder.decode(stored)
 
 
-def format_change(change: Change, txn: Transaction) -> str:
+def format_change(change: Change, txn: Transaction[object]) -> str:
     """One readable line: ``0/16B1A20 xid=749 insert public.orders key={...} after={...}``."""
     head = f"{format_lsn(change.lsn)} xid={txn.xid}"
     event = change_to_dict(change, txn)
@@ -247,7 +247,7 @@ def _prepare(conn: psycopg.Connection[Any], slot: str, publications: list[str],
 
 
 def _changes(conn: psycopg.Connection[Any], slot: str, options: list[str],
-             limit: int | None) -> Iterator[tuple[Transaction, Change]]:
+             limit: int | None) -> Iterator[tuple[Transaction[Change], Change]]:
     """Every pending change, or the first ``limit``. With a limit, the server decodes only about
     as much WAL as needed: a bounded read, widened (from the start again) until it holds enough."""
     if limit is None:
@@ -260,7 +260,7 @@ def _changes(conn: psycopg.Connection[Any], slot: str, options: list[str],
     budget = max(4 * limit + 64, 1024)
     while True:
         rows = list(fetch_rows(conn, slot, options, upto_nchanges=budget))
-        found: list[tuple[Transaction, Change]] = []
+        found: list[tuple[Transaction[Change], Change]] = []
         for txn in decode_rows(rows):
             found.extend((txn, change) for change in txn.changes)
             if len(found) >= limit:

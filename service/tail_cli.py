@@ -23,6 +23,7 @@ import httpx
 import orjson
 
 from pgfeed_client._tls import http_verify
+from pgfeed.cli_remote import add_service_flags, bearer_headers
 
 __all__ = ["add_parser", "event_line", "follow", "run"]
 
@@ -139,8 +140,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if start is None and cursor_file is not None and cursor_file.exists():
         start = cursor_file.read_text().strip() or None
     start = start or "latest"
-    token = args.token or os.environ.get("PGFEED_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = bearer_headers(args)
     colour = not args.json and out.isatty() and not os.environ.get("NO_COLOR")
     cursor, shown = start, 0
     try:
@@ -193,8 +193,5 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="one JSON change event per line")
     p.add_argument("--count", type=int, default=0, help="stop after this many changes")
     p.add_argument("--wait", type=float, default=10.0, help="long-poll seconds per request")
-    p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
-    p.add_argument("--token", help="read or admin bearer token (or PGFEED_TOKEN)")
-    p.add_argument("--ca-bundle", default=os.environ.get("PGFEED_CA_BUNDLE"),
-                   help="PEM CAs to trust for an https --url (or PGFEED_CA_BUNDLE)")
+    add_service_flags(p, token="read or admin bearer token")
     p.set_defaults(func=run)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgfeed_client import ColumnInfo, FeedClient, parse_cursor
+from pgfeed_client._headers import MAX_LIMIT, qualified_table
 from pgfeed_spark._replicas import parse_urls, reachable_first
 
 __all__ = ["FeedOptions"]
@@ -25,17 +26,26 @@ def _get(options: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
-def _positive(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+def _integer(options: Mapping[str, Any], name: str, default: int | None, least: int) -> int | None:
     text = _get(options, name)
     if text is None or text == "":
         return default
+    kind = "a positive integer" if least > 0 else "an integer >= 0"
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"pgfeed option {name!r} must be a positive integer, not {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"pgfeed option {name!r} must be a positive integer, not {text!r}")
+        raise ValueError(f"pgfeed option {name!r} must be {kind}, not {text!r}") from None
+    if value < least:
+        raise ValueError(f"pgfeed option {name!r} must be {kind}, not {text!r}")
     return value
+
+
+def _positive(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    return _integer(options, name, default, 1)
+
+
+def _count(options: Mapping[str, Any], name: str, default: int) -> int:
+    return _integer(options, name, default, 0) or 0
 
 
 def _client_cert(options: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -55,7 +65,8 @@ class FeedOptions:
     default ``latest``), ``partitions`` (default 4), ``table`` (``schema.name``: typed columns),
     ``tables``/``ops`` (comma-separated filters), ``token``, ``consumer`` (streaming: acknowledge
     committed offsets), ``maxRowsPerTrigger``, ``wireFormat`` (``arrow`` or ``json``),
-    ``pageSize`` (changes per request), ``timeout`` (seconds), and for https ``caBundle`` (PEM
+    ``pageSize`` (changes per request), ``readAhead`` (arrow: pages a partition fetches
+    while Spark converts the current one, default 1, 0 for none), ``timeout`` (seconds), and for https ``caBundle`` (PEM
     CAs to trust) with ``clientCert``/``clientKey`` (PEM) when the server requires a client
     certificate (the files must be readable on the driver and on every executor).
     """
@@ -72,7 +83,8 @@ class FeedOptions:
     consumer: str | None = None
     max_rows_per_trigger: int | None = None
     wire: str = "arrow"
-    page_size: int = 100_000
+    page_size: int = MAX_LIMIT  # pages as large as the server allows
+    read_ahead: int = 1
     timeout: float = 60.0
     columns: tuple[ColumnInfo, ...] = field(default=())  # typed reads: the table's columns
     ca_bundle: str | None = None
@@ -91,8 +103,8 @@ class FeedOptions:
         parse_cursor(start)  # a malformed cursor fails here, on the driver, with the expected form
         parse_cursor(end)
         table = _get(options, "table") or None
-        if table is not None and "." not in table:
-            table = f"public.{table}"
+        if table is not None:
+            table = qualified_table(table)
         wire = (_get(options, "wireFormat") or "arrow").lower()
         if wire not in ("arrow", "json"):
             raise ValueError(f"pgfeed option 'wireFormat' must be 'arrow' or 'json', not {wire!r}")
@@ -103,7 +115,8 @@ class FeedOptions:
             tables=table or _get(options, "tables") or None, ops=ops,
             token=_get(options, "token") or None, consumer=_get(options, "consumer") or None,
             max_rows_per_trigger=_positive(options, "maxRowsPerTrigger", None), wire=wire,
-            page_size=_positive(options, "pageSize", 100_000) or 100_000,
+            page_size=_positive(options, "pageSize", MAX_LIMIT) or MAX_LIMIT,
+            read_ahead=_count(options, "readAhead", 1),
             timeout=float(_get(options, "timeout") or 60.0),
             ca_bundle=_get(options, "caBundle") or None, client_cert=_client_cert(options),
         )

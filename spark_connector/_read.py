@@ -13,6 +13,7 @@ from pgfeed_client import Change, Cursor, FeedClient, parse_cursor
 from pgfeed_spark._arrow import arrow_schema, conform, rows_to_batch
 from pgfeed_spark._options import FeedOptions
 from pgfeed_spark._partition import LsnRange
+from pgfeed_spark._readahead import read_ahead
 from pgfeed_spark._schema import KEY_COLUMN, METADATA_NAMES, json_converter, raw_row, typed_row
 
 __all__ = ["read_range"]
@@ -42,8 +43,9 @@ def _read_arrow(client: FeedClient, opts: FeedOptions, part: LsnRange,
     stop = parse_cursor(part.to)
     assert stop != "latest"
     lsn_col, seq_col = ("_commit_lsn", "_seq") if opts.table else ("commit_lsn", "seq")
-    for page in client.iter_arrow_pages(opts.feed, part.after, part.to, table=opts.table,
-                                        tables=opts.tables, ops=opts.ops, limit=opts.page_size):
+    pages = client.iter_arrow_pages(opts.feed, part.after, part.to, table=opts.table,
+                                    tables=opts.tables, ops=opts.ops, limit=opts.page_size)
+    for page in read_ahead(pages, opts.read_ahead):
         nxt = parse_cursor(page.next)
         overshot = nxt != "latest" and nxt > stop  # a server that ignored ``to``
         for batch in page.batches:

@@ -30,7 +30,16 @@ from pyspark.sql.types import (
 
 from pgfeed_client import Change, TableInfo, parse_lsn
 from pgfeed_client._json import dumps_exact
-from pgfeed_client.pgtypes import JSON_TYPES, ColumnType, base_name, column_type, numeric_precision
+from pgfeed_client.pgtypes import (
+    CHANGE_COLUMN_TYPES,
+    JSON_TYPES,
+    KEY_COLUMN,
+    METADATA_COLUMN_TYPES,
+    ColumnType,
+    base_name,
+    column_type,
+    numeric_precision,
+)
 
 __all__ = [
     "KEY_COLUMN", "METADATA_COLUMNS", "METADATA_NAMES", "change_schema", "json_converter",
@@ -44,51 +53,6 @@ _KINDS: dict[str, DataType] = {
     "timestamp": TimestampNTZType(), "timestamptz": TimestampType(), "string": StringType(),
 }
 
-# Metadata of every typed row: which change, where in the log, and which columns were unchanged
-# TOAST (their value is NULL here but was not changed to NULL). Then KEY_COLUMN, when the table
-# has key columns: a struct of them (same names and types), the contract's ``key`` (the key
-# before the change), which is how a key-changing update names the key it left.
-METADATA_COLUMNS: tuple[StructField, ...] = (
-    StructField("_op", StringType()),
-    StructField("_lsn", LongType()),
-    StructField("_seq", LongType()),
-    StructField("_commit_lsn", LongType()),
-    StructField("_commit_ts", TimestampType()),
-    StructField("_xid", LongType()),
-    StructField("_unchanged_toast", ArrayType(StringType())),
-)
-KEY_COLUMN = "_key"
-METADATA_NAMES = frozenset({m.name for m in METADATA_COLUMNS} | {KEY_COLUMN})
-
-_CHANGE_SCHEMA = StructType([
-    StructField("lsn", LongType()),
-    StructField("seq", LongType()),
-    StructField("commit_lsn", LongType()),
-    StructField("commit_ts", TimestampType()),
-    StructField("xid", LongType()),
-    StructField("op", StringType()),
-    StructField("schema", StringType()),
-    StructField("table", StringType()),
-    StructField("key", StringType()),  # JSON text
-    StructField("before", StringType()),  # JSON text
-    StructField("after", StringType()),  # JSON text
-    StructField("unchanged_toast", ArrayType(StringType())),
-    StructField("origin", StringType()),
-    StructField("prefix", StringType()),
-    StructField("content", BinaryType()),
-    StructField("transactional", BooleanType()),
-    StructField("tables", ArrayType(StringType())),
-    StructField("options", StringType()),  # JSON text
-    StructField("toast_filled", ArrayType(StringType())),
-])
-
-
-def change_schema() -> StructType:
-    """The raw change schema: one row per change event, row images as JSON text, LSNs as 64-bit
-    positions (they sort numerically; ``pgfeed_client.format_lsn`` gives the ``16/B374D848`` form)."""
-    return StructType(list(_CHANGE_SCHEMA.fields))
-
-
 def _spark(t: ColumnType) -> DataType:
     if t.kind == "list":
         assert t.element is not None
@@ -96,6 +60,21 @@ def _spark(t: ColumnType) -> DataType:
     if t.kind == "decimal":
         return DecimalType(t.precision, t.scale)
     return _KINDS[t.kind]
+
+
+# Metadata of every typed row (pgfeed_client.pgtypes.METADATA_COLUMN_TYPES), then KEY_COLUMN
+# when the table has key columns (a struct of them, same names and types).
+METADATA_COLUMNS: tuple[StructField, ...] = tuple(StructField(name, _spark(t))
+                                                  for name, t in METADATA_COLUMN_TYPES)
+METADATA_NAMES = frozenset({m.name for m in METADATA_COLUMNS} | {KEY_COLUMN})
+
+_CHANGE_SCHEMA = StructType([StructField(name, _spark(t)) for name, t in CHANGE_COLUMN_TYPES])
+
+
+def change_schema() -> StructType:
+    """The raw change schema: one row per change event, row images as JSON text, LSNs as 64-bit
+    positions (they sort numerically; ``pgfeed_client.format_lsn`` gives the ``16/B374D848`` form)."""
+    return StructType(list(_CHANGE_SCHEMA.fields))
 
 
 def spark_type(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> DataType:

@@ -6,11 +6,11 @@ decoding; decoding happens on read (see ``decoding.changes``). Field names follo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from pgfeed.assembler.framing import FRAME, chunk_bounds
 
@@ -87,12 +87,18 @@ class StoredTransaction:
     # carried (the assembler takes the message out of the payload).
     watermark: bytes | None = None
 
+    def buffer(self) -> bytes | bytearray:
+        """The payload in memory, as every change log reads it back. A spilled payload (only on
+        the way from the assembler to a log) is read in first, and kept: for readers and tests,
+        never on the capture path."""
+        payload = self.payload
+        if not isinstance(payload, (bytes, bytearray)):
+            payload = self.payload = bytes(payload)
+        return payload
+
     def frames(self) -> Iterator[tuple[int, memoryview]]:
-        """Yield ``(lsn, message)`` for each framed message of the payload. A spilled payload is
-        read into memory first (and kept): for readers and tests, never on the capture path."""
-        if not isinstance(self.payload, (bytes, bytearray)):
-            self.payload = bytes(self.payload)
-        view = memoryview(self.payload)
+        """Yield ``(lsn, message)`` for each framed message of the payload (``buffer``)."""
+        view = memoryview(self.buffer())
         pos, end = 0, len(view)
         unpack = FRAME.unpack_from
         size = FRAME.size
@@ -115,7 +121,7 @@ def end_position(end_lsn: int) -> int:
     return end_lsn - 1
 
 
-def payload_pieces(payload: Payload, limit: int) -> Iterator[bytes | memoryview]:
+def payload_pieces(payload: Payload, limit: int) -> Iterator[bytes | bytearray | memoryview]:
     """A stored payload in order, in pieces of at most ``limit`` bytes cut on frame boundaries:
     how a store writes any payload, whether in memory or spilled."""
     if isinstance(payload, (bytes, bytearray)):
@@ -158,18 +164,31 @@ class Change:
     toast_filled: list[str] | None = None
 
 
+# What a served transaction's changes are: ``Change``, or (reads that write straight from the wire,
+# ``decoding.changes``) a union with the read side's stand-ins for changes not decoded.
+ChangeT_co = TypeVar("ChangeT_co", covariant=True)
+OtherT = TypeVar("OtherT")
+
+
 @dataclass(slots=True)
-class Transaction:
-    """A committed transaction as served: its metadata and decoded changes (possibly a slice)."""
+class Transaction(Generic[ChangeT_co]):
+    """A committed transaction as served: its metadata and decoded changes (possibly a slice).
+    Covariant in its changes, which nobody alters once the transaction is built (a reference
+    encoder of ``Transaction[Change]`` takes no lazy read's; one of lazy reads takes both)."""
 
     xid: int
     commit_lsn: int
     end_lsn: int
     commit_ts: int  # microseconds since 2000-01-01 UTC
     origin: str | None
-    changes: list[Change]
+    changes: Sequence[ChangeT_co]
     change_count: int = 0  # changes in the whole transaction (a page may carry a slice)
     # seq of the last change the decoder scanned (filtered-out ones included), -1 if none: the
     # next cursor is commit_lsn:last_seq, or commit_lsn once last_seq == change_count - 1.
     last_seq: int | None = None
     backfill: str | None = None  # the backfill id of a backfill chunk (origin "pgfeed.backfill")
+
+    def with_changes(self, changes: Sequence[OtherT]) -> Transaction[OtherT]:
+        """The same transaction (or slice) holding ``changes`` instead."""
+        return Transaction(self.xid, self.commit_lsn, self.end_lsn, self.commit_ts, self.origin,
+                           changes, self.change_count, self.last_seq, self.backfill)

@@ -30,6 +30,7 @@ __all__ = [
     "TypeName",
     "resolve_value_oid",
     "schema_message",
+    "served_schema",
 ]
 
 _IDENTITY_NAMES = {ord("d"): "default", ord("n"): "nothing", ord("f"): "full", ord("i"): "index"}
@@ -77,6 +78,11 @@ class ColumnSchema:
     is_key: bool  # part of the replica identity (every column under REPLICA IDENTITY FULL)
     type_name: str | None  # pg_catalog names bare, others schema-qualified; None if never named
     value_oid: int  # the built-in type whose text form the values take (see resolve_value_oid)
+
+
+def served_schema(namespace: str) -> str:
+    """A Relation message's namespace as served and filtered on: the protocol's '' is pg_catalog."""
+    return namespace or "pg_catalog"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -177,7 +183,7 @@ class RelationCatalog:
             columns.append(ColumnSchema(col.name, col.type_oid, col.type_modifier, col.is_key,
                                         display, resolve_value_oid(col.type_oid, tname)))
         identity = _IDENTITY_NAMES.get(msg.replica_identity, chr(msg.replica_identity))
-        return RelationSchema(msg.relation_id, msg.namespace or "pg_catalog", msg.relation_name,
+        return RelationSchema(msg.relation_id, served_schema(msg.namespace), msg.relation_name,
                               identity, tuple(columns), 0, valid_from)
 
     def _add_relation(self, commit_lsn: int, schema: RelationSchema) -> RelationSchema:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import partial
 from itertools import chain
 
@@ -58,6 +58,9 @@ _M = ord("M")
 # served) and handed to capture as ``StoredTransaction.watermark`` (see service/backfill).
 WATERMARK_PREFIX = "pgfeed.watermark"
 _WATERMARK = WATERMARK_PREFIX.encode() + b"\0"
+# pgfeed's own heartbeats (non-transactional messages capture emits so an idle slot moves): they
+# advance the position and are never stored.
+HEARTBEAT_PREFIX = "pgfeed.heartbeat"
 _u32 = struct.Struct(">I").unpack_from
 # Spill key of a transaction's frames with aborted subtransactions filtered out (xids are 32-bit).
 _FILTERED = 1 << 32
@@ -135,7 +138,7 @@ class TransactionAssembler:
     """
 
     def __init__(self, *, spill: SpillStore | None = None, memory_limit: int = 64 << 20,
-                 heartbeat_prefix: str = "pgfeed.heartbeat") -> None:
+                 heartbeat_prefix: str = HEARTBEAT_PREFIX) -> None:
         self._spill = spill
         self._limit = memory_limit if spill is not None else sys.maxsize
         self._heartbeat = heartbeat_prefix
@@ -349,7 +352,8 @@ class TransactionAssembler:
             return SpilledPayload(partial(spill.read, txn.xid), txn.spilled + len(tail), tail), txn.changes
         key = txn.xid | _FILTERED
         size = changes = offset = 0
-        for segment in chain(spill.read(txn.xid), (tail,)):
+        segments: Iterator[bytes | bytearray] = chain(spill.read(txn.xid), (tail,))
+        for segment in segments:
             kept, n = _drop_aborted(segment, offset, txn.runs, txn.aborted)
             offset += len(segment)
             if kept:

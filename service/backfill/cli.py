@@ -5,12 +5,12 @@ lines otherwise."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
 
 from pgfeed_client import ClientError, FeedClient
+from pgfeed.cli_remote import add_service_flags, bearer_token
 
 POLL_SECONDS = 0.5
 PLAIN_EVERY = 2.0  # seconds between plain progress lines
@@ -29,15 +29,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--chunk-rows", type=int, help="rows per chunk (default 10000)")
     p.add_argument("--parallel", type=int, help="source connections reading at once (default 2)")
     p.add_argument("--follow", action="store_true", help="show progress until the backfill ends")
-    p.add_argument("--url", default=os.environ.get("PGFEED_URL", "http://127.0.0.1:8000"))
-    p.add_argument("--token", help="admin bearer token (or PGFEED_TOKEN)")
+    add_service_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    token = args.token or os.environ.get("PGFEED_TOKEN")
     try:
-        with FeedClient(args.url, token=token) as client:
+        with FeedClient(args.url, token=bearer_token(args), ca_bundle=args.ca_bundle) as client:
             if args.cancel:
                 return _print(client.cancel_backfill(args.feed, args.cancel))
             if args.tables is not None:

@@ -22,16 +22,17 @@ import psycopg
 from psycopg import errors as e
 from psycopg import pq, sql
 
+from pgfeed.assembler.transactions import WATERMARK_PREFIX
 from pgfeed.backfill.rows import copy_text_rows
 from pgfeed.backfill.schema import _COLUMNS, relation_message, type_message
 from pgfeed.backfill.window import Entry
 from pgfeed.errors import BackfillError
 from pgfeed.pgoutput.encode import insert_head
 from pgfeed.replication.connect import conninfo
+from pgfeed.types import integer
 
-WATERMARK_PREFIX = "pgfeed.watermark"
 _FIRST_NORMAL_OID = 16384
-_INT_TYPES = frozenset({20, 21, 23})
+_INT_TYPES = frozenset(t.oid for t in integer.FAMILY.types)  # int2, int4, int8
 
 _TABLE = """
 SELECT c.oid, c.relreplident, c.relkind, c.reltuples::bigint

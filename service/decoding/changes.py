@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias, final, overload
 
 from pgfeed_client._cursor import format_lsn
 from pgfeed.assembler.framing import FRAME
@@ -46,7 +46,8 @@ from pgfeed.pgoutput.messages import TUPLE_KEY as _KEY
 from pgfeed.pgoutput.messages import TUPLE_NEW as _NEW
 from pgfeed.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 
-__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "RawChange", "RowSink", "Segment", "ToastMode", "TransactionDecoder"]
+__all__ = ["DEFAULT_PLACEHOLDER", "Fills", "LazyChange", "RawChange", "ReadChange", "RowSink",
+           "Segment", "SunkChange", "ToastMode", "TransactionDecoder"]
 
 ToastMode = Literal["omit", "placeholder", "reselect"]
 
@@ -75,14 +76,15 @@ _relation_id_at = struct.Struct(">I").unpack_from
 _UT = UNCHANGED_TOAST
 
 
+@final  # encoders test ``type(c) is RawChange``: no subclass may slip past
 class RawChange:
     """A row change still in wire form (``decode(..., lazy=True)``): encoders that can write it
     straight from the bytes do (``encoding.transcode``), anything else calls ``load``."""
 
     __slots__ = ("buf", "commit_lsn", "decoder", "lsn", "op", "plan", "seq", "tag")
 
-    def __init__(self, lsn: int, seq: int, op: Op, tag: int, buf: bytes, plan: RelationPlan,
-                 commit_lsn: int, decoder: TransactionDecoder) -> None:
+    def __init__(self, lsn: int, seq: int, op: Op, tag: int, buf: bytes | bytearray,
+                 plan: RelationPlan, commit_lsn: int, decoder: TransactionDecoder) -> None:
         self.lsn = lsn
         self.seq = seq
         self.op = op
@@ -110,7 +112,7 @@ class RawChange:
 Rows = tuple[dict[str, Any] | None, dict[str, Any] | None, int | None]  # new, old, old kind
 
 
-def _fast_rows(tag: int, data: bytes, wire_row: WireRow) -> Rows:
+def _fast_rows(tag: int, data: bytes | bytearray, wire_row: WireRow) -> Rows:
     """Insert/Update/Delete bytes -> loaded (new, old, old kind); raises unless every column is
     text or NULL, the layout is exactly right and every value loads."""
     marker = data[5]
@@ -172,6 +174,7 @@ def _fill(values: tuple[Any, ...], plan: RelationPlan,
     return (tuple(out) if filled else None), filled
 
 
+@final
 class Segment:
     """Stands in a decoded transaction's ``changes`` for ``rows`` consecutive row changes an
     ``ArrowSink`` holds (``decode(..., sink=)``), in order."""
@@ -180,6 +183,14 @@ class Segment:
 
     def __init__(self, rows: int) -> None:
         self.rows = rows
+
+
+# What a decoded transaction holds, by how it was read (``TransactionDecoder.decode``): ``Change``s
+# alone by default; with ``lazy``, row changes still in wire form beside them; with a ``sink``,
+# runs of rows the sink wrote; either, when the read is chosen at run time.
+LazyChange: TypeAlias = Change | RawChange
+SunkChange: TypeAlias = Change | Segment
+ReadChange: TypeAlias = Change | RawChange | Segment
 
 
 class TransactionDecoder:
@@ -211,10 +222,34 @@ class TransactionDecoder:
         self._resume: dict[tuple[int, int, int],
                            tuple[int, int, dict[int, RelationPlan], dict[int, TypeName]]] = {}
 
+    @overload
+    def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
+               max_changes: int | None = None, tables: set[str] | None = None,
+               ops: set[Op] | None = None, lazy: Literal[False] = False,
+               sink: None = None) -> Transaction[Change]: ...
+
+    @overload
+    def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
+               max_changes: int | None = None, tables: set[str] | None = None,
+               ops: set[Op] | None = None, lazy: bool, sink: None = None,
+               ) -> Transaction[LazyChange]: ...
+
+    @overload
     def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
                max_changes: int | None = None, tables: set[str] | None = None,
                ops: set[Op] | None = None, lazy: bool = False,
-               sink: RowSink | None = None) -> Transaction:
+               sink: RowSink) -> Transaction[SunkChange]: ...
+
+    @overload
+    def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
+               max_changes: int | None = None, tables: set[str] | None = None,
+               ops: set[Op] | None = None, lazy: bool = False,
+               sink: RowSink | None = None) -> Transaction[ReadChange]: ...
+
+    def decode(self, stored: StoredTransaction, *, first_seq: int = 0,
+               max_changes: int | None = None, tables: set[str] | None = None,
+               ops: set[Op] | None = None, lazy: bool = False,
+               sink: RowSink | None = None) -> Transaction[ReadChange]:
         """Decode changes ``first_seq`` onwards of ``stored``.
 
         ``lazy`` leaves row changes as ``RawChange`` (wire bytes and their relation version) for
@@ -235,13 +270,13 @@ class TransactionDecoder:
         commit_lsn = stored.commit_lsn
         stop = first_seq + max_changes if max_changes is not None else 1 << 62
         types: dict[int, TypeName] = {}
-        changes: list[Change] = []
+        changes: list[ReadChange] = []
         append = changes.append
         seq = -1
         last = first_seq - 1
         if max_changes is not None and max_changes <= 0:
             stop = first_seq
-        payload = stored.payload
+        payload = stored.buffer()
         origin = stored.origin
         backfill = backfill_id_of(origin)
         ops_of = _OPS
@@ -249,8 +284,6 @@ class TransactionDecoder:
             origin, ops_of = BACKFILL_ORIGIN, _READ_OPS
         pos, end = 0, len(payload)
         plans: dict[int, RelationPlan] = {}  # relation_id -> plan in force at this point of the payload
-        if sink is not None and not isinstance(payload, (bytes, bytearray)):
-            sink = None  # a spilled payload: read in pieces, not one buffer
         # typed rows show unchanged TOAST as null unless filled (toast=reselect: the reference's)
         sink_flags = 0 if sink is None else sink.flags(backfill is not None,
                                                       self.toast != "reselect", ops)
@@ -307,11 +340,11 @@ class TransactionDecoder:
                         pos, seq, rows = ran
                         last = seq
                         if rows:
-                            held: Any = changes[-1] if changes else None
+                            held = changes[-1] if changes else None
                             if type(held) is Segment:
                                 held.rows += rows
                             else:
-                                append(Segment(rows))  # type: ignore[arg-type]
+                                append(Segment(rows))
                         continue
                 if lazy and sink is None:
                     append(RawChange(lsn, seq, op, tag, buf, plan, commit_lsn, self))
@@ -408,7 +441,7 @@ class TransactionDecoder:
         return RelationPlan.of(built)
 
     # -- rows ------------------------------------------------------------------------------------
-    def _row(self, tag: int, buf: bytes, plan: RelationPlan, lsn: int, seq: int,
+    def _row(self, tag: int, buf: bytes | bytearray, plan: RelationPlan, lsn: int, seq: int,
              commit_lsn: int) -> Change:
         toast: list[str] = []
         filled: list[str] | None = None

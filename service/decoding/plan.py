@@ -20,7 +20,7 @@ from pgfeed.types.registry import fast_kind, json_kind
 __all__ = ["KeyOf", "RelationPlan", "WireRow"]
 
 KeyOf = Callable[[dict[str, Any]], dict[str, Any] | None]
-WireRow = Callable[[bytes, int], tuple[dict[str, Any], int]]
+WireRow = Callable[[bytes | bytearray, int], tuple[dict[str, Any], int]]
 
 _u16_at = struct.Struct(">H").unpack_from
 _u32_at = struct.Struct(">I").unpack_from

@@ -4,3 +4,4 @@
 """
 
 ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+JSON_MEDIA_TYPE = "application/json"

@@ -194,6 +194,20 @@ static int parse_int(const unsigned char *p, Py_ssize_t n, int64_t *out) {
     return 0;
 }
 
+/* a float4/float8 text (digits, exponent, NaN, Infinity) as Python's float() reads it */
+static int parse_double(const unsigned char *t, Py_ssize_t n, double *out) {
+    char text[64];
+    if (n == 0 || n >= (Py_ssize_t)sizeof text) return FALLBACK;
+    memcpy(text, t, n);
+    text[n] = 0;
+    char *end;
+    double v = PyOS_string_to_double(text, &end, NULL);
+    if (PyErr_Occurred()) { PyErr_Clear(); return FALLBACK; }
+    if (end != text + n) return FALLBACK;
+    *out = v;
+    return 0;
+}
+
 /* PostgreSQL trims trailing zeros of a fraction; ISO 8601 as Python writes it has six digits or
  * none. A text of `base` characters has no fraction; base + 2 .. base + 7 one of 1..6 digits.
  * Returns the zeros to append, or FALLBACK for any other length (transcode.py's *_PAD). */
@@ -389,14 +403,8 @@ static int proto_value(Buf *b, int kind, Col c) {
         return put_varint(b, (uint64_t)v);
     }
     case K_FLOAT: {
-        char text[64];
-        if (n == 0 || n >= (Py_ssize_t)sizeof text) return FALLBACK;
-        memcpy(text, t, n);
-        text[n] = 0;
-        char *end;
-        double v = PyOS_string_to_double(text, &end, NULL);
-        if (PyErr_Occurred()) { PyErr_Clear(); return FALLBACK; }
-        if (end != text + n) return FALLBACK;
+        double v;
+        CHECK(parse_double(t, n, &v));
         unsigned char out[9] = {0x21};
         memcpy(out + 1, &v, 8); /* fixed64, little-endian (as struct's '<d') */
 #if PY_BIG_ENDIAN

@@ -116,19 +116,6 @@ static int column_var(Column *c, Py_ssize_t row, const unsigned char *p, Py_ssiz
 
 /* -- values ------------------------------------------------------------------------------------ */
 
-static int parse_double(const unsigned char *t, Py_ssize_t n, double *out) {
-    char text[64];
-    if (n == 0 || n >= (Py_ssize_t)sizeof text) return FALLBACK;
-    memcpy(text, t, n);
-    text[n] = 0;
-    char *end;
-    double v = PyOS_string_to_double(text, &end, NULL);
-    if (PyErr_Occurred()) { PyErr_Clear(); return FALLBACK; }
-    if (end != text + n) return FALLBACK;
-    *out = v;
-    return 0;
-}
-
 /* numeric text -> the unscaled decimal128 of (precision, scale); ``*null`` for NaN/±Infinity
  * (Arrow's decimals hold neither: the reference writes null). More fraction digits than the
  * scale, or more digits than the precision: FALLBACK (the reference decides). */

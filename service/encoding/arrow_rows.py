@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 
 from pgfeed_client.pgtypes import TEXT_ARRAY_OID
-from pgfeed.assembler.model import Op, Transaction
-from pgfeed.decoding.changes import Segment
+from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.decoding.changes import Segment, SunkChange
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
@@ -190,19 +189,19 @@ class ArrowSink:
                                                 children=children))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def batches(self, transactions: Sequence[Transaction]) -> list[pa.RecordBatch]:
+    def batches(self, transactions: Sequence[Transaction[SunkChange]]) -> list[pa.RecordBatch]:
         """The page's rows in change order: compiled segments, and the reference's rows for the
         changes left as ``Change`` objects."""
         compiled = self._batch() if self.rows.rows else None
         out: list[pa.RecordBatch] = []
-        pending: list[Transaction] = []
+        pending: list[Transaction[Change]] = []
         offset = 0
         for t in transactions:
-            ref: list[Any] = []
+            ref: list[Change] = []
             for c in t.changes:
                 if isinstance(c, Segment):
                     if ref:
-                        pending.append(replace(t, changes=ref))
+                        pending.append(t.with_changes(ref))
                         ref = []
                     if pending:
                         out.append(typed_batch(pending, self.columns, self.schema))
@@ -213,7 +212,7 @@ class ArrowSink:
                 else:
                     ref.append(c)
             if ref:
-                pending.append(replace(t, changes=ref))
+                pending.append(t.with_changes(ref))
         if pending:
             out.append(typed_batch(pending, self.columns, self.schema))
         return out

@@ -37,7 +37,15 @@ from typing import Any, cast
 import orjson
 import pyarrow as pa
 
-from pgfeed_client.pgtypes import ColumnType, column_type, element_is_json, is_json
+from pgfeed_client.pgtypes import (
+    CHANGE_COLUMN_TYPES,
+    KEY_COLUMN,
+    METADATA_COLUMN_TYPES,
+    ColumnType,
+    column_type,
+    element_is_json,
+    is_json,
+)
 from pgfeed.assembler.model import Change, Op, Transaction
 from pgfeed.encoding import ARROW_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
@@ -68,51 +76,6 @@ def _list_of(t: pa.DataType) -> pa.DataType:
     return pa.list_(pa.field("element", t))
 
 
-# -- the generic schema: one row per change event, as Spark's change_schema() plus end_lsn -------
-
-_CHANGE_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("lsn", pa.int64()),
-    pa.field("seq", pa.int64()),
-    pa.field("commit_lsn", pa.int64()),
-    pa.field("commit_ts", _TS_UTC),
-    pa.field("xid", pa.int64()),
-    pa.field("op", pa.string()),
-    pa.field("schema", pa.string()),
-    pa.field("table", pa.string()),
-    pa.field("key", pa.string()),  # JSON text
-    pa.field("before", pa.string()),  # JSON text
-    pa.field("after", pa.string()),  # JSON text
-    pa.field("unchanged_toast", _STRINGS),
-    pa.field("origin", pa.string()),
-    pa.field("prefix", pa.string()),
-    pa.field("content", pa.binary()),
-    pa.field("transactional", pa.bool_()),
-    pa.field("tables", _STRINGS),
-    pa.field("options", pa.string()),  # JSON text
-    pa.field("toast_filled", _STRINGS),
-    pa.field("end_lsn", pa.int64()),
-)
-_CHANGE_SCHEMA = pa.schema(list(_CHANGE_FIELDS))
-
-# Metadata columns of a typed row, after the table's columns (names as spark_connector's), then
-# KEY_FIELD (a struct whose fields depend on the table; absent when it has no key columns).
-METADATA_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("_op", pa.string()),
-    pa.field("_lsn", pa.int64()),
-    pa.field("_seq", pa.int64()),
-    pa.field("_commit_lsn", pa.int64()),
-    pa.field("_commit_ts", _TS_UTC),
-    pa.field("_xid", pa.int64()),
-    pa.field("_unchanged_toast", _STRINGS),
-)
-KEY_FIELD = "_key"
-_METADATA_NAMES = frozenset({f.name for f in METADATA_FIELDS} | {KEY_FIELD})
-
-
-def change_schema() -> pa.Schema:
-    return _CHANGE_SCHEMA
-
-
 # -- PostgreSQL types -> Arrow types: pgfeed_client.pgtypes.column_type, as Spark's schema reads it -----
 
 _KINDS: dict[str, pa.DataType] = {
@@ -129,6 +92,24 @@ def _arrow(t: ColumnType) -> pa.DataType:
     if t.kind == "decimal":
         return pa.decimal128(t.precision, t.scale)
     return _KINDS[t.kind]
+
+
+# -- the generic schema: one row per change event, as Spark's change_schema() plus end_lsn -------
+
+_CHANGE_FIELDS: tuple[pa.Field, ...] = (*(pa.field(name, _arrow(t)) for name, t in CHANGE_COLUMN_TYPES),
+                                        pa.field("end_lsn", pa.int64()))
+_CHANGE_SCHEMA = pa.schema(list(_CHANGE_FIELDS))
+
+# Metadata columns of a typed row, after the table's columns (pgfeed_client.pgtypes), then
+# KEY_FIELD (a struct whose fields depend on the table; absent when it has no key columns).
+METADATA_FIELDS: tuple[pa.Field, ...] = tuple(pa.field(name, _arrow(t))
+                                              for name, t in METADATA_COLUMN_TYPES)
+KEY_FIELD = KEY_COLUMN
+_METADATA_NAMES = frozenset({f.name for f in METADATA_FIELDS} | {KEY_FIELD})
+
+
+def change_schema() -> pa.Schema:
+    return _CHANGE_SCHEMA
 
 
 def arrow_type(type_name: str | None, typmod: int = -1, type_oid: int = 0) -> pa.DataType:
@@ -275,24 +256,26 @@ _ROW_IMAGE_AFTER = frozenset({Op.INSERT, Op.UPDATE, Op.READ})
 _EMPTY: dict[str, Any] = {}
 
 
-def _changes(transactions: Iterable[Transaction]) -> tuple[list[Change], list[Transaction]]:
+def _changes(transactions: Iterable[Transaction[Change]],
+             ) -> tuple[list[Change], list[Transaction[Change]]]:
     """Every change, and the transaction of each (same length)."""
     changes: list[Change] = []
-    owners: list[Transaction] = []
+    owners: list[Transaction[Change]] = []
     for t in transactions:
         changes.extend(t.changes)
         owners.extend([t] * len(t.changes))
     return changes, owners
 
 
-def _repeated(transactions: Iterable[Transaction], attr: Callable[[Transaction], Any]) -> list[Any]:
+def _repeated(transactions: Iterable[Transaction[Change]],
+              attr: Callable[[Transaction[Change]], Any]) -> list[Any]:
     out: list[Any] = []
     for t in transactions:
         out.extend([attr(t)] * len(t.changes))
     return out
 
 
-def typed_batch(transactions: Sequence[Transaction], columns: Sequence[ArrowColumn],
+def typed_batch(transactions: Sequence[Transaction[Change]], columns: Sequence[ArrowColumn],
                 schema: pa.Schema | None = None) -> pa.RecordBatch:
     """Changes of one table as rows of ``typed_schema(columns)``: the new image for inserts and
     updates, the old one (whole, else the key) for deletes, nothing for truncates."""
@@ -329,7 +312,7 @@ def _key_struct(changes: list[Change], columns: Sequence[ArrowColumn],
     return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
 
 
-def _metadata(transactions: Sequence[Transaction], changes: list[Change],
+def _metadata(transactions: Sequence[Transaction[Change]], changes: list[Change],
               toast_lists: list[list[str]]) -> list[pa.Array]:
     return [
         pa.array([c.op.value for c in changes], pa.string()),
@@ -346,7 +329,7 @@ def _json_or_none(values: Iterable[Any]) -> list[bytes | None]:
     return [None if v is None else dumps(v) for v in values]
 
 
-def generic_batch(transactions: Sequence[Transaction]) -> pa.RecordBatch:
+def generic_batch(transactions: Sequence[Transaction[Change]]) -> pa.RecordBatch:
     """Every change as a row of ``change_schema()``; row images and options as JSON text."""
     changes, _ = _changes(transactions)
     arrays = [

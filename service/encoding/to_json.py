@@ -15,8 +15,9 @@ import orjson
 from pgfeed_client._cursor import format_lsn
 from pgfeed_client._json import MAX_EMBEDDED_DEPTH
 from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.decoding.changes import RawChange
-from pgfeed.encoding.transcode import json_writers, transcoded
+from pgfeed.decoding.changes import LazyChange, RawChange
+from pgfeed.decoding.plan import RelationPlan
+from pgfeed.encoding.transcode import Writers, json_writers, transcoded
 from pgfeed.pgoutput.messages import PG_EPOCH
 from pgfeed.types.registry import json_writers as value_writers
 
@@ -41,7 +42,7 @@ def _header_of(commit_lsn: int, xid: int, commit_ts: int) -> tuple[str, int, str
 _last: tuple[object, tuple[str, int, str]] = (None, ("", 0, ""))
 
 
-def _header(txn: Transaction) -> tuple[str, int, str]:
+def _header(txn: Transaction[object]) -> tuple[str, int, str]:
     global _last
     last = _last
     if last[0] is txn:
@@ -54,7 +55,7 @@ def _header(txn: Transaction) -> tuple[str, int, str]:
 _INSERT, _UPDATE, _DELETE, _TRUNCATE, _READ = Op.INSERT, Op.UPDATE, Op.DELETE, Op.TRUNCATE, Op.READ
 
 
-def change_to_dict(change: Change, txn: Transaction) -> dict[str, Any]:
+def change_to_dict(change: Change, txn: Transaction[object]) -> dict[str, Any]:
     """One change event, keyed as the contract's "Change event (JSON)".
 
     Changes of a backfill chunk (op read) end with ``backfill`` (the id). Every event has lsn, seq, commit_lsn, xid, commit_ts, op, schema, table and origin. Row
@@ -105,7 +106,7 @@ def change_to_dict(change: Change, txn: Transaction) -> dict[str, Any]:
     return out
 
 
-def transaction_to_dict(txn: Transaction) -> dict[str, Any]:
+def transaction_to_dict(txn: Transaction[Change]) -> dict[str, Any]:
     """A whole (or sliced) transaction: its metadata and its change events (each complete)."""
     commit_lsn, xid, commit_ts = _header(txn)
     out = {
@@ -118,7 +119,7 @@ def transaction_to_dict(txn: Transaction) -> dict[str, Any]:
     return out
 
 
-def change_events(txn: Transaction) -> list[bytes]:
+def change_events(txn: Transaction[LazyChange]) -> list[bytes]:
     """The JSON bytes of each change event of ``txn``: row changes left in wire form
     (``RawChange``) are transcoded straight from their bytes where ``transcode`` can, everything
     else goes through ``change_to_dict`` and ``dumps``; both write the same events."""
@@ -129,7 +130,8 @@ def change_events(txn: Transaction) -> list[bytes]:
         b"}" if txn.backfill is None else b',"backfill":' + orjson.dumps(txn.backfill) + b"}")
     out: list[bytes] = []
     append = out.append
-    plan = writers = None
+    plan: RelationPlan | None = None
+    writers: Writers = {}
     for change in txn.changes:
         if type(change) is RawChange:
             if change.plan is not plan:
@@ -144,7 +146,7 @@ def change_events(txn: Transaction) -> list[bytes]:
     return out
 
 
-def transaction_json(txn: Transaction, cursor: str) -> bytes:
+def transaction_json(txn: Transaction[LazyChange], cursor: str) -> bytes:
     """``transaction_to_dict`` plus ``cursor``, as JSON bytes (events from ``change_events``)."""
     commit_lsn, xid, commit_ts = _header(txn)
     fields = {"xid": xid, "commit_lsn": commit_lsn, "end_lsn": format_lsn(txn.end_lsn),

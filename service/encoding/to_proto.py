@@ -20,10 +20,11 @@ from pgfeed_client._cursor import Cursor, format_lsn
 from pgfeed.assembler.model import Change, Op, Transaction
 from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.codegen import define
-from pgfeed.decoding.changes import RawChange
+from pgfeed.decoding.changes import LazyChange, RawChange
+from pgfeed.decoding.plan import RelationPlan
 from pgfeed.encoding.to_json import dumps as json_dumps
 from pgfeed.encoding.transcode import proto_writers as change_writers
-from pgfeed.encoding.transcode import transcoded
+from pgfeed.encoding.transcode import Writers, transcoded
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
 from pgfeed.protowire import HEADS as _HEADS
 from pgfeed.protowire import SMALL as _SMALL
@@ -317,7 +318,7 @@ def change_bytes(change: Change, kinds: Mapping[str, str] | None = None) -> byte
 
 # -- Transaction frames -------------------------------------------------------------------------------
 
-def _header(txn: Transaction) -> bytes:
+def _header(txn: Transaction[object]) -> bytes:
     """Fields 1-5 and 9 of a Transaction: xid, commit_lsn, end_lsn, commit_ts, origin, backfill."""
     out = b"\x08" + varint(txn.xid) if txn.xid else b""
     if txn.commit_lsn:
@@ -338,7 +339,7 @@ def _tail(cursor: str, final: bool) -> bytes:
     return text_field(b"\x3a", cursor) + (b"\x40\x01" if final else b"")
 
 
-def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
+def transaction_frames(txn: Transaction[LazyChange], *, kinds: ColumnKinds | None = None,
                        frame_bytes: int = FRAME_BYTES,
                        frame_changes: int = FRAME_CHANGES) -> list[bytes]:
     """A decoded Transaction (whole or a slice, as FeedReader pages give them) -> serialized
@@ -360,7 +361,9 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
     previous_seq = -1
     scratch: list[bytes] = []
     change_parts, join, small, table_kinds = _change_parts, b"".join, _SMALL, None
-    plan = writers = None
+    plan: RelationPlan | None = None
+    writers: Writers = {}
+    loaded: Change | None
     for change in txn.changes:
         seq = change.seq
         if type(change) is RawChange:
@@ -369,14 +372,16 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
                 writers = change_writers(plan)
             fast = transcoded(writers, change, b"", b"")
             if fast is not None:
-                body, change = fast, None
+                body, loaded = fast, None
             else:
                 table_kinds = change.plan.json_kinds or None
-                change = change.load()
-        elif kinds:
-            table_kinds = kinds.get((change.schema or "", change.table or "")) or None
-        if change is not None:
-            change_parts(change, table_kinds, scratch)
+                loaded = change.load()
+        else:
+            loaded = change  # its own table's json columns, never the previous change's
+            table_kinds = kinds.get((change.schema or "", change.table or "")) or None \
+                if kinds else None
+        if loaded is not None:
+            change_parts(loaded, table_kinds, scratch)
             body = join(scratch)
             scratch.clear()
         n = len(body)
@@ -402,7 +407,7 @@ def transaction_frames(txn: Transaction, *, kinds: ColumnKinds | None = None,
 class _Open:
     """A transaction whose last frame sent had ``final=false``."""
 
-    txn: Transaction
+    txn: Transaction[object]
 
 
 class Framer:
@@ -417,7 +422,7 @@ class Framer:
         self.frame_changes = frame_changes
         self._open: _Open | None = None
 
-    def frames(self, transactions: Iterable[Transaction], next_cursor: Cursor,
+    def frames(self, transactions: Iterable[Transaction[LazyChange]], next_cursor: Cursor,
                kinds: ColumnKinds | None = None) -> list[bytes]:
         """Frames for one page: its transactions, then a closing frame when ``next_cursor``
         (the page's ``next``) shows that a transaction left open has been read to its end."""
@@ -467,7 +472,7 @@ class JsonColumnCache:
         self._kinds: ColumnKinds = {}
         self._at = -refresh_seconds - 1.0
 
-    def kinds(self, transactions: Iterable[Transaction], now: float) -> ColumnKinds:
+    def kinds(self, transactions: Iterable[Transaction[LazyChange]], now: float) -> ColumnKinds:
         kinds = self._kinds
         if now - self._at > self._refresh or any(
                 type(c) is not RawChange and c.table is not None and (c.schema, c.table) not in kinds

@@ -9,22 +9,31 @@ gap and no duplicate.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Generic, Literal, overload
 
 from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
 from pgfeed.assembler.framing import FRAME
 from pgfeed.assembler.model import (
     BACKFILL_ORIGIN,
+    Change,
+    ChangeT_co,
     Op,
     StoredTransaction,
     Transaction,
     backfill_id_of,
 )
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.assembler.relations import RelationCatalog, served_schema
 from pgfeed.changelog.base import ChangeLog
-from pgfeed.decoding.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
+from pgfeed.decoding.changes import (
+    DEFAULT_PLACEHOLDER,
+    LazyChange,
+    ReadChange,
+    SunkChange,
+    ToastMode,
+    TransactionDecoder,
+)
 from pgfeed.errors import RetentionError
 from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.pgoutput.decode import decode
@@ -53,17 +62,19 @@ class ReaderBusy(Exception):
 
 
 @dataclass(slots=True)
-class Page:
+class Page(Generic[ChangeT_co]):
     """Decoded transactions (sliced when a page ends inside one, empty ones left out), the cursor
     after everything scanned, the log's head and whether the log holds more past ``next``.
     ``passed`` is the last transaction this page read whole and the filters left out entirely,
-    when none of ``transactions`` comes after it (a stream can report that it got that far)."""
+    when none of ``transactions`` comes after it (a stream can report that it got that far).
+    The changes are as ``page``'s ``lazy`` and ``sink`` read them (see
+    ``TransactionDecoder.decode``)."""
 
-    transactions: list[Transaction]
+    transactions: Sequence[Transaction[ChangeT_co]]
     next: Cursor
     head: int
     has_more: bool
-    passed: Transaction | None = None
+    passed: Transaction[ChangeT_co] | None = None
 
     @property
     def change_count(self) -> int:
@@ -94,11 +105,17 @@ class FeedReader:
         # once, not once per page.
         self._current: StoredTransaction | None = None
 
-    def resolve(self, cursor: Cursor | Literal["latest"]) -> Cursor:
-        """``latest`` -> the head; a cursor before what retention dropped -> RetentionError (410)."""
+    def resolve(self, cursor: Cursor | Literal["latest"], *, head: int | None = None,
+                trimmed: int | None = None) -> Cursor:
+        """``latest`` -> the head; a cursor before what retention dropped -> RetentionError (410).
+
+        ``head`` and ``trimmed`` are the log's positions when the caller has read them already
+        (to take other decisions on them): resolved on the same values, not read again, so that
+        an append or a trim in between cannot make the two disagree."""
         if cursor == "latest":
-            return Cursor(self.changelog.head())
-        trimmed = self.changelog.trimmed_lsn()
+            return Cursor(self.changelog.head() if head is None else head)
+        if trimmed is None:
+            trimmed = self.changelog.trimmed_lsn()
         if cursor != EARLIEST and trimmed and cursor < Cursor(trimmed):
             oldest = self.changelog.oldest()
             oldest_text = format_lsn(oldest) if oldest else format_lsn(trimmed)
@@ -108,10 +125,30 @@ class FeedReader:
                 f"transaction {oldest_text})", oldest=oldest_text)
         return cursor
 
+    @overload
     def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
              ops: Collection[Op] | None = None, to: Cursor | None = None,
              max_transactions: int | None = None, whole_transactions: bool = False,
-             lazy: bool = False, block: bool = True, sink: ArrowSink | None = None) -> Page:
+             lazy: Literal[False] = False, block: bool = True, sink: None = None,
+             ) -> Page[Change]: ...
+
+    @overload
+    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
+             ops: Collection[Op] | None = None, to: Cursor | None = None,
+             max_transactions: int | None = None, whole_transactions: bool = False,
+             lazy: bool, block: bool = True, sink: None = None) -> Page[LazyChange]: ...
+
+    @overload
+    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
+             ops: Collection[Op] | None = None, to: Cursor | None = None,
+             max_transactions: int | None = None, whole_transactions: bool = False,
+             lazy: bool = False, block: bool = True, sink: ArrowSink) -> Page[SunkChange]: ...
+
+    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
+             ops: Collection[Op] | None = None, to: Cursor | None = None,
+             max_transactions: int | None = None, whole_transactions: bool = False,
+             lazy: bool = False, block: bool = True,
+             sink: ArrowSink | None = None) -> Page[ReadChange]:
         """Up to ``limit`` changes scanned after ``after`` (and up to ``to`` inclusive).
 
         ``max_transactions`` additionally stops after that many transactions (the
@@ -133,8 +170,8 @@ class FeedReader:
         head = self.changelog.head()
         upto = None if to is None else to.lsn
         next_cursor = after
-        out: list[Transaction] = []
-        passed = None
+        out: list[Transaction[ReadChange]] = []
+        passed: Transaction[ReadChange] | None = None
         remaining = limit
         count = 0
         batch = self._stored(after, limit, upto)
@@ -243,7 +280,7 @@ def _filtered_chunk(stored: StoredTransaction, tables: set[str] | None,
         if tag == TAG_RELATION:
             rel = decode(bytes(payload[start:start + length]))
             assert isinstance(rel, RelationMessage)
-            return f"{rel.namespace or 'pg_catalog'}.{rel.relation_name}" not in tables
+            return f"{served_schema(rel.namespace)}.{rel.relation_name}" not in tables
         if tag != TAG_TYPE:
             return False
         pos = start + length

@@ -16,6 +16,7 @@ from pgfeed.changelog.base import ChangeLog
 from pgfeed.errors import FeedExists
 from pgfeed.feeds.catalogue import Catalogue
 from pgfeed.feeds.model import FeedSpec
+from pgfeed.feeds.toastindex import INDEX_FILE
 
 __all__ = ["FeedStore", "LocalStore"]
 
@@ -90,7 +91,7 @@ class LocalStore:
         return self._feed_dir(name) / "spill"
 
     def toast_index_path(self, name: str) -> Path | str:
-        return self._feed_dir(name) / "toast.db" if self._kind == "sqlite" else ":memory:"
+        return self._feed_dir(name) / INDEX_FILE if self._kind == "sqlite" else ":memory:"
 
     def close(self) -> None:
         pass

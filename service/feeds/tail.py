@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import Transaction
+from pgfeed.decoding.changes import LazyChange
 from pgfeed.encoding.to_json import change_events
 from pgfeed.encoding.to_proto import ColumnKinds, JsonColumnCache, transaction_frames
 from pgfeed.errors import PgfeedError
@@ -139,7 +140,7 @@ class SharedTail:
             return True
         return self._add(*read)
 
-    def _read(self, after: Cursor, *, block: bool) -> tuple[Page, list[TailEntry]]:
+    def _read(self, after: Cursor, *, block: bool) -> tuple[Page[LazyChange], list[TailEntry]]:
         page = self.reader.page(after, self._fill_changes, whole_transactions=True, lazy=True,
                                 block=block)
         if page.next.seq is not None:  # the first transaction alone exceeds a fill
@@ -147,7 +148,7 @@ class SharedTail:
         kinds = self._kinds.kinds(page.transactions, time.monotonic())
         return page, [_entry(txn, kinds) for txn in page.transactions]
 
-    def _add(self, page: Page, entries: list[TailEntry]) -> bool:
+    def _add(self, page: Page[LazyChange], entries: list[TailEntry]) -> bool:
         if page.next.seq is not None:
             # Readers page through that transaction themselves; the tail starts again after it.
             self._reset(page.next.lsn)
@@ -173,7 +174,7 @@ class SharedTail:
             del self._entries[:drop], self._lsns[:drop]
 
 
-def _entry(txn: Transaction, kinds: ColumnKinds) -> TailEntry:
+def _entry(txn: Transaction[LazyChange], kinds: ColumnKinds) -> TailEntry:
     frames = tuple(transaction_frames(txn, kinds=kinds))
     events = b",".join(change_events(txn))
     return TailEntry(txn.commit_lsn, len(txn.changes), frames, events,

@@ -52,7 +52,9 @@ from pgfeed.pgoutput.messages import (
     UpdateMessage,
 )
 
-__all__ = ["ToastIndex"]
+__all__ = ["INDEX_FILE", "ToastIndex"]
+
+INDEX_FILE = "toast.db"  # a feed's index file, in the directory its store gives it
 
 _SCHEMA = (
     ("CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 1), "

@@ -20,8 +20,10 @@ import grpc
 from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed_client._headers import OLDEST_METADATA, qualified_table
 from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
+from pgfeed.decoding.changes import LazyChange
 from pgfeed.encoding.to_proto import Framer, JsonColumnCache
 from pgfeed.errors import FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
@@ -34,7 +36,6 @@ __all__ = ["OLDEST_METADATA", "ChangeFeedServicer", "feed_message"]
 
 log = logging.getLogger("pgfeed.grpc")
 
-OLDEST_METADATA = "pgfeed-oldest"  # trailing metadata of OUT_OF_RANGE: the oldest position served
 PAGE_CHANGES = 10_000  # changes scanned per log read while replaying
 TAIL_PAGE = 200  # changes scanned per read on the event loop once caught up (see ``_read``)
 TAIL_WAIT = 30.0  # seconds a caught-up stream waits on the notifier before looking again
@@ -66,7 +67,7 @@ class _Stream:
         return self.reader.resolve(self.request.cursor)  # type: ignore[arg-type]
 
     def read(self, after: Cursor, limit: int = PAGE_CHANGES, block: bool = True,
-             ) -> tuple[Page, list[bytes]]:
+             ) -> tuple[Page[LazyChange], list[bytes]]:
         assert self.reader is not None
         request = self.request
         try:
@@ -227,8 +228,7 @@ async def _parse(request: feed_pb2.SubscribeRequest, context: grpc.aio.ServicerC
         if not all(names):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "tables: empty table name; expected names like public.orders")
-        # As on HTTP: ``orders`` means ``public.orders``.
-        tables = frozenset(n if "." in n else f"public.{n}" for n in names)
+        tables = frozenset(qualified_table(n) for n in names)  # as on HTTP
     return _Request(request.feed, cursor, tables, ops)
 
 
@@ -238,7 +238,8 @@ async def _expired(context: grpc.aio.ServicerContext, exc: RetentionError) -> No
     raise AssertionError("unreachable")  # abort raises
 
 
-async def _read(stream: _Stream, position: Cursor, tailing: bool) -> tuple[Page, list[bytes]]:
+async def _read(stream: _Stream, position: Cursor,
+                tailing: bool) -> tuple[Page[LazyChange], list[bytes]]:
     """The next page. A stream that has caught up reads its next (small) page on the event loop:
     handing a read to a worker thread and back costs ~0.2 ms of CPU here, more than a few live
     transactions take to read, and a live subscriber's latency is made of such steps. At most

@@ -8,8 +8,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from pgfeed_client._headers import MAX_LIMIT
 import pgfeed
 from pgfeed.config import Settings
+from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.auth import TokenAuth
@@ -73,7 +75,7 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     install_ui(app)  # /ui: the admin console
     install_handlers(app)
     changes_route = next(r for r in changes.router.routes if getattr(r, "path", None) == changes.CHANGES_PATH)
-    app.add_middleware(TailFastPath, route=changes_route, max_limit=changes.MAX_LIMIT,
+    app.add_middleware(TailFastPath, route=changes_route, max_limit=MAX_LIMIT,
                        max_wait=changes.MAX_WAIT)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost
 
@@ -105,12 +107,12 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 default_422 = None
             if "requestBody" in operation:
                 responses.setdefault("422", {"description": "Invalid request body",
-                                             "content": {"application/json": {"schema": error_ref}}})
+                                             "content": {JSON_MEDIA_TYPE: {"schema": error_ref}}})
                 responses.setdefault("400", {"description": "Malformed JSON body",
-                                             "content": {"application/json": {"schema": error_ref}}})
+                                             "content": {JSON_MEDIA_TYPE: {"schema": error_ref}}})
             if default_422 is not None and operation.get("parameters"):
                 responses.setdefault("400", {"description": "Bad parameter",
-                                             "content": {"application/json": {"schema": error_ref}}})
+                                             "content": {JSON_MEDIA_TYPE: {"schema": error_ref}}})
     schemas = doc.get("components", {}).get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)

@@ -11,19 +11,22 @@ import orjson
 
 from pgfeed_client._cursor import Cursor, format_lsn, parse_lsn
 from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
-from pgfeed.assembler.model import Transaction
+from pgfeed.assembler.model import Change, Transaction
 from pgfeed.assembler.relations import RelationCatalog
-from pgfeed.encoding import ARROW_MEDIA_TYPE
+from pgfeed.decoding.changes import LazyChange, SunkChange
+from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import change_events, transaction_json
 from pgfeed.feeds.reader import Page
 from pgfeed.http_api.errors import ApiError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from pgfeed.encoding.arrow_rows import ArrowSink
     from pgfeed.encoding.to_arrow import ArrowColumn
 
-__all__ = ["Encoded", "arrow_page", "arrow_sink", "json_changes", "json_transactions"]
-
+__all__ = ["Encoded", "arrow_page", "arrow_sink", "json_changes", "json_transactions",
+           "sunk_arrow_page"]
 
 
 @dataclass(slots=True)
@@ -34,7 +37,7 @@ class Encoded:
 
     body: bytes
     media_type: str
-    page: Page
+    page: Page[object]
     change_count: int
 
     def finish(self, head: int, to: Cursor | None) -> tuple[bytes, dict[str, str]]:
@@ -45,20 +48,20 @@ class Encoded:
         next_text, head_text = str(page.next), format_lsn(head)
         headers = {NEXT_HEADER: next_text, HEAD_HEADER: head_text,
                    HAS_MORE_HEADER: "true" if has_more else "false"}
-        if self.media_type != "application/json":
+        if self.media_type != JSON_MEDIA_TYPE:
             return self.body, headers
         tail = (b'"next":' + orjson.dumps(next_text) + b',"head":' + orjson.dumps(head_text)
                 + (b',"has_more":true}' if has_more else b',"has_more":false}'))
         return self.body + tail, headers
 
 
-def json_changes(page: Page) -> Encoded:
+def json_changes(page: Page[LazyChange]) -> Encoded:
     events = [e for t in page.transactions for e in change_events(t)]
-    return Encoded(b'{"changes":[' + b",".join(events) + b"],", "application/json", page,
+    return Encoded(b'{"changes":[' + b",".join(events) + b"],", JSON_MEDIA_TYPE, page,
                    len(events))
 
 
-def cursor_after(txn: Transaction) -> str:
+def cursor_after(txn: Transaction[object]) -> str:
     """Where a reader resumes after this transaction (or after this slice of it)."""
     last = txn.last_seq
     if last is None or last >= txn.change_count - 1:
@@ -66,10 +69,10 @@ def cursor_after(txn: Transaction) -> str:
     return f"{format_lsn(txn.commit_lsn)}:{last}"
 
 
-def json_transactions(page: Page) -> Encoded:
+def json_transactions(page: Page[LazyChange]) -> Encoded:
     items = [transaction_json(txn, cursor_after(txn)) for txn in page.transactions]
     count = sum(len(txn.changes) for txn in page.transactions)
-    return Encoded(b'{"transactions":[' + b",".join(items) + b"],", "application/json", page,
+    return Encoded(b'{"transactions":[' + b",".join(items) + b"],", JSON_MEDIA_TYPE, page,
                    count)
 
 
@@ -86,10 +89,10 @@ def arrow_sink(catalog: RelationCatalog, typed_table: str) -> ArrowSink | None:
     return arrow_rows.sink_for(columns, schema)
 
 
-def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | None,
-               sink: ArrowSink | None = None) -> Encoded:
-    """Generic change rows, or the typed rows of ``typed_table`` (its newest shape in ``catalog``;
-    ``sink``: the page was decoded into it, for that shape)."""
+def arrow_page(page: Page[Change], typed_table: str | None,
+               catalog: RelationCatalog | None) -> Encoded:
+    """Generic change rows, or the typed rows of ``typed_table`` (its newest shape in
+    ``catalog``): the reference encoders."""
     from pgfeed.encoding import to_arrow  # pyarrow only once someone asks for Arrow
 
     if typed_table is not None:
@@ -99,14 +102,22 @@ def arrow_page(page: Page, typed_table: str | None, catalog: RelationCatalog | N
             schema = to_arrow.typed_schema(columns)
         except ValueError as exc:
             raise ApiError(400, "unsupported_table", str(exc)) from None
-        if sink is not None:
-            assert sink.columns == tuple(columns)
-            batches = sink.batches(page.transactions)
-        else:
-            batches = [to_arrow.typed_batch(page.transactions, columns, schema)]
+        batches = [to_arrow.typed_batch(page.transactions, columns, schema)]
     else:
         schema = to_arrow.change_schema()
         batches = [to_arrow.generic_batch(page.transactions)]
+    return _arrow(page, schema, batches)
+
+
+def sunk_arrow_page(page: Page[SunkChange], sink: ArrowSink) -> Encoded:
+    """The typed rows of a page decoded into ``sink`` (made for its table's newest shape, which
+    the caller checked is still the newest after the read)."""
+    return _arrow(page, sink.schema, sink.batches(page.transactions))
+
+
+def _arrow(page: Page[object], schema: pa.Schema, batches: list[pa.RecordBatch]) -> Encoded:
+    from pgfeed.encoding import to_arrow
+
     return Encoded(to_arrow.ipc_stream(schema, batches), ARROW_MEDIA_TYPE, page,
                    sum(b.num_rows for b in batches))
 

@@ -9,7 +9,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 import pgfeed
-from pgfeed.decoding.changes import RawChange
+from pgfeed.assembler.model import Change
+from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.encoding.to_debezium import DebeziumSource, envelopes
 from pgfeed.encoding.to_json import change_to_dict, dumps
 from pgfeed.feeds.reader import Page
@@ -27,13 +28,12 @@ def debezium_source(feed: str, dsn: str) -> DebeziumSource:
     return DebeziumSource(name=feed, db=None if db is None else str(db), version=pgfeed.__version__)
 
 
-def debezium_changes(page: Page, source: DebeziumSource) -> Encoded:
+def debezium_changes(page: Page[Change], source: DebeziumSource) -> Encoded:
+    """Envelopes of a page read decoded (not ``lazy``): each from its native event."""
     items: list[bytes] = []
     count = 0
     for txn in page.transactions:
         for change in txn.changes:
-            if type(change) is RawChange:
-                change = change.load()
             count += 1
             items.extend(dumps(e) for e in envelopes(change_to_dict(change, txn), source))
-    return Encoded(b'{"changes":[' + b",".join(items) + b"],", "application/json", page, count)
+    return Encoded(b'{"changes":[' + b",".join(items) + b"],", JSON_MEDIA_TYPE, page, count)

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from pgfeed_client._cursor import CursorError
 from pgfeed.changelog.base import ChangeLogError
+from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.errors import (
     BackfillError,
     FeedExists,
@@ -53,7 +54,7 @@ class ApiError(Exception):
 def error_response(status: int, code: str, message: str, *,
                    headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
     body = orjson.dumps({"error": {"code": code, "message": message, **extra}})
-    return Response(body, status_code=status, media_type="application/json",
+    return Response(body, status_code=status, media_type=JSON_MEDIA_TYPE,
                     headers=dict(headers or {}))
 
 

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed_client._headers import DEFAULT_LIMIT
 from pgfeed.errors import PgfeedError
 from pgfeed.http_api.errors import ApiError, answer_for
 from pgfeed.http_api.paging import MAX_CURSOR_LENGTH, PageRequest, serve_page
@@ -104,7 +105,8 @@ class TailFastPath:
             params[name] = value
         if params.get("format", "json") != "json":
             return None
-        limit, wait, after = params.get("limit", "1000"), params.get("wait", "0"), params.get("after")
+        limit, wait = params.get("limit", str(DEFAULT_LIMIT)), params.get("wait", "0")
+        after = params.get("after")
         if after is None or len(after) > MAX_CURSOR_LENGTH or not _INT.fullmatch(limit) \
                 or not _SECONDS.fullmatch(wait):
             return None

@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, TypedDict
 
 from starlette.concurrency import run_in_threadpool
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed_client._headers import qualified_table
 from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
+from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import HeadNotifier, StopSignal
 from pgfeed.feeds.reader import FeedReader, Page, parse_ops
 from pgfeed.feeds.supervisor import Supervisor
@@ -26,11 +28,8 @@ from pgfeed.http_api.encode import Encoded
 from pgfeed.http_api.errors import ApiError, bad_parameter
 from pgfeed.http_api.readahead import ReadAhead
 
-if TYPE_CHECKING:
-    from pgfeed.encoding.arrow_rows import ArrowSink
-
 __all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
-           "parse_ops_param", "parse_tables", "serve_page"]
+           "parse_ops_param", "parse_tables", "serve_page", "within_head"]
 
 Format = Literal["json", "arrow", "debezium"]
 CursorParam = Cursor | Literal["latest"]
@@ -49,6 +48,16 @@ def parse_cursor_param(name: str, text: str, *, where: str = "query parameter") 
         return parse_cursor(text)
     except CursorError as exc:
         raise ApiError(400, "invalid_cursor", f"{where} {name!r}: {exc}") from None
+
+
+def within_head(cursor: CursorParam, head: int, *, why: str = "") -> Cursor:
+    """A cursor a request asks the log to act on (``latest``: ``head``); one past the head is a
+    400 ``cursor_ahead``, ``why`` saying what may be named instead."""
+    resolved = Cursor(head) if cursor == "latest" else cursor
+    if resolved.lsn > head:
+        raise ApiError(400, "cursor_ahead",
+                       f"cursor {resolved} is past the feed's head {Cursor(head)}{why}")
+    return resolved
 
 
 def parse_names(name: str, values: Sequence[str] | None) -> list[str] | None:
@@ -72,7 +81,7 @@ def parse_tables(values: Sequence[str] | None) -> frozenset[str] | None:
     names = parse_names("tables", values)
     if names is None:
         return None
-    return frozenset(n if "." in n else f"public.{n}" for n in names)
+    return frozenset(qualified_table(n) for n in names)
 
 
 def parse_ops_param(values: Sequence[str] | None) -> frozenset[Op] | None:
@@ -187,7 +196,7 @@ async def _from_tail(tail: SharedTail, notifier: HeadNotifier, request: PageRequ
         if notifier.closed:
             return None
     body = b'{"changes":[' + b",".join(e.events for e in part.entries if e.events) + b"],"
-    out = Encoded(body, "application/json", Page([], part.next, head, False), part.change_count)
+    out = Encoded(body, JSON_MEDIA_TYPE, Page([], part.next, head, False), part.change_count)
     body, headers = out.finish(head, None)
     return Answer(body, out.media_type, headers, out.change_count)
 
@@ -212,9 +221,9 @@ class _Reading:
         request = self.request
         head = reader.changelog.head()
         # A page below the head stays the same until retention trims under it: pages are shared
-        # (``ReadAhead``) per trimmed position
+        # (``ReadAhead``) per trimmed position, the one the retention check uses too
         self.trimmed = reader.changelog.trimmed_lsn()
-        after = reader.resolve(request.after)
+        after = reader.resolve(request.after, head=head, trimmed=self.trimmed)
         if request.to is not None:
             self.to = Cursor(head) if request.to == "latest" else request.to
         return after, head
@@ -237,35 +246,52 @@ class _Reading:
         is the head of each request)."""
         return out.page.next < self.bound(head) and self.request.to != "latest"
 
-    def _page(self, after: Cursor, sink: ArrowSink | None) -> Page:
-        assert self.reader is not None
-        request = self.request
-        try:
-            return self.reader.page(after, request.limit, tables=request.tables, ops=request.ops,
-                                    to=self.to, max_transactions=request.transactions,
-                                    whole_transactions=request.transactions is not None,
-                                    lazy=request.fmt == "json", sink=sink)
-        except ChangeLogError:  # closed: 404 if the feed was deleted meanwhile (a long-poll)
-            self.supervisor.check_reader(self.feed, self.reader)
-            raise
-
     def read(self, after: Cursor) -> Encoded:
-        assert self.reader is not None
+        reader = self.reader
+        assert reader is not None
+        try:
+            out = self._read(reader, after)
+        except ChangeLogError:  # closed: 404 if the feed was deleted meanwhile (a long-poll)
+            self.supervisor.check_reader(self.feed, reader)
+            raise
+        # Retention may have trimmed past ``after`` during the read (``resolve`` checked before
+        # it): checked again after it, so a page that is answered has missed nothing
+        reader.resolve(after)
+        return out
+
+    def _read(self, reader: FeedReader, after: Cursor) -> Encoded:
         request = self.request
-        catalog = self.supervisor.catalog(self.feed) if self.typed_table else None
-        sink = encode.arrow_sink(catalog, self.typed_table) if self.typed_table and catalog is not None else None
-        page = self._page(after, sink)
-        if self.typed_table:
-            catalog = self.supervisor.catalog(self.feed)
-            if sink is not None and tuple(encode.table_columns(catalog, self.typed_table)) != sink.columns:
-                sink = None  # the table changed shape in this page: the reference's, whole
-                page = self._page(after, None)
-        if request.fmt == "arrow":
-            return encode.arrow_page(page, self.typed_table, catalog, sink)
+        window = _Window(tables=request.tables, ops=request.ops, to=self.to,
+                         max_transactions=request.transactions,
+                         whole_transactions=request.transactions is not None)
+        if request.fmt == "json":  # row changes left in wire form for the transcoders
+            page = reader.page(after, request.limit, **window, lazy=True)
+            if request.transactions is not None:
+                return encode.json_transactions(page)
+            return encode.json_changes(page)
         if request.fmt == "debezium":
             from pgfeed.http_api.encode_debezium import debezium_changes, debezium_source
             source = debezium_source(self.feed, self.supervisor.spec(self.feed).dsn)
-            return debezium_changes(page, source)
-        if request.transactions is not None:
-            return encode.json_transactions(page)
-        return encode.json_changes(page)
+            return debezium_changes(reader.page(after, request.limit, **window), source)
+        typed = self.typed_table
+        if typed is None:
+            return encode.arrow_page(reader.page(after, request.limit, **window), None, None)
+        sink = encode.arrow_sink(self.supervisor.catalog(self.feed), typed)
+        if sink is not None:
+            sunk = reader.page(after, request.limit, **window, sink=sink)
+            catalog = self.supervisor.catalog(self.feed)
+            if tuple(encode.table_columns(catalog, typed)) == sink.columns:
+                return encode.sunk_arrow_page(sunk, sink)
+            # the table changed shape in this page: the reference's, whole
+        page = reader.page(after, request.limit, **window)
+        return encode.arrow_page(page, typed, self.supervisor.catalog(self.feed))
+
+
+class _Window(TypedDict):
+    """What a request reads, beside its cursor and limit (``FeedReader.page``'s filters)."""
+
+    tables: frozenset[str] | None
+    ops: frozenset[Op] | None
+    to: Cursor | None
+    max_transactions: int | None
+    whole_transactions: bool

@@ -446,7 +446,7 @@ _DECODERS: dict[int, Callable[[bytes, bool], Message]] = {
 }
 
 
-def decode(buf: bytes | memoryview, *, in_stream: bool = False) -> Message:
+def decode(buf: bytes | bytearray | memoryview, *, in_stream: bool = False) -> Message:
     """Decode one whole pgoutput message (tag byte first).
 
     ``in_stream`` is True between Stream Start and Stream Stop, where Relation, Type, Insert,

@@ -27,6 +27,7 @@ from pgfeed.changelog.base import ChangeLogError
 from pgfeed.dsn import mask_dsn, scrub
 from pgfeed.errors import FeedExists
 from pgfeed.feeds.model import FeedSpec
+from pgfeed.feeds.toastindex import INDEX_FILE
 from pgfeed.pgstore import leases
 from pgfeed.pgstore.changelog import PgChangeLog
 from pgfeed.pgstore.connections import ConnectionPool, connect
@@ -140,7 +141,7 @@ class PgStore:
         """Each replica builds a ``toast=reselect`` index of its own from the shared log, in its
         temporary directory (rebuilt after a restart; see docs/design.md)."""
         self.spill_dir(name).mkdir(parents=True, exist_ok=True)
-        return self.spill_dir(name) / "toast.db"
+        return self.spill_dir(name) / INDEX_FILE
 
     # -- leases and replicas -----------------------------------------------------------------------
 

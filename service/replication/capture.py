@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 import psycopg
 
 from pgfeed.assembler.model import StoredTransaction
-from pgfeed.assembler.transactions import TransactionAssembler
+from pgfeed.assembler.transactions import HEARTBEAT_PREFIX, TransactionAssembler
 from pgfeed.changelog.base import ChangeLog, LeaseLost, StoreUnavailable
 from pgfeed.changelog.spill_files import FileSpillStore
 from pgfeed.dsn import scrub
@@ -310,7 +310,7 @@ class _Heartbeat:
     """Emits a non-transactional logical message every ``heartbeat_seconds`` on a normal connection,
     so an idle feed's slot keeps moving (its position is confirmed, the message never served)."""
 
-    PREFIX = "pgfeed.heartbeat"
+    PREFIX = HEARTBEAT_PREFIX
 
     def __init__(self, config: CaptureConfig) -> None:
         self.config = config

@@ -60,7 +60,9 @@ DRIVER = textwrap.dedent("""
 
 
 def test_the_streaming_mirror_survives_a_driver_kill_mid_batch(
-        pg_dsn: str, make_served_feed: Any, spark_session: SparkSession, tmp_path: Path) -> None:
+        newest_pg_dsn: str, make_served_feed: Any, spark_session: SparkSession,
+        tmp_path: Path) -> None:
+    pg_dsn = newest_pg_dsn  # minutes a run: once, on the newest source
     feed = make_served_feed(pg_dsn, all_tables=True, toast="placeholder")
     name = f"smirror_{uuid.uuid4().hex[:8]}"
     base_url = make_served_feed.service.http_url

@@ -9,8 +9,14 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from pgfeed_client._cursor import CURSOR_PATTERN, Cursor, format_lsn
-from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
-from pgfeed.encoding import ARROW_MEDIA_TYPE
+from pgfeed_client._headers import (
+    DEFAULT_LIMIT,
+    HAS_MORE_HEADER,
+    HEAD_HEADER,
+    MAX_LIMIT,
+    NEXT_HEADER,
+)
+from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
 from pgfeed.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
 from pgfeed.http_api.errors import ApiError
@@ -29,7 +35,6 @@ from pgfeed.metrics import Metrics
 
 router = APIRouter(prefix="/v1/feeds", tags=["reading"], dependencies=[ReadScope])
 
-MAX_LIMIT = 100_000
 MAX_WAIT = 60.0
 MAX_TRANSACTIONS = 10_000
 MAX_SPLITS = 1000
@@ -47,10 +52,10 @@ After = Annotated[str, Query(json_schema_extra=_CURSOR_DOC, description="Cursor:
 Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                               description="Long-poll: when nothing is there yet, wait up to this "
                                           "many seconds for a commit")]
-FormatParam = Annotated[Literal["json", "arrow"], Query(
-    alias="format", description="`arrow`: an Arrow IPC stream; the cursor comes in `PgFeed-Next`")]
+_ARROW_DOC = f"`arrow`: an Arrow IPC stream; the cursor comes in `{NEXT_HEADER}`"
+FormatParam = Annotated[Literal["json", "arrow"], Query(alias="format", description=_ARROW_DOC)]
 ChangesFormatParam = Annotated[Literal["json", "arrow", "debezium"], Query(
-    alias="format", description="`arrow`: an Arrow IPC stream; the cursor comes in `PgFeed-Next`. "
+    alias="format", description=f"{_ARROW_DOC}. "
                                 "`debezium`: each change as a Debezium envelope (docs/debezium.md)")]
 
 _PAGE_HEADERS = {
@@ -78,7 +83,7 @@ async def changes(
     stop: StopDep,
     after: After = "earliest",
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes scanned at most "
-                                "(filtered-out ones count too)")] = 1000,
+                                "(filtered-out ones count too)")] = DEFAULT_LIMIT,
     tables: Annotated[list[str] | None, Query(json_schema_extra=_TABLES_DOC, description="Only these "
                                               "tables (`schema.table`, comma-separated or repeated)")] = None,
     ops: Annotated[list[str] | None, Query(json_schema_extra=_OPS_DOC, description="Only these ops: "
@@ -144,7 +149,7 @@ def splits(
         points = reader.changelog.split_points(low.lsn, high.lsn, n) if high.lsn > low.lsn else []
         boundaries += [format_lsn(p) for p in points if low < Cursor(p) < high]
         boundaries.append(str(high))
-    return Response(dumps({"boundaries": boundaries}), media_type="application/json")
+    return Response(dumps({"boundaries": boundaries}), media_type=JSON_MEDIA_TYPE)
 
 
 @router.get("/{feed}/tables", response_model=TablesOut, summary="Relations and their schemas")
@@ -152,4 +157,4 @@ def tables_of(feed: FeedName, supervisor: SupervisorDep) -> Response:
     """Every relation the feed has seen: columns (name, type OID, type name, typmod, key flag) of
     its newest version first, then every version with the LSN it took effect at."""
     tables: list[dict[str, Any]] = supervisor.catalog(feed).tables()
-    return Response(dumps({"tables": tables}), media_type="application/json")
+    return Response(dumps({"tables": tables}), media_type=JSON_MEDIA_TYPE)

@@ -15,11 +15,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, status
 from starlette.responses import Response
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.changelog.base import ConsumerState, format_pg_time, idle_expiry
 from pgfeed.http_api.deps import AdminScope, ReadScope, SupervisorDep
 from pgfeed.http_api.errors import ApiError
-from pgfeed.http_api.paging import parse_cursor_param
+from pgfeed.http_api.paging import parse_cursor_param, within_head
 from pgfeed.http_api.routes.changes import FeedName
 from pgfeed.http_api.schemas import ConsumerAck, ConsumerOut, ConsumersOut, ErrorBody
 
@@ -74,11 +73,8 @@ def put_consumer(feed: FeedName, name: ConsumerName, body: ConsumerAck,
     does not acknowledge within the feed's `retention.consumer_max_idle_hours` expires."""
     parsed = parse_cursor_param("cursor", body.cursor, where="body field")
     changelog = supervisor.changelog(feed)
-    head = changelog.head()
-    cursor = Cursor(head) if parsed == "latest" else parsed
-    if cursor.lsn > head:
-        raise ApiError(400, "cursor_ahead", f"cursor {cursor} is past the feed's head "
-                       f"{Cursor(head)}: a consumer can only acknowledge what the feed holds")
+    cursor = within_head(parsed, changelog.head(),
+                         why=": a consumer can only acknowledge what the feed holds")
     changelog.set_consumer(name, cursor)
     return get_consumer(feed, name, supervisor)
 

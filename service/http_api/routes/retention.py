@@ -6,11 +6,10 @@ import logging
 
 from fastapi import APIRouter
 
-from pgfeed_client._cursor import Cursor, format_lsn
+from pgfeed_client._cursor import format_lsn
 from pgfeed.changelog.base import consumed_bound
 from pgfeed.http_api.deps import AdminScope, SupervisorDep
-from pgfeed.http_api.errors import ApiError
-from pgfeed.http_api.paging import parse_cursor_param
+from pgfeed.http_api.paging import parse_cursor_param, within_head
 from pgfeed.http_api.routes.changes import FeedName
 from pgfeed.http_api.schemas import TrimOut, TrimRequest
 
@@ -27,10 +26,7 @@ def trim_feed(feed: FeedName, body: TrimRequest, supervisor: SupervisorDep) -> T
     at or after `before` lose nothing."""
     parsed = parse_cursor_param("before", body.before, where="body field")
     changelog = supervisor.changelog(feed)
-    head = changelog.head()
-    cursor = Cursor(head) if parsed == "latest" else parsed
-    if cursor.lsn > head:
-        raise ApiError(400, "cursor_ahead", f"cursor {cursor} is past the feed's head {Cursor(head)}")
+    cursor = within_head(parsed, changelog.head())
     known = set(changelog.consumers())
     supervisor.prepare_trim(feed)  # a toast=reselect index takes in what is about to go
     dropped = changelog.trim(consumed_bound(changelog, cursor), force=True)

@@ -102,3 +102,24 @@ def test_the_issue_document_on_the_reference_path() -> None:
                                   ArrowColumn("span", "interval", -1, 1186),
                                   ArrowColumn("doc", "jsonb", -1, 3802)]).column("doc").to_pylist() \
         == [doc]
+
+
+def test_a_decoded_change_never_takes_json_columns_from_the_change_before_it() -> None:
+    """A lazy page mixes wire-form changes with decoded ones: after one that fell back to the
+    reference path (its table's ``doc`` is jsonb), a decoded change whose ``doc`` is text is
+    still a string, not a json value."""
+    import dataclasses
+
+    rel = struct.pack(">I", RELID)
+    doc = '{"a": 1}'
+    jsonb_table = decoder([("id", 20, True), ("span", 1186, False), ("doc", 3802, False)])
+    first = jsonb_table.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "1 day", doc])]),
+                               lazy=True)
+    text_table = decoder([("id", 20, True), ("doc", 25, False)])
+    second = text_table.decode(stored([b"I" + rel + b"N" + tuple_data(["2", doc])]))
+    mixed = dataclasses.replace(first, changes=[*first.changes, *second.changes])
+    changes = [c for f in transaction_frames(mixed)
+               for c in feed_pb2.Transaction.FromString(f).changes]
+    assert changes[0].after["doc"].json_value == doc
+    assert changes[1].after["doc"].WhichOneof("kind") == "string_value"
+    assert changes[1].after["doc"].string_value == doc

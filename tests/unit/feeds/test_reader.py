@@ -9,6 +9,7 @@ from pgfeed_client._cursor import EARLIEST, Cursor
 from pgfeed.assembler.model import Op
 from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.errors import RetentionError
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
 from tests.unit.changelog.txns import relation_frame, txn
 
@@ -75,3 +76,18 @@ def test_a_page_names_the_last_whole_transaction_its_filters_left_out() -> None:
     served = reader.page(EARLIEST, 10, tables={"public.orders"})
     assert [t.commit_lsn for t in served.transactions] == [0x1000, 0x2000, 0x3000]
     assert served.passed is None
+
+
+def test_resolve_decides_on_the_positions_its_caller_read() -> None:
+    """A request that read the log's positions for its own decisions (the read-ahead key, ``to``)
+    resolves on those same values: an append or a trim since cannot make the two disagree."""
+    reader = _reader()
+    reader.changelog.trim(0x2000, force=True)  # 0/1000 dropped
+    assert reader.resolve(Cursor(0x2000)) == Cursor(0x2000)
+    with pytest.raises(RetentionError) as caught:  # the caller read 0/3000 (a trim since then)
+        reader.resolve(Cursor(0x2000), trimmed=0x3000)
+    assert "0/3000 were dropped" in str(caught.value)
+    with pytest.raises(RetentionError):
+        reader.resolve(Cursor(0x800))  # no position given: the log's own, read now
+    assert reader.resolve("latest") == Cursor(0x3000)
+    assert reader.resolve("latest", head=0x2000) == Cursor(0x2000)

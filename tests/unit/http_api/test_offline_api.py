@@ -44,6 +44,51 @@ def test_a_cursor_older_than_retention_is_410_naming_the_oldest_position(tmp_pat
                 page["changes"]
 
 
+class _TrimmingLog:
+    """A feed's change log that retention trims (to ``upto``) just before the next read, as a
+    leader's retention pass can while a page request runs; counts reads of its trimmed position."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self.trimmed_reads = 0
+        self.upto: int | None = None
+
+    def trimmed_lsn(self) -> int:
+        self.trimmed_reads += 1
+        return int(self._log.trimmed_lsn())
+
+    def read(self, *args: Any, **kwargs: Any) -> Any:
+        if self.upto is not None:
+            self._log.trim(self.upto, force=True)
+            self.upto = None
+        return self._log.read(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+
+def test_a_trim_during_a_page_read_is_410_not_a_silent_gap(tmp_path: Path) -> None:
+    """The retention check before the read decides the read-ahead key with the same trimmed
+    position (one read); a trim under the cursor while the page is read is caught after it."""
+    with run_offline(tmp_path / "data", {"shop": FeedOptions()}) as svc:
+        log = svc.supervisor.changelog("shop")
+        log.append([txn(n * 0x1000, 2, schema=n == 1, ts=n) for n in range(1, 9)])
+        log.trim(0x3000, force=True)
+        reader = svc.supervisor.reader("shop")
+        trimming = _TrimmingLog(reader.changelog)
+        reader.changelog = trimming  # type: ignore[assignment]
+        with httpx.Client(base_url=svc.url, timeout=30) as client:
+            for fmt, upto in (("json", 0x5000), ("arrow", 0x6000)):
+                trimming.upto = upto  # the cursor passes the check, then its next changes go
+                error = _error(client.get("/v1/feeds/shop/changes",
+                                          params={"after": "0/3000", "format": fmt}), 410)
+                assert error["code"] == "cursor_expired", fmt
+            trimming.trimmed_reads = 0
+            page = client.get("/v1/feeds/shop/changes", params={"after": "0/6000", "tables": "orders"})
+            assert page.status_code == 200 and page.json()["changes"], page.text
+            assert trimming.trimmed_reads == 2  # before the read (check + key) and after it
+
+
 # -- schemathesis -----------------------------------------------------------------------------------
 
 # Examples per operation: positive, negative, and positive on a feed that exists.

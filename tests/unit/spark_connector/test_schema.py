@@ -245,6 +245,10 @@ def test_options() -> None:
         FeedOptions.parse({"url": "u", "feed": "f", "partitions": "0"})
     with pytest.raises(ValueError, match="expected"):
         FeedOptions.parse({"url": "u", "feed": "f", "from": "yesterday"})
+    assert opts.read_ahead == 1
+    assert FeedOptions.parse({"url": "u", "feed": "f", "readahead": "0"}).read_ahead == 0
+    with pytest.raises(ValueError, match="'readAhead' must be an integer >= 0"):
+        FeedOptions.parse({"url": "u", "feed": "f", "readAhead": "-1"})
     assert pickle.loads(pickle.dumps(opts)) == opts
     several = FeedOptions.parse({"url": "http://a:1, http://b:2/", "urls": "http://c:3",
                                  "feed": "f"})
