@@ -34,10 +34,6 @@ _OPTIONS = (
 )
 
 
-def _passthrough(frame: bytes) -> bytes:
-    return frame
-
-
 def _change_feed_handler(servicer: ChangeFeedServicer) -> grpc.GenericRpcHandler:
     """The ChangeFeed methods, as ``feed_pb2_grpc.add_ChangeFeedServicer_to_server`` registers
     them except that Subscribe's responses are already serialized ``Transaction`` frames
@@ -45,7 +41,7 @@ def _change_feed_handler(servicer: ChangeFeedServicer) -> grpc.GenericRpcHandler
     handlers = {
         "Subscribe": grpc.unary_stream_rpc_method_handler(
             servicer.Subscribe, request_deserializer=feed_pb2.SubscribeRequest.FromString,
-            response_serializer=_passthrough),
+            response_serializer=None),  # frames pass through as they are
         "ListFeeds": grpc.unary_unary_rpc_method_handler(
             servicer.ListFeeds, request_deserializer=feed_pb2.ListFeedsRequest.FromString,
             response_serializer=feed_pb2.ListFeedsResponse.SerializeToString),

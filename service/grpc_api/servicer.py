@@ -27,6 +27,7 @@ from pgfeed.decoding.changes import LazyChange
 from pgfeed.encoding.to_proto import Framer, JsonColumnCache
 from pgfeed.errors import FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
+from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy, parse_ops
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.metrics import Metrics
@@ -85,12 +86,12 @@ class _Stream:
 
 class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
     """Answers the ChangeFeed RPCs. ``Subscribe`` yields serialized ``Transaction`` frames (the
-    server registers it with a pass-through serializer; see ``server.py``)."""
+    server registers it without a serializer; see ``server.py``)."""
 
     def __init__(self, supervisor: Supervisor, metrics: Metrics | None = None) -> None:
         self.supervisor = supervisor
         self.metrics = metrics
-        self._stopping = asyncio.Event()
+        self._stopping = StopSignal()  # one future for every stream (a wait hooks it once)
 
     def shut_down(self) -> None:
         """End every stream (UNAVAILABLE, so clients resume elsewhere); called on graceful stop."""
@@ -112,7 +113,7 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
             subscribers = self.metrics.subscribers.labels(feed=parsed.feed)
             served = self.metrics.served_changes.labels(feed=parsed.feed, surface="grpc")
             subscribers.inc()
-        stop = asyncio.ensure_future(self._stopping.wait())
+        stop = self._stopping.future()
         try:
             notifier = self.supervisor.notifier(parsed.feed)
             tailing = False
@@ -174,7 +175,6 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
                     if stop.done():
                         await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
         finally:
-            stop.cancel()
             if subscribers is not None:
                 subscribers.dec()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,6 +19,7 @@ class ObserveMiddleware:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._latency: dict[str, Any] = {}  # endpoint -> its histogram
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -43,5 +45,8 @@ class ObserveMiddleware:
         finally:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
-            self.metrics.request_latency.labels(surface="http", endpoint=endpoint).observe(
-                time.perf_counter() - start)
+            latency = self._latency.get(endpoint)
+            if latency is None:  # a ``labels`` lookup costs ~1.5 µs; label sets are never removed
+                latency = self._latency[endpoint] = self.metrics.request_latency.labels(
+                    surface="http", endpoint=endpoint)
+            latency.observe(time.perf_counter() - start)

@@ -202,7 +202,7 @@ def test_deleting_a_feed_ends_its_live_streams_with_not_found(make_served_feed: 
     try:
         assert len(sub.take(finals(1))) == 1
         notifier = make_served_feed.service.supervisor.notifier(name)
-        wait_until(lambda: notifier._waiters, 10, "the stream to wait for commits")
+        wait_until(lambda: notifier.waiting(), 10, "the stream to wait for commits")
         assert httpx.delete(f"{base}/v1/feeds/{name}", timeout=30).status_code == 204
         deleted = time.monotonic()
         with pytest.raises(grpc.RpcError) as ended:

@@ -460,7 +460,7 @@ class _Poll(threading.Thread):
 def _waiting(service: Service, feed: str, n: int = 1) -> None:
     """Until ``n`` requests are parked on the feed's head notifier (long-polling)."""
     notifier = service.supervisor.notifier(feed)
-    wait_until(lambda: len(notifier._waiters) >= n, 10, "the long-poll to be waiting")
+    wait_until(lambda: notifier.waiting() >= n, 10, "the long-poll to be waiting")
 
 
 @pg

@@ -51,4 +51,66 @@ def test_a_done_stop_future_ends_the_wait_and_leaves_no_waiter_behind():
 
     head, waited, already = asyncio.run(scenario())
     assert head == 10 and already == 10 and 0.04 < waited < 1
-    assert notifier._waiters == []  # timed-out and stopped waits unregister themselves
+    assert notifier.waiting() == 0  # timed-out and stopped waits unregister themselves
+
+
+def test_commits_published_while_the_loop_is_busy_wake_its_waiters_once():
+    # One thread-safe call per loop, not per waiter, and none while one is pending: the
+    # publishing (capture) thread's cost does not grow with subscribers, bursts coalesce.
+    notifier = HeadNotifier(head=10)
+    calls = []
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        real = loop.call_soon_threadsafe
+
+        def counting(*args):
+            calls.append(args)
+            return real(*args)
+
+        loop.call_soon_threadsafe = counting
+        waits = [asyncio.create_task(notifier.wait_beyond(10, timeout=5)) for _ in range(50)]
+        await asyncio.sleep(0)  # all 50 registered
+        assert notifier.waiting() == 50
+        for head in range(11, 21):  # a burst, while the loop does not run
+            notifier.publish(head)
+        return await asyncio.gather(*waits)
+
+    heads = asyncio.run(scenario())
+    assert heads == [20] * 50
+    assert len(calls) == 1
+    assert notifier.waiting() == 0
+
+
+def test_a_cancelled_wait_leaves_the_others_waiting_and_no_waiter_behind():
+    notifier = HeadNotifier(head=10)
+
+    async def scenario():
+        gone = asyncio.create_task(notifier.wait_beyond(10, timeout=5))
+        stays = asyncio.create_task(notifier.wait_beyond(10, timeout=5))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.sleep(0)
+        assert notifier.waiting() == 1
+        threading.Timer(0.02, notifier.publish, args=(11,)).start()
+        return await stays
+
+    assert asyncio.run(scenario()) == 11
+    assert notifier.waiting() == 0
+
+
+def test_a_long_wait_ends_at_its_deadline_by_the_sweep():
+    # Waits of SWEPT_WAIT seconds or more have no timer of their own: the loop's sweep ends them.
+    from pgfeed.feeds import notify
+
+    notifier = HeadNotifier(head=10)
+
+    async def scenario():
+        start = time.perf_counter()
+        head = await notifier.wait_beyond(10, timeout=notify.SWEPT_WAIT)
+        return head, time.perf_counter() - start
+
+    head, waited = asyncio.run(scenario())
+    assert head == 10
+    assert notify.SWEPT_WAIT <= waited < notify.SWEPT_WAIT + 3 * notify.SWEEP_SECONDS + 0.5
+    assert notifier.waiting() == 0
