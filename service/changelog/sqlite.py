@@ -74,10 +74,6 @@ _WAL_LIMIT = 64 << 20  # truncate the WAL back to this after a checkpoint
 # commits/s: bench/RESULTS.md).
 _CHECKPOINT_BYTES = 16 << 20
 _CHECKPOINT_SECONDS = 0.5
-# A PASSIVE checkpoint under continuous appends (a backfill) never ends complete, and SQLite
-# restarts the WAL only after a complete one: once the WAL holds this much, the checkpoint thread
-# finishes one under the writer lock (see _Checkpointer).
-_STUCK_BYTES = 4 * _WAL_LIMIT
 _MAX_IDLE_READERS = 8
 
 _SCHEMA = (
@@ -213,23 +209,14 @@ class _Checkpointer:
     _CHECKPOINT_BYTES were appended, or _CHECKPOINT_SECONDS after the first write since the last
     checkpoint; an idle log's thread sleeps until the next write. The WAL is fsync'd before its
     pages are copied, and restarts (truncated to _WAL_LIMIT) at the next append after a complete
-    checkpoint.
+    checkpoint."""
 
-    Appends that never pause leave every checkpoint incomplete (frames came in meanwhile), so
-    the WAL never restarts and its file grows by all of them (1.6 GB over a 5M-row backfill),
-    each fsync of a growing file paying for its new blocks. Once the WAL holds _STUCK_BYTES, the
-    rest is checkpointed while holding ``write_lock``: a short wait for the writer (only what
-    came in during the unlocked pass is copied), after which the next append restarts it."""
-
-    def __init__(self, connect: Callable[[], sqlite3.Connection], name: str,
-                 write_lock: threading.Lock) -> None:
+    def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:
         self._connect = connect
-        self._write_lock = write_lock
         self._written = threading.Event()  # something to checkpoint (or closing)
         self._due = threading.Event()  # checkpoint now (or closing)
         self._stop = False
         self._pending = 0  # bytes appended since the last checkpoint began
-        self.forced = 0  # checkpoints finished under the writer lock
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -247,7 +234,6 @@ class _Checkpointer:
 
     def _run(self) -> None:
         conn = None
-        frame_bytes = _PAGE_SIZE + 24  # a WAL frame: a page and its header
         try:
             while True:
                 self._written.wait()
@@ -260,12 +246,7 @@ class _Checkpointer:
                 try:
                     if conn is None:
                         conn = self._connect()
-                        frame_bytes = conn.execute("PRAGMA page_size").fetchone()[0] + 24
-                    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    if frames * frame_bytes >= _STUCK_BYTES:  # frames: the WAL when it began
-                        with self._write_lock:
-                            self.forced += 1
-                            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except (sqlite3.Error, ChangeLogError) as exc:  # the next one tries again
                     log.warning("change log checkpoint failed: %s", exc)
         finally:
@@ -365,8 +346,7 @@ class SqliteChangeLog:
             if conn is None:
                 raise ChangeLogError(f"change log {self.path} is closed")
             if self._checkpointer is None:  # the first write here (read-only instances never)
-                self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint",
-                                                   self._write_lock)
+                self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint")
             self._tail_next = None
             try:
                 if not sync:

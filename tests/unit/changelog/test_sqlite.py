@@ -518,32 +518,3 @@ def test_an_unsynced_append_is_stored_and_the_next_commits_sync_again(tmp_path: 
         assert lsns(reopened.read(EARLIEST, 10)) == [100, 200] and reopened.confirmed_lsn() == 208
     finally:
         reopened.close()
-
-
-def test_appends_that_never_pause_still_restart_the_wal(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A PASSIVE checkpoint racing continuous appends never ends complete, so SQLite would never
-    restart the WAL and its file would hold every byte appended (a backfill's gigabytes). Past
-    _STUCK_BYTES the checkpoint thread finishes one under the writer lock: the WAL restarts, and
-    its file stays a fraction of what went through it."""
-    monkeypatch.setattr("pgfeed.changelog.sqlite._STUCK_BYTES", 1 << 20)
-    monkeypatch.setattr("pgfeed.changelog.sqlite._CHECKPOINT_BYTES", 256 << 10)
-    monkeypatch.setattr("pgfeed.changelog.sqlite._CHECKPOINT_SECONDS", 0.02)
-    log = SqliteChangeLog(tmp_path / "log.db")
-    wal = tmp_path / "log.db-wal"
-    appended, lsn, largest = 0, 0x1000, 0
-    try:
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            batch = [txn(lsn + i * 0x1000, 20, row_bytes=2000, schema=lsn == 0x1000) for i in range(4)]
-            log.append(batch, sync=False)
-            lsn += 4 * 0x1000
-            appended += sum(len(t.payload) for t in batch)
-            largest = max(largest, wal.stat().st_size)
-        checkpointer = log._checkpointer
-        assert checkpointer is not None and checkpointer.forced > 0
-        # without the forced checkpoints the WAL holds all of it (more: whole pages a frame)
-        assert appended > 16 << 20 and largest < appended / 4, (largest, appended)
-        assert len(log.read(EARLIEST, 10**9)) == (lsn - 0x1000) // 0x1000  # nothing lost
-    finally:
-        log.close()
