@@ -137,6 +137,22 @@ def wait_done(client: FeedClient, feed: str, backfill_id: str, timeout: float = 
     return wait_until(finished, timeout, f"backfill {backfill_id}")
 
 
+def backfill_beside(service: Service, feed: str, table: str, writer: threading.Thread,
+                    stop: threading.Event) -> dict[str, Any]:
+    """Backfill ``public.table`` (chunks of 1,000, two parts) while ``writer`` changes it; the
+    writer is stopped (``stop``) and joined before this returns the finished backfill."""
+    try:
+        with FeedClient(service.http_url) as client:
+            time.sleep(0.3)
+            started = client.start_backfill(feed, [f"public.{table}"], chunk_rows=1000, parallel=2)
+            done = wait_done(client, feed, started["id"])
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        writer.join()
+    return done
+
+
 def wait_marker(service: Service, feed: str, dsn: str) -> str:
     token = emit_marker(dsn)
     with FeedClient(service.http_url) as client:
@@ -400,16 +416,7 @@ def test_backfill_on_every_supported_version(any_pg_dsn: str, pgfeed_service: Se
         conn.execute(f"ANALYZE {TABLE}")
     feed = make_served_feed(any_pg_dsn, tables=(f"public.{TABLE}",))
     stop = threading.Event()
-    thread = writers(any_pg_dsn, stop, 5, 12_001)
-    try:
-        with FeedClient(pgfeed_service.http_url) as client:
-            time.sleep(0.3)
-            started = client.start_backfill(feed, [f"public.{TABLE}"], chunk_rows=1000, parallel=2)
-            done = wait_done(client, feed, started["id"])
-            time.sleep(0.3)
-    finally:
-        stop.set()
-        thread.join()
+    done = backfill_beside(pgfeed_service, feed, TABLE, writers(any_pg_dsn, stop, 5, 12_001), stop)
     assert done["state"] == "done" and done["tables"][0]["parts"] == 2, done
     wait_marker(pgfeed_service, feed, any_pg_dsn)
     built, reads = apply(http_changes(pgfeed_service, feed))

@@ -15,7 +15,7 @@ import pytest
 
 from pgfeed_client import FeedClient
 from tests.fixtures.fix_service import FeedFactory, Service
-from tests.integration.test_backfill import wait_done, wait_marker
+from tests.integration.test_backfill import backfill_beside, wait_done, wait_marker
 
 pytestmark = [pytest.mark.pg]
 
@@ -109,16 +109,8 @@ def test_non_integer_keys_split_for_parallel_reads_and_stay_exact(
         conn.execute(f"ANALYZE {table}")
     feed = make_served_feed(pg_dsn, tables=(f"public.{table}",))
     stop = threading.Event()
-    writer = _writer(pg_dsn, table, stop, seed=len(table))
-    try:
-        with FeedClient(pgfeed_service.http_url) as client:
-            time.sleep(0.3)
-            started = client.start_backfill(feed, [f"public.{table}"], chunk_rows=1000, parallel=2)
-            done = wait_done(client, feed, started["id"])
-            time.sleep(0.3)
-    finally:
-        stop.set()
-        writer.join()
+    done = backfill_beside(pgfeed_service, feed, table, _writer(pg_dsn, table, stop, seed=len(table)),
+                           stop)
     assert done["state"] == "done", done
     (progress,) = done["tables"]
     assert progress["parts"] == 2  # split at a sampled key, not read as one range
