@@ -117,11 +117,12 @@ def test_commit_acknowledges_to_the_named_consumer() -> None:
 def test_acknowledgements_never_hold_up_a_trigger() -> None:
     """A slow acknowledgement runs beside planning; the newest cursor wins, older ones pending
     meanwhile are skipped; a failing one is logged and superseded, never raised."""
-    gate, service = threading.Event(), FakeService()
+    gate, service, in_flight = threading.Event(), FakeService(), threading.Event()
     inner = service.__call__
 
     def slow(request: httpx.Request) -> httpx.Response:
         if "/consumers/" in request.url.path:
+            in_flight.set()
             gate.wait(10)
             if json.loads(request.content)["cursor"] == "0/1000":
                 return httpx.Response(503, json={"error": {"code": "unavailable", "message": "x"}})
@@ -133,6 +134,7 @@ def test_acknowledgements_never_hold_up_a_trigger() -> None:
                                 retry=RetryPolicy(retries=0))
     t0 = time.monotonic()
     reader.commit({"cursor": "0/1000"})  # blocked in the server until the gate opens
+    assert in_flight.wait(5)  # (else 0/2000 would supersede it before it was sent)
     reader.commit({"cursor": "0/2000"})
     reader.commit({"cursor": "0/3000"})
     assert reader.latestOffset({"cursor": "0/3000"}, ReadAllAvailable()) == {"cursor": "0/4000"}
