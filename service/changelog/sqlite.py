@@ -222,8 +222,11 @@ class _Checkpointer:
 
     def wrote(self, nbytes: int) -> None:
         self._pending += nbytes + 1
-        self._written.set()
-        if self._pending >= _CHECKPOINT_BYTES:
+        # Set only when clear: Event.set takes a lock and notifies even when already set, and
+        # this runs on every append's path.
+        if not self._written.is_set():
+            self._written.set()
+        if self._pending >= _CHECKPOINT_BYTES and not self._due.is_set():
             self._due.set()
 
     def close(self) -> None:

@@ -522,13 +522,24 @@ class Supervisor:
         except FeedNotFound:
             return None
 
-    def status(self, name: str, *, probe_source: bool = True) -> FeedStatus:
+    def state(self, name: str) -> tuple[FeedState, str | None]:
+        """A feed's state and last error, from memory: what ``status`` says of them, without
+        reading its log or probing its source (the state watcher asks four times a second)."""
         feed = self._get(name)
-        spec, stats = feed.spec, feed.stats
-        state: FeedState = stats.state
+        return self._state(feed), feed.stats.last_error
+
+    @staticmethod
+    def _state(feed: _Feed) -> FeedState:
+        state: FeedState = feed.stats.state
         if state in ("starting", "running") and feed.backfills is not None \
                 and feed.backfills.initial_running():
             state = "snapshotting"
+        return state
+
+    def status(self, name: str, *, probe_source: bool = True) -> FeedStatus:
+        feed = self._get(name)
+        spec, stats = feed.spec, feed.stats
+        state = self._state(feed)
         status = FeedStatus(
             name=spec.name, state=state, slot=spec.slot_name, publication=spec.publication_name,
             tables=list(spec.tables), all_tables=spec.all_tables,

@@ -22,25 +22,24 @@ class StateWatcher:
         self._states: dict[str, str] = {}
 
     def check(self) -> None:
-        """Log what changed since the last check (blocking: reads every feed's status)."""
+        """Log what changed since the last check (from memory; the supervisor's lock may wait)."""
         names = set(self.supervisor.names())
         for name in sorted(names):
             try:
-                status = self.supervisor.status(name, probe_source=False)
+                state, last_error = self.supervisor.state(name)
             except PgfeedError:  # deleted meanwhile
                 continue
             before = self._states.get(name)
-            if before == status.state:
+            if before == state:
                 continue
-            self._states[name] = status.state
-            extra = {"feed": name, "event": "feed_state", "state": status.state,
-                     "previous": before}
-            if status.state in ("failed", "starting") and status.last_error:
-                extra["reason"] = status.last_error
-                log.warning("feed %s: %s -> %s: %s", name, before or "new", status.state,
-                            status.last_error, extra=extra)
+            self._states[name] = state
+            extra = {"feed": name, "event": "feed_state", "state": state, "previous": before}
+            if state in ("failed", "starting") and last_error:
+                extra["reason"] = last_error
+                log.warning("feed %s: %s -> %s: %s", name, before or "new", state, last_error,
+                            extra=extra)
             else:
-                log.info("feed %s: %s -> %s", name, before or "new", status.state, extra=extra)
+                log.info("feed %s: %s -> %s", name, before or "new", state, extra=extra)
         for gone in set(self._states) - names:
             del self._states[gone]
             log.info("feed %s: removed", gone, extra={"feed": gone, "event": "feed_state",

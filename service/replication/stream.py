@@ -51,8 +51,13 @@ def _wait(fd: int, timeout: float, *, write: bool = False) -> int:
     the poll events, 0 on timeout. poll, not select: descriptors past 1023 work too."""
     poller = select.poll()
     poller.register(fd, select.POLLIN | (select.POLLOUT if write else 0))
-    ready = poller.poll(max(0, int(timeout * 1000 + 0.999)))
+    ready = poller.poll(_ms(timeout))
     return ready[0][1] if ready else 0
+
+
+def _ms(timeout: float) -> int:
+    """A poll timeout in whole milliseconds, rounded up (a wait never ends before its deadline)."""
+    return max(0, int(timeout * 1000 + 0.999))
 
 
 def _connect(dsn: str) -> psycopg.Connection:
@@ -73,6 +78,8 @@ class ReplicationStream:
         self._conn: psycopg.Connection | None = _connect(dsn)
         self._pg: pq.abc.PGconn | None = self._conn.pgconn
         self._fd = self._pg.socket
+        self._reads = select.poll()  # read_batch's wait, registered once: it runs on every batch
+        self._reads.register(self._fd, select.POLLIN)
         self._streaming = False
         self._ended = False  # the server ended the copy: this stream is dead
         self.server_version: int = self._conn.info.server_version
@@ -166,7 +173,7 @@ class ReplicationStream:
                 now = time.monotonic()
                 if not deadline:
                     deadline = now + timeout
-                if now >= deadline or not _wait(self._fd, deadline - now):
+                if now >= deadline or not self._reads.poll(_ms(deadline - now)):
                     return frames, keepalives
                 pg.consume_input()
         except psycopg.Error as exc:

@@ -6,6 +6,8 @@ batching and error rules. The real server is in tests/integration/test_stream.py
 
 from __future__ import annotations
 
+import select
+
 import socket
 import struct
 import time
@@ -115,6 +117,8 @@ def make_stream(pg: FakePGconn, dsn: str = "host=h dbname=d user=u password=s3cr
     stream._conn = FakeConn(pg)  # type: ignore[assignment]
     stream._pg = pg  # type: ignore[assignment]
     stream._fd = pg.socket
+    stream._reads = select.poll()
+    stream._reads.register(pg.socket, select.POLLIN)
     stream._streaming = True
     stream._ended = False
     stream.server_version = 180000
