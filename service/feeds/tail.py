@@ -17,10 +17,11 @@ import asyncio
 import bisect
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import Transaction
-from pgfeed.decoding.changes import LazyChange
+from pgfeed.decoding.changes import LazyChange, RawChange
 from pgfeed.encoding.to_json import change_events
 from pgfeed.encoding.to_proto import ColumnKinds, JsonColumnCache, transaction_frames
 from pgfeed.errors import PgfeedError
@@ -31,17 +32,57 @@ __all__ = ["SharedTail", "TailEntry", "TailSlice"]
 FILL_CHANGES = 2_000  # changes read a fill at most; a larger burst is read by the readers' paging
 INLINE_WAL_BYTES = 256 << 10  # a fill spanning less WAL than this runs on the event loop
 RESTART_WAL_BYTES = 16 << 20  # a reader this far past the tail's top starts it again
+_LOADED = 256  # bytes counted for a change decoded already (not in wire form)
+
+Surface = Literal["grpc", "json"]
 
 
-@dataclass(frozen=True, slots=True)
 class TailEntry:
-    """One whole transaction as every caught-up reader gets it."""
+    """One whole transaction as every caught-up reader gets it: its gRPC frames and its JSON
+    change events, each encoded the first time a reader of that surface asks, then shared (a
+    feed followed over gRPC alone never encodes JSON, and the other way round)."""
 
-    commit_lsn: int
-    change_count: int
-    frames: tuple[bytes, ...]  # serialized pgfeed.v1.Transaction frames, the last one final
-    events: bytes  # its JSON change events joined by ","
-    size: int
+    __slots__ = ("_events", "_frames", "_kinds", "_txn", "change_count", "commit_lsn", "size")
+
+    def __init__(self, txn: Transaction[LazyChange], kinds: ColumnKinds) -> None:
+        self.commit_lsn = txn.commit_lsn
+        self.change_count = len(txn.changes)
+        self._txn: Transaction[LazyChange] | None = txn
+        self._kinds = kinds
+        self._frames: tuple[bytes, ...] | None = None
+        self._events: bytes | None = None
+        # what the tail counts against its byte budget: the wire bytes, about what each
+        # encoding takes again
+        self.size = sum(len(c.buf) if type(c) is RawChange else _LOADED for c in txn.changes) * 3
+
+    @property
+    def frames(self) -> tuple[bytes, ...]:
+        """Serialized pgfeed.v1.Transaction frames, the last one final."""
+        if self._frames is None:
+            assert self._txn is not None
+            self._frames = tuple(transaction_frames(self._txn, kinds=self._kinds))
+            self._release()
+        return self._frames
+
+    @property
+    def events(self) -> bytes:
+        """Its JSON change events joined by ","."""
+        if self._events is None:
+            assert self._txn is not None
+            self._events = b",".join(change_events(self._txn))
+            self._release()
+        return self._events
+
+    def encode(self, surfaces: frozenset[Surface]) -> None:
+        """Encode now for ``surfaces`` (a fill read in a worker thread: not later on the loop)."""
+        if "grpc" in surfaces:
+            self.frames  # noqa: B018
+        if "json" in surfaces:
+            self.events  # noqa: B018
+
+    def _release(self) -> None:
+        if self._frames is not None and self._events is not None:
+            self._txn = None  # both encoded: the decoded transaction is no longer needed
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +115,7 @@ class SharedTail:
         self._bytes = 0
         self._base = self._top = -1  # nothing covered yet
         self._filling: asyncio.Future[None] | None = None
+        self._surfaces: frozenset[Surface] = frozenset()
         self.slices_served = 0  # answers with transactions in them (metrics, tests)
 
     @property
@@ -86,11 +128,15 @@ class SharedTail:
         return (cursor.seq is None and self._top >= 0
                 and self._base <= cursor.lsn <= self._top + RESTART_WAL_BYTES)
 
-    async def after(self, cursor: Cursor, head: int) -> TailSlice | None:
+    async def after(self, cursor: Cursor, head: int, surface: Surface) -> TailSlice | None:
         """Everything after ``cursor`` up to ``head`` (the feed's durable head), or None when the
-        tail cannot answer for this cursor and the reader must page the log itself."""
+        tail cannot answer for this cursor and the reader must page the log itself. ``surface``:
+        the encoding the reader will take from the entries (fills read in a worker thread encode
+        for every surface asked for so far)."""
         if cursor.seq is not None:
             return None
+        if surface not in self._surfaces:
+            self._surfaces = self._surfaces | {surface}
         if self._top < 0 or cursor.lsn - self._top > RESTART_WAL_BYTES:
             # The first reader to catch up starts the tail at its cursor; so does one far past a
             # tail nobody used for a while. A reader a little past ``top`` (it paged the log to
@@ -130,7 +176,8 @@ class SharedTail:
                 except ReaderBusy:
                     pass
             if read is None:
-                read = await asyncio.to_thread(self._read, after, block=True)
+                read = await asyncio.to_thread(self._read, after, block=True,
+                                               surfaces=self._surfaces)
         except PgfeedError:
             return False  # the reader's own paging meets the same error and answers it
         finally:
@@ -140,13 +187,18 @@ class SharedTail:
             return True
         return self._add(*read)
 
-    def _read(self, after: Cursor, *, block: bool) -> tuple[Page[LazyChange], list[TailEntry]]:
+    def _read(self, after: Cursor, *, block: bool, surfaces: frozenset[Surface] = frozenset(),
+              ) -> tuple[Page[LazyChange], list[TailEntry]]:
         page = self.reader.page(after, self._fill_changes, whole_transactions=True, lazy=True,
                                 block=block)
         if page.next.seq is not None:  # the first transaction alone exceeds a fill
             return page, []
         kinds = self._kinds.kinds(page.transactions, time.monotonic())
-        return page, [_entry(txn, kinds) for txn in page.transactions]
+        entries = [TailEntry(txn, kinds) for txn in page.transactions]
+        if surfaces:
+            for entry in entries:
+                entry.encode(surfaces)
+        return page, entries
 
     def _add(self, page: Page[LazyChange], entries: list[TailEntry]) -> bool:
         if page.next.seq is not None:
@@ -172,11 +224,4 @@ class SharedTail:
         if drop:
             self._base = self._lsns[drop - 1]
             del self._entries[:drop], self._lsns[:drop]
-
-
-def _entry(txn: Transaction[LazyChange], kinds: ColumnKinds) -> TailEntry:
-    frames = tuple(transaction_frames(txn, kinds=kinds))
-    events = b",".join(change_events(txn))
-    return TailEntry(txn.commit_lsn, len(txn.changes), frames, events,
-                     sum(map(len, frames)) + len(events))
 

@@ -127,7 +127,7 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
                 if parsed.tables is None and parsed.ops is None else None
             while True:
                 if tailing and shared is not None and not notifier.closed:  # the shared tail
-                    part = await shared.after(position, notifier.head)
+                    part = await shared.after(position, notifier.head, "grpc")
                     if part is not None and part.next > position:
                         for entry in part.entries:
                             for frame in entry.frames:

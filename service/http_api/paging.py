@@ -185,7 +185,7 @@ async def _from_tail(tail: SharedTail, notifier: HeadNotifier, request: PageRequ
         return None
     head = notifier.head
     while True:
-        part = await tail.after(cursor, head)
+        part = await tail.after(cursor, head, "json")
         if part is None or part.change_count > request.limit or (part.next <= cursor and head > cursor.lsn):
             return None
         remaining = deadline - loop.time()

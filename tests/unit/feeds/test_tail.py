@@ -12,7 +12,7 @@ from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.encoding.to_json import change_events
 from pgfeed.encoding.to_proto import Framer, JsonColumnCache
 from pgfeed.feeds.reader import FeedReader
-from pgfeed.feeds.tail import SharedTail
+from pgfeed.feeds.tail import INLINE_WAL_BYTES, SharedTail
 from tests.unit.changelog.txns import relation_frame, txn
 
 
@@ -31,10 +31,10 @@ def test_readers_at_different_cursors_get_the_bytes_their_own_paging_gives() -> 
     log, tail, reader = _feed()
 
     async def main() -> None:
-        assert await tail.after(Cursor(0x1000), log.head()) is not None  # starts at 0x1000
+        assert await tail.after(Cursor(0x1000), log.head(), "json") is not None  # starts at 0x1000
         log.append([txn(0x2000, 3), txn(0x3000, 1), txn(0x4000, 2)])
-        first = await tail.after(Cursor(0x1000), log.head())
-        again = await tail.after(Cursor(0x2000), log.head())
+        first = await tail.after(Cursor(0x1000), log.head(), "json")
+        again = await tail.after(Cursor(0x2000), log.head(), "json")
         assert first is not None and again is not None
         assert [e.commit_lsn for e in first.entries] == [0x2000, 0x3000, 0x4000]
         assert first.next == Cursor(0x4000) and first.change_count == 6
@@ -53,10 +53,10 @@ def test_a_reader_below_the_tail_or_inside_a_transaction_pages_the_log_itself() 
     log, tail, _ = _feed(txn(0x2000, 2))
 
     async def main() -> None:
-        assert await tail.after(Cursor(0x2000), log.head()) is not None
+        assert await tail.after(Cursor(0x2000), log.head(), "json") is not None
         assert tail.covered == (0x2000, 0x2000)
-        assert await tail.after(Cursor(0x1000), log.head()) is None
-        assert await tail.after(Cursor(0x2000, 0), log.head()) is None
+        assert await tail.after(Cursor(0x1000), log.head(), "json") is None
+        assert await tail.after(Cursor(0x2000, 0), log.head(), "json") is None
 
     asyncio.run(main())
 
@@ -65,10 +65,10 @@ def test_units_without_changes_move_the_cursor() -> None:
     log, tail, _ = _feed()
 
     async def main() -> None:
-        await tail.after(Cursor(0x1000), log.head())
+        await tail.after(Cursor(0x1000), log.head(), "json")
         log.append([StoredTransaction(0, 0x1800, 0x1808, 0, None, 0, b""), txn(0x2000, 1),
                     StoredTransaction(0, 0x2800, 0x2808, 0, None, 0, b"")])
-        part = await tail.after(Cursor(0x1000), log.head())
+        part = await tail.after(Cursor(0x1000), log.head(), "json")
         assert part is not None and [e.commit_lsn for e in part.entries] == [0x2000]
         assert part.next == Cursor(0x2800)
 
@@ -79,12 +79,12 @@ def test_eviction_keeps_the_range_contiguous() -> None:
     log, tail, _ = _feed(max_entries=2)
 
     async def main() -> None:
-        await tail.after(Cursor(0x1000), log.head())
+        await tail.after(Cursor(0x1000), log.head(), "json")
         log.append([txn(0x2000, 1), txn(0x3000, 1), txn(0x4000, 1)])
         # Only the newest two are kept: a reader at 0x1000 is now below the tail.
-        assert await tail.after(Cursor(0x1000), log.head()) is None
+        assert await tail.after(Cursor(0x1000), log.head(), "json") is None
         assert tail.covered == (0x2000, 0x4000)
-        part = await tail.after(Cursor(0x2000), log.head())
+        part = await tail.after(Cursor(0x2000), log.head(), "json")
         assert part is not None and [e.commit_lsn for e in part.entries] == [0x3000, 0x4000]
 
     asyncio.run(main())
@@ -94,11 +94,11 @@ def test_a_transaction_larger_than_a_fill_is_left_to_the_readers_paging() -> Non
     log, tail, _ = _feed(fill_changes=5)
 
     async def main() -> None:
-        await tail.after(Cursor(0x1000), log.head())
+        await tail.after(Cursor(0x1000), log.head(), "json")
         log.append([txn(0x2000, 8), txn(0x3000, 2)])
-        assert await tail.after(Cursor(0x1000), log.head()) is None
+        assert await tail.after(Cursor(0x1000), log.head(), "json") is None
         # The tail starts again after the large transaction, and serves what follows.
-        part = await tail.after(Cursor(0x2000), log.head())
+        part = await tail.after(Cursor(0x2000), log.head(), "json")
         assert part is not None and [e.commit_lsn for e in part.entries] == [0x3000]
 
     asyncio.run(main())
@@ -109,16 +109,16 @@ def test_concurrent_readers_share_one_fill() -> None:
     calls = []
     read = tail._read
 
-    def counting(after: Cursor, *, block: bool) -> object:
+    def counting(after: Cursor, *, block: bool, **kw: object) -> object:
         calls.append(after)
-        return read(after, block=block)
+        return read(after, block=block, **kw)  # type: ignore[arg-type]
 
     tail._read = counting  # type: ignore[method-assign,assignment]
 
     async def main() -> None:
-        await tail.after(Cursor(0x1000), log.head())
+        await tail.after(Cursor(0x1000), log.head(), "json")
         log.append([txn(0x2000, 2), txn(0x3000, 2)])
-        parts = await asyncio.gather(*(tail.after(Cursor(0x1000), log.head()) for _ in range(20)))
+        parts = await asyncio.gather(*(tail.after(Cursor(0x1000), log.head(), "json") for _ in range(20)))
         assert all(p is not None and p.next == Cursor(0x3000) for p in parts)
 
     asyncio.run(main())
@@ -129,13 +129,50 @@ def test_a_reader_past_the_top_fills_the_tail_forward_and_others_keep_their_cove
     log, tail, _ = _feed()
 
     async def main() -> None:
-        await tail.after(Cursor(0x1000), log.head())
+        await tail.after(Cursor(0x1000), log.head(), "json")
         log.append([txn(0x2000, 1), txn(0x3000, 1)])
         # A reader that paged the log to 0x3000 itself, while the tail still ends at 0x1000.
-        part = await tail.after(Cursor(0x3000), log.head())
+        part = await tail.after(Cursor(0x3000), log.head(), "json")
         assert part is not None and part.entries == () and part.next == Cursor(0x3000)
         assert tail.covered == (0x1000, 0x3000)
-        behind = await tail.after(Cursor(0x1000), log.head())
+        behind = await tail.after(Cursor(0x1000), log.head(), "json")
         assert behind is not None and [e.commit_lsn for e in behind.entries] == [0x2000, 0x3000]
+
+    asyncio.run(main())
+
+
+def test_each_surface_is_encoded_when_a_reader_of_it_first_asks() -> None:
+    log, tail, reader = _feed()
+
+    async def main() -> None:
+        await tail.after(Cursor(0x1000), log.head(), "grpc")
+        log.append([txn(0x2000, 2), txn(0x3000, 1)])
+        frames = await tail.after(Cursor(0x1000), log.head(), "grpc")
+        assert frames is not None and len(frames.entries) == 2
+        page = reader.page(Cursor(0x1000), 100, lazy=True)
+        assert [f for e in frames.entries for f in e.frames] == Framer().frames(page.transactions, page.next)
+        # followed over gRPC alone: no JSON encoded yet
+        assert all(e._events is None for e in frames.entries)
+        events = await tail.after(Cursor(0x1000), log.head(), "json")
+        assert events is not None and events.entries == frames.entries
+        assert b",".join(e.events for e in events.entries) == \
+            b",".join(ev for t in page.transactions for ev in change_events(t))
+        assert all(e._txn is None for e in events.entries)  # both encoded: the decoded rows go
+
+    asyncio.run(main())
+
+
+def test_a_fill_read_in_a_worker_thread_encodes_every_surface_asked_for_so_far() -> None:
+    log, tail, _ = _feed()
+
+    async def main() -> None:
+        await tail.after(Cursor(0x1000), log.head(), "grpc")
+        await tail.after(Cursor(0x1000), log.head(), "json")
+        # more WAL than an inline fill spans: read (and encoded) off the loop
+        log.append([txn(0x1000 + INLINE_WAL_BYTES + 0x1000, 2)])
+        part = await tail.after(Cursor(0x1000), log.head(), "grpc")
+        assert part is not None and len(part.entries) == 1
+        entry = part.entries[0]
+        assert entry._frames is not None and entry._events is not None
 
     asyncio.run(main())
