@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.types import Receive, Scope, Send
 
 from pgfeed_client._headers import MAX_LIMIT
 import pgfeed
@@ -49,8 +50,22 @@ _ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+class _Api(FastAPI):
+    """FastAPI that asks the caught-up long-poll fast path (``fastpath.py``) before its
+    middleware stack: the stack's layers cost more than the answer, once per commit per
+    subscriber."""
+
+    tail_path: TailFastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast = self.tail_path
+        if fast is not None and scope["type"] == "http" and await fast(scope, receive, send):
+            return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
-    app = FastAPI(title="pgfeed", version=pgfeed.__version__, description=_DESCRIPTION,
+    app = _Api(title="pgfeed", version=pgfeed.__version__, description=_DESCRIPTION,
                   docs_url=None, redoc_url=None,  # served offline by install_docs
                   openapi_tags=[
                       {"name": "reading", "description": "Pages of changes and transactions"},
@@ -75,8 +90,8 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     install_ui(app)  # /ui: the admin console
     install_handlers(app)
     changes_route = next(r for r in changes.router.routes if getattr(r, "path", None) == changes.CHANGES_PATH)
-    app.add_middleware(TailFastPath, route=changes_route, max_limit=MAX_LIMIT,
-                       max_wait=changes.MAX_WAIT)
+    app.tail_path = TailFastPath(app.state, route=changes_route, max_limit=MAX_LIMIT,
+                                 max_wait=changes.MAX_WAIT)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost
 
     def openapi() -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Caught-up long-polls answered before FastAPI.
 
 A subscriber that follows a feed's head asks for ``/changes`` once per commit, and FastAPI's
-work for each of those requests (routing through every route, dependency injection, query
-validation, the Response object) costs more than the page, which the shared tail already holds
-encoded. This ASGI layer recognises the one request shape the tail serves — ``GET
+work for each of those requests (its middleware stack, routing through every route, dependency
+injection, query validation, the Response object) costs more than the page, which the shared
+tail already holds encoded. The application (``app.py``) asks this fast path first, ahead of its
+middleware; it recognises the one request shape the tail serves — ``GET
 /v1/feeds/{feed}/changes`` with only ``after`` (an LSN), ``limit``, ``wait`` and ``format=json``, a
 granted token, and a cursor the tail covers — and answers it with ``serve_page``, the function
 the route calls, so the bytes and headers are the route's. Everything else, including every
@@ -14,6 +15,7 @@ missing token), goes to the application untouched, which gives the contract's an
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -23,7 +25,8 @@ from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import DEFAULT_LIMIT
 from pgfeed.errors import PgfeedError
 from pgfeed.http_api.errors import ApiError, answer_for
-from pgfeed.http_api.paging import MAX_CURSOR_LENGTH, PageRequest, serve_page
+from pgfeed.http_api.middleware import RouteLatency, answer_unexpected
+from pgfeed.http_api.paging import MAX_CURSOR_LENGTH, Answer, PageRequest, serve_page
 from pgfeed.metrics import Metrics
 
 __all__ = ["TailFastPath"]
@@ -34,58 +37,69 @@ _SECONDS = re.compile(r"[0-9]{1,2}(\.[0-9]{1,6})?")
 
 
 class TailFastPath:
-    """ASGI middleware in front of the routes (inside the latency middleware, so requests it
-    answers are measured under the route's template)."""
+    """Asked by the application before its middleware stack; measures what it answers itself,
+    under the route's template, and answers an unexpected error as the middleware would."""
 
-    def __init__(self, app: ASGIApp, *, route: object, max_limit: int, max_wait: float) -> None:
-        self.app = app
+    def __init__(self, state: Any, *, route: object, max_limit: int, max_wait: float) -> None:
+        self.state = state  # the application's state: supervisor, auth, metrics, stop signal
         self.route = route  # the /changes route, for the latency metric's label
         self.max_limit = max_limit
         self.max_wait = max_wait
         self._metrics: dict[str, tuple[Metrics, Any, Any]] = {}
+        self._latency: RouteLatency | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
-            match = _PATH.fullmatch(scope["path"])
-            if match is not None and await self._answer(scope, receive, send, match[1]):
-                return
-        await self.app(scope, receive, send)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Answer an HTTP request if it is a caught-up long-poll the tail covers (True); leave
+        anything else to the application (False)."""
+        if scope["method"] != "GET":
+            return False
+        match = _PATH.fullmatch(scope["path"])
+        if match is None:
+            return False
+        start = time.perf_counter()
+        answer: ASGIApp | None = None
+        try:
+            answer = await self._page(scope, match[1])
+            if answer is None:
+                return False
+            scope["route"] = self.route
+            await answer(scope, receive, send)
+        except Exception:
+            scope["route"] = self.route
+            await answer_unexpected(scope, receive, send,
+                                    started=isinstance(answer, _Sent) and answer.started)
+        metrics = self.state.metrics
+        if self._latency is None or self._latency.metrics is not metrics:
+            self._latency = RouteLatency(metrics)
+        self._latency.observe(scope, time.perf_counter() - start)
+        return True
 
-    async def _answer(self, scope: Scope, receive: Receive, send: Send, feed: str) -> bool:
-        """Answer the request if it is a caught-up long-poll the tail covers; False otherwise."""
+    async def _page(self, scope: Scope, feed: str) -> ASGIApp | None:
+        """The answer to the request if it is a caught-up long-poll the tail covers; None
+        otherwise."""
         request = self._request(scope["query_string"])
         if request is None:
-            return False
-        state = scope["app"].state
+            return None
+        state = self.state
         if not state.auth.allows(_header(scope, b"authorization"), "read"):
-            return False
+            return None
         supervisor = state.supervisor
         try:
             tail = supervisor.tail(feed)
         except PgfeedError:  # unknown feed: the route's 404
-            return False
+            return None
         assert isinstance(request.after, Cursor)
         if not tail.may_answer(request.after):
-            return False
-        scope["route"] = self.route
+            return None
         try:
             out = await serve_page(supervisor, feed, request, state.read_ahead, state.stop)
         except (ApiError, PgfeedError, CursorError) as exc:
-            await answer_for(exc)(scope, receive, send)
-            return True
+            return answer_for(exc)
         answers, served = self._counters(state.metrics, feed)
         answers.inc()
         if out.change_count:
             served.inc(out.change_count)
-        # the route's Response: its headers, then length and type
-        headers = [(k.lower().encode(), v.encode()) for k, v in out.headers.items()]
-        headers += [(b"content-length", str(len(out.body)).encode()),
-                    (b"content-type", out.media_type.encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": out.body})
-        if out.read_next is not None:
-            await out.read_next()
-        return True
+        return _Sent(out)
 
     def _counters(self, metrics: Metrics, feed: str) -> tuple[Any, Any]:
         """The feed's answer and served-changes counters (a ``labels`` lookup costs ~1.5 µs,
@@ -120,6 +134,27 @@ class TailFastPath:
         if not (1 <= count <= self.max_limit and seconds <= self.max_wait):
             return None
         return PageRequest(after=cursor, limit=count, wait=seconds)
+
+
+class _Sent:
+    """A page as the route's Response would send it: its headers, then length and type."""
+
+    __slots__ = ("out", "started")
+
+    def __init__(self, out: Answer) -> None:
+        self.out = out
+        self.started = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        out = self.out
+        headers = [(k.lower().encode(), v.encode()) for k, v in out.headers.items()]
+        headers += [(b"content-length", str(len(out.body)).encode()),
+                    (b"content-type", out.media_type.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        self.started = True
+        await send({"type": "http.response.body", "body": out.body})
+        if out.read_next is not None:
+            await out.read_next()
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

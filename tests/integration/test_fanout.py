@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from pgfeed_client import FeedClient, GrpcFeedClient
+from pgfeed.http_api.routes.changes import CHANGES_PATH
 from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
 
 pytestmark = pytest.mark.pg
@@ -125,6 +126,7 @@ def _check_fast_path(service: Service, name: str, conn: psycopg.Connection[Any])
         pending: list[httpx.Response] = []
         waiter = threading.Thread(target=lambda: pending.append(poll("&wait=20")))
         before = answered._value.get()
+        timed = _changes_latency_count(client)
         waiter.start()
         time.sleep(0.5)  # parked on the head
         conn.execute("INSERT INTO fast VALUES (1)")
@@ -133,6 +135,8 @@ def _check_fast_path(service: Service, name: str, conn: psycopg.Connection[Any])
         assert fast.status_code == 200, fast.text
         assert [c["after"] for c in fast.json()["changes"]] == [{"id": 1}]
         assert answered._value.get() > before, "the fast path did not answer"
+        # measured like the route's answers, under its template
+        assert _changes_latency_count(client) == timed + 1
         # The same page through the route (a filter that keeps everything: not the fast path's).
         counted = answered._value.get()
         routed = poll("&wait=0&ops=insert,update,delete,truncate,message")
@@ -153,6 +157,15 @@ def _check_fast_path(service: Service, name: str, conn: psycopg.Connection[Any])
         big = client.get(url + "&wait=0&limit=0")
         assert big.status_code == 400
         assert answered._value.get() == counted + 1
+
+
+def _changes_latency_count(client: httpx.Client) -> float:
+    """How many /changes answers the request latency histogram has counted."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("pgfeed_request_duration_seconds_count{") and 'surface="http"' in line \
+                and f'endpoint="{CHANGES_PATH}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def test_replaying_readers_share_each_page(make_served_feed: FeedFactory, pg_dsn: str) -> None:
