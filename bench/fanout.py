@@ -289,6 +289,7 @@ class Phase:
     server: str  # "pgfeed" or "bare"
     grpc: int
     http: int
+    group: int = 0  # the N of the phases it was measured with (a capture-only phase's)
     seconds: float = 0.0
     cpu: Cpu | None = None
     delivered: dict[str, int] = field(default_factory=dict)
@@ -300,6 +301,16 @@ class Phase:
     def server_us(self) -> float:
         rows = sum(self.delivered.values())
         return self.cpu.server / rows * 1e6 if self.cpu and rows else float("nan")
+
+    def serving_us(self, capture: Phase | None) -> float:
+        """Server CPU a delivered row net of capturing the commits: ``capture`` is a phase with no
+        subscribers, whose CPU a commit (receiving, assembling, the durable append and its fsync)
+        the bare server, which makes up its ticks, has no counterpart for."""
+        rows = sum(self.delivered.values())
+        if not (self.cpu and rows and capture and capture.cpu and capture.commits):
+            return float("nan")
+        captured = capture.cpu.server / capture.commits * self.commits
+        return (self.cpu.server - captured) / rows * 1e6
 
     def pct(self, surface: str, p: float) -> float:
         data = sorted(self.latency_ms.get(surface) or [])
@@ -402,8 +413,9 @@ def main() -> None:
 
             targets = {"grpc": server.grpc_target, "http": str(server.http.base_url).rstrip("/")}
             for n in ns:
-                for g, h in ((n, 0), (0, n), (n, n)):
-                    phases.append(run_phase(Phase("pgfeed", g, h), targets, pg_tick, work,
+                # 0 + 0: the capture alone, whatever the subscribers (see Phase.serving_us)
+                for g, h in ((0, 0), (n, 0), (0, n), (n, n)):
+                    phases.append(run_phase(Phase("pgfeed", g, h, group=n), targets, pg_tick, work,
                                             server.proc.pid, postmaster))
                     _print(phases[-1])
         with _bare() as (proc, targets):
@@ -455,42 +467,54 @@ def _bare() -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
 
 
 def _print(p: Phase) -> None:
+    assert p.cpu is not None
+    if not (p.grpc or p.http):
+        print(f"{p.server:6s} capture alone: {p.commits:,} commits, server "
+              f"{p.cpu.server / max(1, p.commits) * 1e6:.0f} µs CPU a commit; {p.cpu.text()}", flush=True)
+        return
     parts = [(f"{p.server:6s} {p.grpc:3d} gRPC + {p.http:3d} HTTP: {p.commits:,} commits, "
              f"server {p.server_us():.1f} µs CPU a delivered row")]
     for s in ("grpc", "http"):
         if s in p.delivered:
             parts.append(f"{s} p50 {p.pct(s, 50):.1f} / p99 {p.pct(s, 99):.1f} ms, missing "
                          f"{p.missing[s]}, duplicated {p.duplicated[s]}")
-    assert p.cpu is not None
     print("; ".join(parts) + f"; {p.cpu.text()}", flush=True)
 
 
 def _section(result: dict[str, Any]) -> str:
     phases: list[Phase] = result["phases"]
     args = result["args"]
-    by = {(p.server, p.grpc, p.http): p for p in phases}
-    ns = sorted({p.grpc or p.http for p in phases})
+    by = {(p.server, p.grpc, p.http): p for p in phases if p.grpc or p.http}
+    capture = {p.group: p for p in phases if not (p.grpc or p.http)}
+    ns = sorted({p.grpc or p.http for p in phases if p.grpc or p.http})
     lines = [
         "## Fan-out: many subscribers on one feed (bench/fanout.py)", "",
         (f"{args.rate:g} one-row commits/s (`pgbench --rate`) for {args.seconds:g} s after "
         f"{WARMUP_SECONDS:g} s of warm-up; every subscriber starts at the head before the first commit. Server CPU a "
         "delivered row from the single-surface phases; latency (INSERT -> subscriber) from the "
         "N + N phase. The bare server (`fanout.py bare`) pushes one-row frames and JSON events it "
-        "encodes once a tick, from the same two Python stacks (grpc.aio, uvicorn)."), "",
-        ("| N | gRPC µs/row (bare) | ratio | HTTP µs/row (bare) | ratio | gRPC p50 / p99 ms | "
+        "encodes once a tick, from the same two Python stacks (grpc.aio, uvicorn). It makes its "
+        "ticks up, so it has nothing like pgfeed's capture of each commit (receive, assemble, the "
+        "durable append and its fsync): a phase with no subscriber measures that before each N, "
+        "and *net* is pgfeed's server CPU a delivered row less it."), "",
+        ("| N | capture µs a commit | gRPC µs/row: all, net (bare) | ratio: all, net | "
+        "HTTP µs/row: all, net (bare) | ratio: all, net | gRPC p50 / p99 ms | "
         "HTTP p50 / p99 ms | missing | duplicated | CPU in N+N: server, postgres, clients, other |"),
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n in ns:
         g, h, both = by.get(("pgfeed", n, 0)), by.get(("pgfeed", 0, n)), by.get(("pgfeed", n, n))
-        bg, bh = by.get(("bare", n, 0)), by.get(("bare", 0, n))
-        if not (g and h and both and bg and bh and both.cpu):
+        bg, bh, cap = by.get(("bare", n, 0)), by.get(("bare", 0, n)), capture.get(n)
+        if not (g and h and both and bg and bh and both.cpu and cap and cap.cpu):
             continue
-        rg, rh = g.server_us() / bg.server_us(), h.server_us() / bh.server_us()
+        ng, nh = g.serving_us(cap), h.serving_us(cap)
         cpu = both.cpu
         lines.append(
-            f"| {n} | {g.server_us():.1f} ({bg.server_us():.1f}) | **{rg:.2f}x** | "
-            f"{h.server_us():.1f} ({bh.server_us():.1f}) | **{rh:.2f}x** | "
+            f"| {n} | {cap.cpu.server / max(1, cap.commits) * 1e6:.0f} | "
+            f"{g.server_us():.1f}, {ng:.1f} ({bg.server_us():.1f}) | "
+            f"{g.server_us() / bg.server_us():.2f}x, **{ng / bg.server_us():.2f}x** | "
+            f"{h.server_us():.1f}, {nh:.1f} ({bh.server_us():.1f}) | "
+            f"{h.server_us() / bh.server_us():.2f}x, **{nh / bh.server_us():.2f}x** | "
             f"{both.pct('grpc', 50):.1f} / {both.pct('grpc', 99):.1f} | "
             f"{both.pct('http', 50):.1f} / {both.pct('http', 99):.1f} | "
             f"{sum(both.missing.values()) + g.missing['grpc'] + h.missing['http']} | "
