@@ -44,6 +44,33 @@ def test_a_cursor_older_than_retention_is_410_naming_the_oldest_position(tmp_pat
                 page["changes"]
 
 
+def test_an_unexpected_error_is_a_500_in_the_contracts_shape_on_the_fast_path_and_the_routes(
+        tmp_path: Path) -> None:
+    """A bug answers 500 with the contract's error body, never a stack trace or the bug's own
+    words: on a caught-up long-poll answered ahead of the middleware (``http_api.fastpath``) and
+    on a route; both answers are counted in the latency histogram."""
+    with run_offline(tmp_path / "data", {"shop": FeedOptions()}) as svc:
+        svc.supervisor.changelog("shop").append([txn(0x1000, 2, schema=True)])
+        with httpx.Client(base_url=svc.url, timeout=30) as client:
+            caught_up = {"after": "0/1000", "wait": "0.1"}
+            assert client.get("/v1/feeds/shop/changes", params=caught_up).status_code == 200
+            counted = svc.metrics.request_latency.labels(
+                surface="http", endpoint="/v1/feeds/{feed}/changes")._sum.get()
+
+            def broken(*args: Any, **kwargs: Any) -> Any:
+                raise RuntimeError("s3cr3t internals")
+
+            svc.supervisor.tail("shop").after = broken  # type: ignore[method-assign]
+            svc.supervisor.status = broken  # type: ignore[method-assign]
+            fast = client.get("/v1/feeds/shop/changes", params=caught_up)
+            routed = client.get("/v1/feeds/shop")
+            for answer in (fast, routed):
+                assert _error(answer, 500)["code"] == "internal_error"
+                assert "s3cr3t" not in answer.text
+            assert svc.metrics.request_latency.labels(
+                surface="http", endpoint="/v1/feeds/{feed}/changes")._sum.get() > counted
+
+
 class _TrimmingLog:
     """A feed's change log that retention trims (to ``upto``) just before the next read, as a
     leader's retention pass can while a page request runs; counts reads of its trimmed position."""
