@@ -45,8 +45,8 @@ class TailFastPath:
         self.route = route  # the /changes route, for the latency metric's label
         self.max_limit = max_limit
         self.max_wait = max_wait
-        self._metrics: dict[str, tuple[Metrics, Any, Any]] = {}
-        self._latency: RouteLatency | None = None
+        self._counters_of: dict[str, tuple[Any, Any]] = {}
+        self._latency = RouteLatency(state.metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer an HTTP request if it is a caught-up long-poll the tail covers (True); leave
@@ -62,15 +62,11 @@ class TailFastPath:
             answer = await self._page(scope, match[1])
             if answer is None:
                 return False
-            scope["route"] = self.route
             await answer(scope, receive, send)
         except Exception:
-            scope["route"] = self.route
             await answer_unexpected(scope, receive, send,
                                     started=isinstance(answer, _Sent) and answer.started)
-        metrics = self.state.metrics
-        if self._latency is None or self._latency.metrics is not metrics:
-            self._latency = RouteLatency(metrics)
+        scope["route"] = self.route
         self._latency.observe(scope, time.perf_counter() - start)
         return True
 
@@ -95,20 +91,22 @@ class TailFastPath:
             out = await serve_page(supervisor, feed, request, state.read_ahead, state.stop)
         except (ApiError, PgfeedError, CursorError) as exc:
             return answer_for(exc)
-        answers, served = self._counters(state.metrics, feed)
+        answers, served = self._counters(feed)
         answers.inc()
         if out.change_count:
             served.inc(out.change_count)
         return _Sent(out)
 
-    def _counters(self, metrics: Metrics, feed: str) -> tuple[Any, Any]:
+    def _counters(self, feed: str) -> tuple[Any, Any]:
         """The feed's answer and served-changes counters (a ``labels`` lookup costs ~1.5 µs,
         twice a request; label sets are never removed, so keeping them is safe)."""
-        counters = self._metrics.get(feed)
-        if counters is None or counters[0] is not metrics:
-            counters = self._metrics[feed] = (metrics, metrics.tail_answers.labels(feed=feed),
-                                              metrics.served_changes.labels(feed=feed, surface="http"))
-        return counters[1], counters[2]
+        counters = self._counters_of.get(feed)
+        if counters is None:
+            metrics: Metrics = self.state.metrics
+            counters = self._counters_of[feed] = (
+                metrics.tail_answers.labels(feed=feed),
+                metrics.served_changes.labels(feed=feed, surface="http"))
+        return counters
 
     def _request(self, query: bytes) -> PageRequest | None:
         """The page request, when the query is one the fast path takes in its plainest spelling."""
