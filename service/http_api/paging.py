@@ -110,7 +110,7 @@ class PageRequest:
 
 @dataclass(slots=True)
 class Answer:
-    body: bytes
+    body: bytes | memoryview
     media_type: str
     headers: dict[str, str]
     change_count: int
