@@ -195,8 +195,8 @@ async def _from_tail(tail: SharedTail, notifier: HeadNotifier, request: PageRequ
         head = max(head, await notifier.wait_beyond(max(head, cursor.lsn), remaining, stopped))
         if notifier.closed:
             return None
-    body = b'{"changes":[' + b",".join(e.events for e in part.entries if e.events) + b"],"
-    out = Encoded(body, JSON_MEDIA_TYPE, Page([], part.next, head, False), part.change_count)
+    events = b'{"changes":[' + b",".join(e.events for e in part.entries if e.events) + b"],"
+    out = Encoded(events, JSON_MEDIA_TYPE, Page([], part.next, head, False), part.change_count)
     body, headers = out.finish(head, None)
     return Answer(body, out.media_type, headers, out.change_count)
 
