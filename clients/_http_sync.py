@@ -172,18 +172,24 @@ class FeedClient:
     def iter_arrow_pages(self, feed: str, after: CursorLike = "earliest",
                          to: CursorLike | None = "latest", *, table: str | None = None,
                          tables: Names = None, ops: Names = None,
-                         limit: int | None = None) -> Iterator[base.ArrowPage]:
+                         limit: int | None = None,
+                         first_limit: int | None = None) -> Iterator[base.ArrowPage]:
         """The ``format=arrow`` pages covering ``(after, to]``; ``to="latest"`` is resolved to the
-        head first, so the read ends even while the feed keeps growing."""
+        head first, so the read ends even while the feed keeps growing. ``first_limit``: the
+        first page asks for that many changes, each next one for twice as many, up to ``limit``
+        (a reader has rows to work on soon, while the server reads the larger pages)."""
         if to is not None and str(to) == "latest":
             to = self.head(feed)
         stop = base.resolve_to(to)
         cursor = str(after)
         path = base.feed_path(feed, "changes")
+        page_limit = limit if first_limit is None or limit is None else min(first_limit, limit)
         while True:
-            params = base.changes_params(cursor, limit=limit, tables=table or tables, ops=ops,
-                                         to=to, fmt="arrow")
+            params = base.changes_params(cursor, limit=page_limit, tables=table or tables,
+                                         ops=ops, to=to, fmt="arrow")
             page = base.arrow_page(self._send("GET", path, params=params), cursor)
+            if page_limit is not None and limit is not None:
+                page_limit = min(2 * page_limit, limit)
             yield page
             if base.arrow_done(page, cursor, stop):
                 return

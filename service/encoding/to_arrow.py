@@ -360,11 +360,19 @@ def generic_batch(transactions: Sequence[Transaction[Change]]) -> pa.RecordBatch
 _ROW_OPS = frozenset({Op.INSERT, Op.UPDATE, Op.DELETE, Op.READ})
 
 
-def ipc_stream(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> bytes:
-    """An Arrow IPC stream: the schema, then the non-empty batches."""
-    sink = pa.BufferOutputStream()
+def ipc_stream(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> memoryview:
+    """An Arrow IPC stream: the schema, then the non-empty batches. Written once into a buffer
+    of its exact size (measured by a first pass that copies nothing): a growing buffer and a
+    copy to ``bytes`` cost a 100,000-row page 2-3x as much."""
+    batches = [b for b in batches if b.num_rows]
+    size = pa.MockOutputStream()
+    _write(size, schema, batches)
+    body = pa.allocate_buffer(size.size())
+    _write(pa.FixedSizeBufferWriter(body), schema, batches)
+    return memoryview(body)
+
+
+def _write(sink: Any, schema: pa.Schema, batches: list[pa.RecordBatch]) -> None:
     with pa.ipc.new_stream(sink, schema) as writer:
         for batch in batches:
-            if batch.num_rows:
-                writer.write_batch(batch)
-    return cast(bytes, sink.getvalue().to_pybytes())
+            writer.write_batch(batch)

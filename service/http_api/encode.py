@@ -35,12 +35,12 @@ class Encoded:
     ``"has_more"``), which ``finish`` writes with the head current when the answer leaves, so a
     page read ahead never reports a stale head."""
 
-    body: bytes
+    body: bytes | memoryview  # an Arrow stream: a view of the buffer it was written into
     media_type: str
     page: Page[object]
     change_count: int
 
-    def finish(self, head: int, to: Cursor | None) -> tuple[bytes, dict[str, str]]:
+    def finish(self, head: int, to: Cursor | None) -> tuple[bytes | memoryview, dict[str, str]]:
         page = self.page
         head = max(head, page.head)
         bound = Cursor(head) if to is None else min(Cursor(head), to)
@@ -52,7 +52,7 @@ class Encoded:
             return self.body, headers
         tail = (b'"next":' + orjson.dumps(next_text) + b',"head":' + orjson.dumps(head_text)
                 + (b',"has_more":true}' if has_more else b',"has_more":false}'))
-        return self.body + tail, headers
+        return bytes(self.body) + tail, headers
 
 
 def json_changes(page: Page[LazyChange]) -> Encoded:

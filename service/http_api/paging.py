@@ -8,7 +8,7 @@ Log reads and decoding never run on the event loop; waiting does not hold a thre
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, TypedDict
 
@@ -26,7 +26,7 @@ from pgfeed.feeds.tail import SharedTail
 from pgfeed.http_api import encode
 from pgfeed.http_api.encode import Encoded
 from pgfeed.http_api.errors import ApiError, bad_parameter
-from pgfeed.http_api.readahead import ReadAhead
+from pgfeed.http_api.readahead import PageKey, ReadAhead
 
 __all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
            "parse_ops_param", "parse_tables", "serve_page", "within_head"]
@@ -110,7 +110,7 @@ class PageRequest:
 
 @dataclass(slots=True)
 class Answer:
-    body: bytes
+    body: bytes | memoryview
     media_type: str
     headers: dict[str, str]
     change_count: int
@@ -195,8 +195,8 @@ async def _from_tail(tail: SharedTail, notifier: HeadNotifier, request: PageRequ
         head = max(head, await notifier.wait_beyond(max(head, cursor.lsn), remaining, stopped))
         if notifier.closed:
             return None
-    body = b'{"changes":[' + b",".join(e.events for e in part.entries if e.events) + b"],"
-    out = Encoded(body, JSON_MEDIA_TYPE, Page([], part.next, head, False), part.change_count)
+    events = b'{"changes":[' + b",".join(e.events for e in part.entries if e.events) + b"],"
+    out = Encoded(events, JSON_MEDIA_TYPE, Page([], part.next, head, False), part.change_count)
     body, headers = out.finish(head, None)
     return Answer(body, out.media_type, headers, out.change_count)
 
@@ -236,10 +236,10 @@ class _Reading:
     def bound(self, head: int) -> Cursor:
         return Cursor(head) if self.to is None else min(Cursor(head), self.to)
 
-    def key(self, after: Cursor) -> Hashable:
+    def key(self, after: Cursor) -> PageKey:
         r = self.request
-        return (self.reader, self.trimmed, after, r.limit, r.tables, r.ops, self.to, r.fmt,
-                r.transactions)
+        return PageKey((self.reader, self.trimmed, after, r.tables, r.ops, self.to, r.fmt,
+                        r.transactions), r.limit)
 
     def worth_reading_ahead(self, out: Encoded, head: int) -> bool:
         """A reader with more to read right now, and a bound that does not move (``to=latest``

@@ -6,7 +6,12 @@ same cursor) share one read and one encoding of each page, reading it once even 
 at the same moment.
 
 Pages are immutable once written (the log only grows and loses its oldest part); an entry is keyed
-by the feed's reader object (a re-created feed has a new one) and the full page parameters.
+by the feed's reader object (a re-created feed has a new one) and the full page parameters. A
+request also takes a page kept for the same parameters with a smaller limit, at least half its
+own (``limit`` is a most): a reader that doubles its limit page by page (the Spark connector's
+first pages, small so that Spark has rows while the server reads on) is answered by the page read
+ahead at its previous limit instead of having it read twice; half, so that a reader never follows
+one with much smaller pages.
 Retention is still checked per request before an entry is used, and the head and ``has_more`` are
 recomputed when the answer leaves. Entries expire after ``ttl`` seconds; at most ``max_entries``
 pages and ``max_bytes`` of encoded bodies are kept.
@@ -25,9 +30,18 @@ from starlette.concurrency import run_in_threadpool
 
 from pgfeed.http_api.encode import Encoded
 
-__all__ = ["ReadAhead"]
+__all__ = ["PageKey", "ReadAhead"]
 
 log = logging.getLogger("pgfeed.http")
+
+
+@dataclass(frozen=True, slots=True)
+class PageKey:
+    """A page's parameters: ``params``, everything but the limit (reader, position, filters),
+    and ``limit``."""
+
+    params: Hashable
+    limit: int
 
 
 @dataclass(slots=True)
@@ -41,7 +55,7 @@ class ReadAhead:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.ttl = ttl
-        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._entries: OrderedDict[PageKey, _Entry] = OrderedDict()
         self._running: set[asyncio.Task[Encoded]] = set()
         self.hits = 0
         self.misses = 0
@@ -61,23 +75,37 @@ class ReadAhead:
             if entry.task.done() and not entry.task.cancelled() and entry.task.exception() is None:
                 held -= len(entry.task.result().body)
 
-    async def take(self, key: Hashable) -> Encoded | None:
+    def _kept(self, key: PageKey) -> tuple[PageKey, _Entry] | None:
+        """``key``'s entry, or that of the same page with the largest smaller limit of at least
+        half ``key``'s."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            return key, entry
+        smaller = [k for k in self._entries
+                   if k.params == key.params and key.limit <= 2 * k.limit < 2 * key.limit]
+        if not smaller:
+            return None
+        best = max(smaller, key=lambda k: k.limit)
+        return best, self._entries[best]
+
+    async def take(self, key: PageKey) -> Encoded | None:
         """The page read ahead for ``key`` (waiting for it if still being read), or None."""
         self._expire(time.monotonic())
-        entry = self._entries.get(key)
-        if entry is None:
+        kept = self._kept(key)
+        if kept is None:
             self.misses += 1
             return None
+        found, entry = kept
         try:
             out = await asyncio.shield(entry.task)
         except Exception:  # the request reads it itself and answers its own error
-            self._entries.pop(key, None)
+            self._entries.pop(found, None)
             self.misses += 1
             return None
         self.hits += 1
         return out
 
-    async def read(self, key: Hashable, read: Callable[[], Encoded]) -> Encoded:
+    async def read(self, key: PageKey, read: Callable[[], Encoded]) -> Encoded:
         """``key``'s page: the one kept or being read, or read now in a worker thread and kept
         (empty pages are not kept: the next request at that cursor may find commits)."""
         out = await self.take(key)
@@ -85,7 +113,7 @@ class ReadAhead:
             out = await asyncio.shield(self.start(key, read))
         return out
 
-    def start(self, key: Hashable, read: Callable[[], Encoded]) -> asyncio.Task[Encoded]:
+    def start(self, key: PageKey, read: Callable[[], Encoded]) -> asyncio.Task[Encoded]:
         """Read ``key``'s page in a worker thread, unless it is already there or being read."""
         if key in self._entries:
             return self._entries[key].task

@@ -92,6 +92,17 @@ def test_json_and_arrow_paths_agree(served: Feed, spark: SparkSession) -> None:
     assert arrow.exceptAll(json_).count() == 0 and json_.exceptAll(arrow).count() == 0
 
 
+def test_small_first_pages_that_double_read_exactly_the_log(served: Feed,
+                                                             spark: SparkSession) -> None:
+    """A partition's pages start at pageSize / 8 and double (the server answering a doubled
+    limit with the page it read ahead): pages of 1, 2, 4, 8 changes, then 8 at a time, cut
+    mid-transaction, still give every change once."""
+    expected = _log(served)
+    assert len(expected) > 16
+    df = _reader(spark, served, partitions=2, pageSize=8).load()
+    assert _positions(df) == sorted(expected)
+
+
 def test_filters_and_bounds(served: Feed, spark: SparkSession) -> None:
     everything = _log(served)
     lsns = sorted({lsn for lsn, _ in everything})

@@ -289,6 +289,31 @@ def test_read_arrow_follows_the_next_header_to_the_end() -> None:
     assert len(reads) == 3
 
 
+def test_arrow_pages_from_a_small_first_page_double_up_to_the_limit() -> None:
+    """``first_limit``: the first page asks for that many changes, each next one for twice as
+    many, never more than ``limit``; without it every page asks for ``limit``."""
+    schema = pa.schema([("seq", pa.int32())])
+    seen: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = dict(request.url.params)
+        seen.append(int(q["limit"]))
+        n = len(seen)
+        return httpx.Response(200, content=_ipc(pa.table({"seq": [n]}, schema=schema)),
+                              headers={"PgFeed-Next": f"0/{n}0", "PgFeed-Has-More": "true"})
+
+    with FeedClient("http://x", transport=httpx.MockTransport(handler)) as c:
+        pages = c.iter_arrow_pages("shop", "earliest", "0/60", limit=1000, first_limit=150)
+        assert [p.num_rows for p in pages] == [1] * 6
+        assert seen == [150, 300, 600, 1000, 1000, 1000]
+        seen.clear()
+        assert len(list(c.iter_arrow_pages("shop", "earliest", "0/20", limit=1000))) == 2
+        assert seen == [1000, 1000]
+        seen.clear()
+        list(c.iter_arrow_pages("shop", "earliest", "0/20", limit=100, first_limit=500))
+        assert seen == [100, 100]
+
+
 def test_async_client_pages_and_resumes() -> None:
     feed = FakeFeed()
 

@@ -281,3 +281,39 @@ def test_one_dimensional_arrays_are_compiled() -> None:
     assert got == expected and [type(c) for c in changes] == [Segment, Change]
     assert got[0]["tags"] == ["a", None, "c d", 'e"f', "NULL", ""] and got[0]["raw"] == [b"\x00\xff"]
     assert got[0]["nums"] == [1, 2, None] and got[1]["nums"] == [] and got[2]["nums"] is None
+
+
+def _insert(i: int, created_at: str = "2026-01-01 00:00:00+00") -> bytes:
+    return b"I" + struct.pack(">I", RELID) + b"N" + tuple_data(
+        [str(i), "c", "1.00", "new", None, created_at])
+
+
+def _page(dec: TransactionDecoder, payloads: list[list[bytes]], **kw: Any) -> list[Any]:
+    """Transactions of ``payloads``, one after the other, decoded as one page is."""
+    return [dec.decode(replace(stored(p), commit_lsn=COMMIT + 0x100 * i, end_lsn=COMMIT + 0x100 * i + 8),
+                       tables={"public.t"}, **kw) for i, p in enumerate(payloads)]
+
+
+def test_compiled_rows_run_on_across_transactions_up_to_a_batch_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of one-row transactions is not a batch a row (a Spark executor pays per batch):
+    compiled rows run on into batches of up to BATCH_ROWS, a reference change (infinity) ends
+    a run in place, and the rows are the reference's, in order."""
+    dec, arrow = setup(_orders())
+    schema = typed_schema(arrow)
+    payloads = [[_insert(i)] for i in range(7)]
+    payloads[4] = [_insert(4, "infinity")]
+    payloads[5] = [_insert(50), _insert(51)]
+    expected = rows([typed_batch(_page(dec, payloads), arrow, schema)], schema)
+    sink = arrow_rows.sink_for(arrow, schema)
+    assert sink is not None
+    batches = sink.batches(_page(dec, payloads, sink=sink))
+    assert [b.num_rows for b in batches] == [4, 1, 3]
+    assert rows(batches, schema) == expected
+    assert [r["id"] for r in expected] == [0, 1, 2, 3, 4, 50, 51, 6]
+    monkeypatch.setattr(arrow_rows, "BATCH_ROWS", 3)
+    sink = arrow_rows.sink_for(arrow, schema)
+    assert sink is not None
+    batches = sink.batches(_page(dec, payloads, sink=sink))
+    assert [b.num_rows for b in batches] == [3, 1, 1, 3]
+    assert rows(batches, schema) == expected

@@ -117,6 +117,22 @@ def test_the_key_struct_survives_an_ipc_stream() -> None:
         batch.column("_key").to_pylist()
 
 
+def test_an_ipc_stream_is_pyarrows_own_stream_of_the_non_empty_batches() -> None:
+    """Written into a buffer of its exact size (sliced batches too): byte for byte the stream
+    pyarrow's writer gives, with the empty batches left out."""
+    schema = typed_schema(COLUMNS)
+    batch = typed_batch([_txn(_changes()), _txn(_changes())], COLUMNS, schema)
+    parts = [batch.slice(0, 1), batch.slice(1, 0), batch.slice(1)]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(parts[0])
+        writer.write_batch(parts[2])
+    body = ipc_stream(schema, parts)
+    assert bytes(body) == sink.getvalue().to_pybytes()
+    assert [b.num_rows for b in pa.ipc.open_stream(body)] == [1, batch.num_rows - 1]
+    assert bytes(ipc_stream(schema, [])) == bytes(ipc_stream(schema, [batch.slice(0, 0)]))
+
+
 def _catalog(*versions: tuple[int, tuple[RelationColumn, ...]]) -> RelationCatalog:
     catalog = RelationCatalog()
     for lsn, columns in versions:
