@@ -15,7 +15,10 @@ from pgfeed.cli_remote import add_service_flags, bearer_headers
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from pgfeed.allocator import keep_freed_memory
     from pgfeed.config import Settings
+
+    keep_freed_memory()
     from pgfeed.runtime import Runtime, new_event_loop
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,

@@ -127,7 +127,7 @@ def test_serving_starts_without_pyarrow() -> None:
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("pgfeed_client",),
     ("pgfeed_spark", "pgfeed", "pgfeed.errors", "pgfeed.dsn", "pgfeed.config", "pgfeed.logs",
-     "pgfeed.tls", "pgfeed.localpg", "pgfeed.codegen", "pgfeed.protowire"),
+     "pgfeed.tls", "pgfeed.localpg", "pgfeed.codegen", "pgfeed.protowire", "pgfeed.allocator"),
     ("pgfeed.access", "pgfeed.pgoutput", "pgfeed.types", "pgfeed.cli_remote"),
     ("pgfeed.assembler",),
     ("pgfeed.decoding",),
