@@ -874,7 +874,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__transcode(void) {
-    if (PyType_Ready(&EncoderType) < 0 || PyType_Ready(&ArrowRowsType) < 0) return NULL;
+    if (PyType_Ready(&EncoderType) < 0 || PyType_Ready(&ArrowRowsType) < 0
+        || PyType_Ready(&OwnedType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Unsupported = PyErr_NewException("pgfeed.encoding._transcode.Unsupported", PyExc_ValueError, NULL);

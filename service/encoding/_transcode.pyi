@@ -18,7 +18,13 @@ class Encoder:
 
 ARROW_KINDS: int  # _transcode_arrow.c's Arrow column kinds (arrow_rows.py's codes)
 
-Buffers = tuple[bytes | None, bytes | None, bytes | None, int]  # validity, values, data, nulls
+class Owned:
+    """A buffer taken from ArrowRows (read-only, through the buffer protocol)."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+Buffer = Owned | bytes
+Buffers = tuple[Buffer | None, Buffer | None, Buffer | None, int]  # validity, values, data, nulls
 
 class ArrowRows:
     """Typed Arrow buffers of one table's row changes (_transcode_arrow.c; see arrow_rows.py)."""
@@ -29,4 +35,4 @@ class ArrowRows:
     def scan(self, payload: bytes | bytearray, pos: int, seq: int, stop: int, relation_id: int,
              kinds: bytes, commit_lsn: int, commit_ts: int, xid: int, flags: int,
              /) -> tuple[int, int, int]: ...
-    def buffers(self) -> list[Buffers | bytes]: ...
+    def buffers(self) -> list[Buffers | Buffer]: ...

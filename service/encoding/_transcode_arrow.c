@@ -337,6 +337,7 @@ static const char *const OP_NAMES[] = {"insert", "update", "delete", "read"};
 typedef struct {
     PyObject_HEAD
     Py_ssize_t ncols, nkeys, nlists, rows;
+    int taken;            /* buffers() has taken the columns' memory: nothing more to append */
     Column *cols;         /* ncols table columns, nkeys key struct fields, M_COUNT metadata,
                              then the elements of each list column, in column order */
     Py_ssize_t *keys;     /* key columns, as table column indexes */
@@ -520,6 +521,7 @@ static uint32_t be32(const unsigned char *p) {
 static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize_t nargs) {
     if (self->cols == NULL) { PyErr_SetString(PyExc_TypeError, "ArrowRows not initialised"); return NULL; }
     if (nargs != 10) { PyErr_SetString(PyExc_TypeError, "scan() takes 10 arguments"); return NULL; }
+    if (self->taken) { PyErr_SetString(PyExc_ValueError, "scan() after buffers()"); return NULL; }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     long long seq = PyLong_AsLongLong(args[2]), stop = PyLong_AsLongLong(args[3]);
     unsigned long relation_id = PyLong_AsUnsignedLong(args[4]);
@@ -569,25 +571,57 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
     return Py_BuildValue("(nLn)", pos, seq, appended);
 }
 
-static PyObject *grow_bytes(const Grow *g, Py_ssize_t n) {
-    if (n > g->len) { /* a bitmap never written past its last set bit's byte */
-        PyObject *out = PyBytes_FromStringAndSize(NULL, n);
-        if (out == NULL) return NULL;
-        memcpy(PyBytes_AS_STRING(out), g->p, g->len);
-        memset(PyBytes_AS_STRING(out) + g->len, 0, n - g->len);
-        return out;
-    }
-    return PyBytes_FromStringAndSize((const char *)g->p, n);
+/* A buffer handed over to Arrow as it is (``pa.py_buffer`` wraps it without a copy): it owns
+ * the memory a Grow had, and frees it when Arrow lets go of it. A page's buffers are tens of
+ * megabytes; copying them into bytes cost a copy and, in a fresh process, the page faults of
+ * as much new memory. */
+typedef struct { PyObject_HEAD unsigned char *p; Py_ssize_t len; } Owned;
+
+static int Owned_getbuffer(Owned *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p, self->len, 1, flags);
 }
 
-/* (validity or None, values or None, data or None, null count) of one column */
-static PyObject *column_buffers(const Column *c, Py_ssize_t rows, int values) {
+static void Owned_dealloc(Owned *self) {
+    PyMem_Free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs Owned_as_buffer = {(getbufferproc)Owned_getbuffer, NULL};
+
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pgfeed.encoding._transcode.Owned",
+    .tp_basicsize = sizeof(Owned),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An Arrow buffer taken from ArrowRows (read-only, no copy).",
+    .tp_dealloc = (destructor)Owned_dealloc,
+    .tp_as_buffer = &Owned_as_buffer,
+};
+
+/* the first ``n`` bytes of ``g``, taken: ``g`` is left empty */
+static PyObject *grow_take(Grow *g, Py_ssize_t n) {
+    if (n > g->len) { /* a bitmap never written past its last set bit's byte */
+        if (grow_reserve(g, n - g->len) < 0) return NULL;
+        memset(g->p + g->len, 0, n - g->len);
+        g->len = n;
+    }
+    if (n == 0) return PyBytes_FromStringAndSize(NULL, 0);
+    Owned *out = PyObject_New(Owned, &OwnedType);
+    if (out == NULL) return NULL;
+    out->p = g->p;
+    out->len = n;
+    *g = (Grow){0};
+    return (PyObject *)out;
+}
+
+/* (validity or None, values or None, data or None, null count) of one column, taken */
+static PyObject *column_buffers(Column *c, Py_ssize_t rows, int values) {
     Py_ssize_t bitmap = (rows + 7) / 8;
-    PyObject *valid = c->nulls ? grow_bytes(&c->valid, bitmap) : Py_NewRef(Py_None);
+    PyObject *valid = c->nulls ? grow_take(&c->valid, bitmap) : Py_NewRef(Py_None);
     PyObject *vals = !values ? Py_NewRef(Py_None)
-                     : grow_bytes(&c->values, is_var(c->kind) ? 4 * (rows + 1)
-                                              : c->kind == A_BOOL ? bitmap : c->width * rows);
-    PyObject *data = is_var(c->kind) ? grow_bytes(&c->data, c->data.len) : Py_NewRef(Py_None);
+                     : grow_take(&c->values, is_var(c->kind) ? 4 * (rows + 1)
+                                             : c->kind == A_BOOL ? bitmap : c->width * rows);
+    PyObject *data = is_var(c->kind) ? grow_take(&c->data, c->data.len) : Py_NewRef(Py_None);
     if (valid == NULL || vals == NULL || data == NULL) {
         Py_XDECREF(valid); Py_XDECREF(vals); Py_XDECREF(data);
         return NULL;
@@ -597,9 +631,12 @@ static PyObject *column_buffers(const Column *c, Py_ssize_t rows, int values) {
 
 /* buffers() -> [table columns..., key fields..., op, lsn, seq, commit_lsn, commit_ts, xid,
  *               (toast list offsets), toast names, key validity, list elements...]; a list
- *               column's own entry holds its validity and offsets */
+ *               column's own entry holds its validity and offsets. The buffers are taken, not
+ *               copied: called once, when the page's rows are all appended. */
 static PyObject *ArrowRows_buffers(ArrowRows *self, PyObject *unused) {
     if (self->cols == NULL) { PyErr_SetString(PyExc_TypeError, "ArrowRows not initialised"); return NULL; }
+    if (self->taken) { PyErr_SetString(PyExc_ValueError, "buffers() taken already"); return NULL; }
+    self->taken = 1;
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
     Py_ssize_t rows = self->rows;
@@ -607,14 +644,15 @@ static PyObject *ArrowRows_buffers(ArrowRows *self, PyObject *unused) {
         PyObject *item;
         Column *c = &self->cols[i];
         if (c == meta(self, M_TOAST_NAME)) {
-            PyObject *offsets = grow_bytes(&self->toast_offsets, 4 * (rows + 1));
+            PyObject *offsets = grow_take(&self->toast_offsets, 4 * (rows + 1));
             if (offsets == NULL || PyList_Append(out, offsets) < 0) { Py_XDECREF(offsets); Py_DECREF(out); return NULL; }
             Py_DECREF(offsets);
             item = column_buffers(c, c->n, 1);
         } else if (c == meta(self, M_KEY_VALID)) {
-            Column kv = *c;
-            kv.nulls = self->nkeys ? 0 : rows;
-            item = column_buffers(&kv, rows, 0);
+            Py_ssize_t nulls = c->nulls;
+            c->nulls = self->nkeys ? 0 : rows;
+            item = column_buffers(c, rows, 0);
+            c->nulls = nulls;
         } else {
             item = column_buffers(c, i < self->ncols + self->nkeys + M_COUNT ? rows : c->n, 1);
         }
@@ -630,7 +668,8 @@ static PyMethodDef ArrowRows_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))ArrowRows_scan, METH_FASTCALL,
      "scan(payload, pos, seq, stop, relation_id, kinds, commit_lsn, commit_ts, xid, flags) "
      "-> (pos, seq, appended)"},
-    {"buffers", (PyCFunction)ArrowRows_buffers, METH_NOARGS, "the Arrow buffers of every column"},
+    {"buffers", (PyCFunction)ArrowRows_buffers, METH_NOARGS,
+     "the Arrow buffers of every column, taken (once, after the last scan)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from pgfeed_client.pgtypes import TEXT_ARRAY_OID
 from pgfeed.assembler.model import Change, Op, Transaction
 from pgfeed.decoding.changes import Segment, SunkChange
 from pgfeed.decoding.plan import RelationPlan
@@ -34,6 +33,10 @@ from pgfeed.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US
 from pgfeed.types.array import ELEMENT_OID
 from pgfeed.types.registry import fast_kind, loader_oid
+from pgfeed_client.pgtypes import TEXT_ARRAY_OID
+
+if TYPE_CHECKING:
+    from pgfeed.encoding._transcode import Buffer
 
 __all__ = ["BATCH_ROWS", "ArrowSink", "sink_for"]
 
@@ -183,7 +186,7 @@ class ArrowSink:
             arrays.append(_array(f.type, n, b))
         toast_type = fields[width + 6].type
         names = meta[7]
-        child = pa.Array.from_buffers(pa.string(), len(names[1]) // 4 - 1,
+        child = pa.Array.from_buffers(pa.string(), memoryview(names[1]).nbytes // 4 - 1,
                                       [_buf(names[0]), _buf(names[1]), _buf(names[2])], names[3])
         arrays.append(pa.Array.from_buffers(toast_type, n, [None, _buf(meta[6])],
                                             children=[child]))
@@ -235,13 +238,13 @@ class ArrowSink:
         return out
 
 
-def _buf(b: bytes | None) -> pa.Buffer | None:
+def _buf(b: Buffer | None) -> pa.Buffer | None:
     return None if b is None else pa.py_buffer(b)
 
 
 def _list(t: pa.ListType, n: int, b: tuple[Any, ...], elements: tuple[Any, ...]) -> pa.Array:
     valid, offsets, _, nulls = b
-    count = int.from_bytes(offsets[-4:], "little", signed=True)  # the last list's end
+    count = int.from_bytes(memoryview(offsets)[-4:], "little", signed=True)  # the last list's end
     child = _array(t.value_type, count, elements)
     return pa.Array.from_buffers(t, n, [_buf(valid), _buf(offsets)], nulls, children=[child])
 

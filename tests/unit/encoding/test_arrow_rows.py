@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -316,4 +317,38 @@ def test_compiled_rows_run_on_across_transactions_up_to_a_batch_size(
     assert sink is not None
     batches = sink.batches(_page(dec, payloads, sink=sink))
     assert [b.num_rows for b in batches] == [3, 1, 1, 3]
+    assert rows(batches, schema) == expected
+
+
+def test_a_pages_buffers_are_handed_to_arrow_without_a_copy() -> None:
+    """The compiled columns' memory becomes the batch's buffers as it is (a page is tens of
+    megabytes) and outlives the sink that wrote it; it is taken once, after the last scan."""
+    dec, arrow = setup(_orders())
+    schema = typed_schema(arrow)
+    payloads = [[_insert(i)] for i in range(5)]
+    expected = rows([typed_batch(_page(dec, payloads), arrow, schema)], schema)
+    sink = arrow_rows.sink_for(arrow, schema)
+    assert sink is not None
+    page = _page(dec, payloads, sink=sink)
+    compiled, taken = sink.rows, []
+
+    def buffers() -> Any:  # recording what the compiled rows hand over
+        taken.extend(compiled.buffers())
+        return taken
+
+    sink.rows = SimpleNamespace(rows=compiled.rows, buffers=buffers)  # type: ignore[assignment]
+    batches = sink.batches(page)
+    owned = [b for item in taken for b in (item if isinstance(item, tuple) else (item,))
+             if type(b).__name__ == "Owned"]
+    assert len(owned) >= len(arrow)  # every column's values at least
+    in_batch = {buf.address for b in batches for col in b.columns
+                for buf in col.buffers() if buf is not None}
+    assert {pa.py_buffer(b).address for b in owned} <= in_batch
+    with pytest.raises(ValueError, match="taken already"):
+        compiled.buffers()
+    with pytest.raises(ValueError, match="after buffers"):
+        compiled.scan(b"", 0, 0, 0, 0, b"\0" * len(arrow), 0, 0, 0, 0)
+    del sink, page
+    taken.clear()  # the batches alone hold the memory now
+    owned.clear()
     assert rows(batches, schema) == expected
