@@ -82,15 +82,16 @@ def _synthetic_app(total: int) -> Any:
         "status": pa.array(img("status", status), pa.string()),
         "note": pa.nulls(total, pa.string()),
         "created_at": pa.array(img("created_at", created), pa.timestamp("us", "UTC")),
-        "op": pa.array(ops).dictionary_encode(),
-        "lsn": pa.array(lsn_text),
-        "seq": pa.array([s for _, s in keys], pa.int32()),
-        "commit_lsn": pa.array(commit_text).dictionary_encode(),
-        "commit_ts": pa.array([base_ts + timedelta(seconds=c // per_txn) for c, _ in keys],
-                              pa.timestamp("us", "UTC")),
-        "xid": pa.array([1000 + c // 0x100000 for c, _ in keys], pa.int64()),
-        "unchanged_toast": pa.array([[]] * total, pa.list_(pa.string())),
-    })
+        "_op": pa.array(ops),
+        "_lsn": pa.array([c - 0x80000 + s for c, s in keys], pa.int64()),
+        "_seq": pa.array([s for _, s in keys], pa.int64()),
+        "_commit_lsn": pa.array([c for c, _ in keys], pa.int64()),
+        "_commit_ts": pa.array([base_ts + timedelta(seconds=c // per_txn) for c, _ in keys],
+                               pa.timestamp("us", "UTC")),
+        "_xid": pa.array([1000 + c // 0x100000 for c, _ in keys], pa.int64()),
+        "_unchanged_toast": pa.array([[]] * total, pa.list_(pa.string())),
+        "_key": pa.StructArray.from_arrays([pa.array(ids, pa.int64())], ["id"]),
+    })  # the typed schema a pgfeed server sends (the connector converts nothing)
     events = []
     for i in range(total):
         row = {"id": ids[i], "customer": customer[i], "amount": str(amount[i]),
@@ -143,9 +144,12 @@ def _synthetic_app(total: int) -> Any:
         return JSONResponse({"boundaries": ["0/0", *cuts, head]})
 
     async def tables(request: Request) -> Response:
-        return JSONResponse({"tables": [{"schema": "public", "table": "orders", "versions": [{
-            "version": 1, "columns": [{"name": n, "type_oid": o, "type_name": t, "typmod": m,
-                                       "key": k} for n, o, t, m, k in COLUMNS]}]}]})
+        version = {"version": 1, "valid_from": "0/0", "replica_identity": "default",
+                   "columns": [{"name": n, "type_oid": o, "type_name": t, "typmod": m, "key": k}
+                               for n, o, t, m, k in COLUMNS]}
+        return JSONResponse({"tables": [{"relation_id": 16385, "schema": "public",
+                                         "table": "orders", "name": TABLE, **version,
+                                         "versions": [version]}]})
 
     return Starlette(routes=[Route("/v1/feeds/{feed}/changes", changes),
                              Route("/v1/feeds/{feed}/splits", splits),
