@@ -178,11 +178,13 @@ class ArrowPage:
         return sum(b.num_rows for b in self.batches)
 
 
-def arrow_page(response: httpx.Response, after: str) -> ArrowPage:
-    """Decode an Arrow IPC stream answer and its ``PgFeed-*`` headers."""
+def arrow_page(response: httpx.Response, after: str,
+               body: bytes | memoryview | None = None) -> ArrowPage:
+    """Decode an Arrow IPC stream answer (``body``, else the response's content) and its
+    ``PgFeed-*`` headers."""
     import pyarrow as pa
 
-    reader = pa.ipc.open_stream(response.content)
+    reader = pa.ipc.open_stream(response.content if body is None else body)
     batches = [b for b in reader if b.num_rows]
     more = response.headers.get(HAS_MORE_HEADER)
     return ArrowPage(

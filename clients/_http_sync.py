@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 import httpx
 
 from pgfeed_client import _http_base as base
+from pgfeed_client._bulk import BulkReader
 from pgfeed_client._debezium import DebeziumPage
 from pgfeed_client._http_base import DEFAULT_LIMIT, CursorLike, RetryPolicy
 from pgfeed_client._models import Change, Page, TableInfo, TransactionPage
@@ -42,9 +43,10 @@ class FeedClient:
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         # ca_bundle: PEM CAs to trust for https (a private CA); client_cert: (cert, key) PEM
+        self._verify = http_verify(ca_bundle, client_cert)
         self._http = httpx.Client(base_url=self.base_url, transport=transport, timeout=timeout,
-                                  headers=base.new_headers(token, headers),
-                                  verify=http_verify(ca_bundle, client_cert))
+                                  headers=base.new_headers(token, headers), verify=self._verify)
+        self._bulk = BulkReader.usable(self.base_url, custom_transport=transport is not None)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -59,14 +61,18 @@ class FeedClient:
 
     def _send(self, method: str, path: str, *, params: dict[str, Any] | None = None,
               json: Any = None, timeout: float | None = None, retry: bool = True) -> httpx.Response:
+        return self._retrying(f"{method} {path}", lambda: base.check(self._http.request(
+            method, path, params=params, json=json,
+            timeout=self.timeout if timeout is None else timeout)), retry)
+
+    def _retrying(self, what: str, call: Callable[[], _T], retry: bool = True) -> _T:
+        """``call()``, again after transport errors and 502/503/504 (``self.retry``)."""
         delays = self.retry.delays() if retry else iter(())
         while True:
             try:
-                return base.check(self._http.request(
-                    method, path, params=params, json=json,
-                    timeout=self.timeout if timeout is None else timeout))
+                return call()
             except Exception as exc:  # noqa: BLE001 - retry_delay raises what is not retried
-                time.sleep(base.retry_delay(exc, delays, f"{method} {path}"))
+                time.sleep(base.retry_delay(exc, delays, what))
 
     @overload
     def _json(self, method: str, path: str, build: Callable[[Any], _T], **kw: Any) -> _T: ...
@@ -184,16 +190,27 @@ class FeedClient:
         cursor = str(after)
         path = base.feed_path(feed, "changes")
         page_limit = limit if first_limit is None or limit is None else min(first_limit, limit)
-        while True:
-            params = base.changes_params(cursor, limit=page_limit, tables=table or tables,
-                                         ops=ops, to=to, fmt="arrow")
-            page = base.arrow_page(self._send("GET", path, params=params), cursor)
-            if page_limit is not None and limit is not None:
-                page_limit = min(2 * page_limit, limit)
-            yield page
-            if base.arrow_done(page, cursor, stop):
-                return
-            cursor = page.next
+        bulk = BulkReader(self.base_url, self._http.headers, self._verify, self.timeout) \
+            if self._bulk else None
+        try:
+            while True:
+                params = base.changes_params(cursor, limit=page_limit, tables=table or tables,
+                                             ops=ops, to=to, fmt="arrow")
+                if bulk is None:
+                    page = base.arrow_page(self._send("GET", path, params=params), cursor)
+                else:
+                    response, body = self._retrying(
+                        f"GET {path}", lambda: _checked(bulk.get(path, params)))
+                    page = base.arrow_page(response, cursor, body)
+                if page_limit is not None and limit is not None:
+                    page_limit = min(2 * page_limit, limit)
+                yield page
+                if base.arrow_done(page, cursor, stop):
+                    return
+                cursor = page.next
+        finally:
+            if bulk is not None:
+                bulk.close()
 
     # -- consumers --------------------------------------------------------------------------
 
@@ -262,3 +279,8 @@ class FeedClient:
         result: dict[str, Any] = self._json("DELETE", base.feed_path(feed, "backfills", backfill_id),
                                             retry=False)
         return result
+
+
+def _checked(answer: tuple[httpx.Response, memoryview]) -> tuple[httpx.Response, memoryview]:
+    base.check(answer[0])
+    return answer

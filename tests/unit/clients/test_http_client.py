@@ -25,6 +25,7 @@ from pgfeed_client import (
     format_lsn,
     parse_cursor,
 )
+from tests.fixtures.fix_http import serve_app
 
 FAST = RetryPolicy(retries=3, initial=0.001, maximum=0.002)
 
@@ -333,3 +334,57 @@ def test_async_client_pages_and_resumes() -> None:
     assert got == [(c["commit_lsn"], c["seq"]) for c in feed.log]
     afters = [r.url.params.get("after") for r in feed.requests]
     assert afters[1] == afters[2] == "0/2000:1"
+
+
+def test_arrow_pages_are_read_into_one_buffer_over_loopback_with_retries_and_typed_errors() -> None:
+    """Against a real server, Arrow pages bypass httpx (``_bulk.BulkReader``: no
+    Accept-Encoding, one keep-alive connection) with the same token, path prefix, retries (a
+    503, a connection dropped mid-body) and typed errors (410) as every other request."""
+    schema = pa.schema([("seq", pa.int64())])
+    seen: list[dict[str, str]] = []
+    trouble = ["unavailable", "drop"]
+    clients: set[Any] = set()
+    served = [0]
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        assert scope["path"].startswith("/base/v1/feeds/shop/changes"), scope["path"]
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        seen.append({**headers, "query": scope["query_string"].decode()})
+        clients.add(scope["client"][1])
+        if "after=0%2F99" in scope["query_string"].decode():
+            body, status = json.dumps({"error": {"code": "cursor_expired", "message": "gone",
+                                                 "oldest": "0/50"}}).encode(), 410
+            out = [(b"content-type", b"application/json")]
+        elif trouble:
+            kind = trouble.pop(0)
+            if kind == "unavailable":
+                body, status, out = b'{"error": {"code": "unavailable", "message": "x"}}', 503, []
+            else:  # promise a body, send part of it, and drop the connection
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-length", b"100000")]})
+                await send({"type": "http.response.body", "body": b"x" * 10, "more_body": True})
+                raise RuntimeError("connection dropped on purpose")
+        else:
+            served[0] += 1
+            n = served[0]
+            body, status = _ipc(pa.table({"seq": list(range(n * 1000, n * 1000 + 5000))},
+                                         schema=schema)), 200
+            out = [(b"pgfeed-next", f"0/{n}0".encode()), (b"pgfeed-has-more", b"true")]
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*out, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    with serve_app(app) as url, FeedClient(f"{url}/base", token="t0k", retry=FAST) as client:
+        pages = list(client.iter_arrow_pages("shop", "earliest", "0/30", limit=5000))
+        assert [p.num_rows for p in pages] == [5000, 5000, 5000]
+        assert [p.next for p in pages] == ["0/10", "0/20", "0/30"]
+        assert pa.Table.from_batches(pages[1].batches).column("seq").to_pylist() == list(range(2000, 7000))
+        assert all(s["authorization"] == "Bearer t0k" for s in seen)
+        assert all(s.get("accept-encoding") == "identity" for s in seen)  # http.client, not httpx
+        assert len(seen) == 5  # the 503 and the dropped answer were retried
+        assert len(clients) == 2  # a new connection after the drop only (keep-alive)
+        with pytest.raises(CursorExpired) as expired:
+            list(client.iter_arrow_pages("shop", "0/99", "0/100", limit=10))
+        assert expired.value.oldest == "0/50"
