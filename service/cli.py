@@ -17,9 +17,9 @@ from pgfeed.cli_remote import add_service_flags, bearer_headers
 def _serve(args: argparse.Namespace) -> int:
     from pgfeed.allocator import keep_freed_memory
     from pgfeed.config import Settings
-
-    keep_freed_memory()
     from pgfeed.runtime import Runtime, new_event_loop
+
+    keep_freed_memory()  # before the runtime allocates anything large
 
     settings = Settings.load(args.config, data_dir=args.data_dir, http_host=args.http_host,
                              http_port=args.http_port, grpc_host=args.grpc_host, grpc_port=args.grpc_port,
