@@ -282,6 +282,64 @@ def measure_real(spark: Any, service: Any, wire: str, partitions: int, repeat: i
             "server_us_runs": [c.server / rows * 1e6 for c in cpus]}
 
 
+def _read_plain(url: str, part: Any, page_size: int, got: list[int], k: int) -> None:
+    """One plain reader of ``part``, paging as a Spark partition does; rows counted in got[k]."""
+    from _serve_servers import FEED
+
+    from pgfeed_client import FeedClient
+    from pgfeed_spark._read import FIRST_PAGE_SHARE
+
+    with FeedClient(url) as client:
+        for page in client.iter_arrow_pages(FEED, part.after, part.to, table=TABLE,
+                                            limit=page_size,
+                                            first_limit=page_size // FIRST_PAGE_SHARE):
+            got[k] += sum(b.num_rows for b in page.batches)
+
+
+def measure_plain(service: Any, readers: int, repeat: int, page_size: int,
+                  rows: int) -> dict[str, Any]:
+    """The server alone: the same typed Arrow read as Spark's (the same splits, pages and first
+    pages), by ``readers`` plain clients in threads of this process, each read against a fresh
+    server process. What one server can feed, and how much of a core it uses doing it (over one
+    core: pages of several readers built at once)."""
+    import threading
+
+    from _serve_servers import FEED
+
+    from pgfeed_client import FeedClient
+    from pgfeed_spark._partition import plan_ranges
+
+    times, cpus = [], []
+    for _ in range(repeat):
+        server = service.restart()
+        url = str(server.http.base_url).rstrip("/")
+        server.http.get(f"/v1/feeds/{FEED}/changes", params={
+            "limit": 1, "tables": TABLE, "format": "arrow"}).raise_for_status()
+        with FeedClient(url) as client:
+            head = client.head(FEED)
+            parts = plan_ranges("earliest", head, client.splits(FEED, "earliest", head, readers))
+        got = [0] * len(parts)
+        threads = [threading.Thread(target=_read_plain, args=(url, part, page_size, got, k))
+                   for k, part in enumerate(parts)]
+        with server.cpu() as cpu:
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            seconds = time.perf_counter() - t0
+        server.check()
+        if sum(got) != rows:
+            raise RuntimeError(f"plain clients read {sum(got):,} rows, expected {rows:,}")
+        times.append(seconds)
+        cpus.append(cpu)
+        print(f"  plain {readers} readers: {rows:,} rows in {seconds:.2f} s = {rows / seconds:,.0f} "
+              f"rows/s; server {cpu.server / rows * 1e6:.2f} µs a change; {cpu.text()}", flush=True)
+    i = times.index(min(times))
+    return {"readers": readers, "rows": rows, "best": times[i], "rate": rows / times[i],
+            "runs": times, "cpu": cpus[i], "server_us": cpus[i].server / rows * 1e6}
+
+
 def run_real(args: argparse.Namespace) -> dict[str, Any]:
     import shutil
     import tempfile
@@ -342,6 +400,8 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
                                          args.page_size, rows)
                     reference = measure_real(spark, service, "arrow", args.partitions, 1,
                                              args.page_size, rows, env={"PGFEED_IMPL": "reference"})
+                    plain = measure_plain(service, args.partitions, args.repeat, args.page_size,
+                                          rows)
                     floor = measure_floor(spark, str(service.server.http.base_url).rstrip("/"),
                                           args.partitions, args.page_size)
                 finally:
@@ -351,13 +411,13 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"pg": version, "rows": rows, "arrow": arrow, "json": json_, "reference": reference,
-            "floor": floor, "warm": warm}
+            "plain": plain, "floor": floor, "warm": warm}
 
 
 def real_text(args: argparse.Namespace, r: dict[str, Any], load: tuple[str, str]) -> str:
     import pyspark
 
-    arrow, json_, ref, floor = r["arrow"], r["json"], r["reference"], r["floor"]
+    arrow, json_, ref, floor, plain = r["arrow"], r["json"], r["reference"], r["floor"], r["plain"]
     net = (arrow["rows"] - floor["rows"]) / max(arrow["best"] - floor["best"], 1e-9)
 
     def line(label: str, m: dict[str, Any]) -> str:
@@ -401,6 +461,14 @@ JVM, its Python workers, and anyone else's jobs on these shared cores). Spark's 
 read of the first transaction alone ({floor['rows']:,} rows), takes {floor['best']:.2f} s (runs
 {', '.join(f'{t:.2f}' for t in floor['runs'])}): net of it the compiled Arrow path moves
 {net:,.0f} rows/s.
+
+The server alone, in the same run: the same read (same splits and pages) by {plain['readers']} plain
+`FeedClient`s in threads instead of Spark, each read against a fresh server process:
+{plain['rows']:,} rows in {plain['best']:.2f} s ({plain['rate']:,.0f} rows/s; runs
+{', '.join(f'{t:.2f}' for t in plain['runs'])} s), the server at {plain['server_us']:.2f} µs a change
+and {plain['cpu'].share(plain['cpu'].server)} of a core: the compiled scan runs without the GIL,
+so the pages of several readers are built on several cores. What a Spark read leaves of that is
+what one server can give further executors.
 """
 
 

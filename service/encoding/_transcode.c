@@ -13,9 +13,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <locale.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* value kinds, one byte per column: generated from the type registry (service/types) */
 #include "_kinds.h"
@@ -194,15 +197,46 @@ static int parse_int(const unsigned char *p, Py_ssize_t n, int64_t *out) {
     return 0;
 }
 
-/* a float4/float8 text (digits, exponent, NaN, Infinity) as Python's float() reads it */
+/* a float4/float8 text (digits, exponent, NaN, Infinity) as Python's float() reads it
+ * (PyOS_string_to_double: an optional sign, then inf, infinity or nan in any case, or decimal
+ * digits with an optional point and exponent; no spaces, underscores or hex), converted by
+ * strtod_l in the C locale, correctly rounded as Python's own. No Python call: it runs without
+ * the GIL (ArrowRows.scan). */
+static locale_t c_numeric = (locale_t)0; /* made by the module's init */
+
 static int parse_double(const unsigned char *t, Py_ssize_t n, double *out) {
     char text[64];
-    if (n == 0 || n >= (Py_ssize_t)sizeof text) return FALLBACK;
+    if (n == 0 || n >= (Py_ssize_t)sizeof text || c_numeric == (locale_t)0) return FALLBACK;
     memcpy(text, t, n);
     text[n] = 0;
+    const char *s = text;
+    int negative = *s == '-';
+    if (*s == '+' || *s == '-') s++;
+    if (strcasecmp(s, "inf") == 0 || strcasecmp(s, "infinity") == 0) {
+        *out = negative ? -HUGE_VAL : HUGE_VAL;
+        return 0;
+    }
+    if (strcasecmp(s, "nan") == 0) {
+        *out = copysign(NAN, negative ? -1.0 : 1.0);
+        return 0;
+    }
+    const char *p = s;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9') { p++; digits++; }
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9') { p++; digits++; }
+    }
+    if (digits == 0) return FALLBACK;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!(*p >= '0' && *p <= '9')) return FALLBACK;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    if (*p != 0) return FALLBACK;
     char *end;
-    double v = PyOS_string_to_double(text, &end, NULL);
-    if (PyErr_Occurred()) { PyErr_Clear(); return FALLBACK; }
+    double v = strtod_l(text, &end, c_numeric);
     if (end != text + n) return FALLBACK;
     *out = v;
     return 0;
@@ -365,14 +399,33 @@ static int put_ld(Buf *b, unsigned char field, const unsigned char *s, Py_ssize_
     return 0;
 }
 
+/* Well-formed UTF-8 (Unicode's table 3-7: no overlong forms, no surrogates, nothing past
+ * U+10FFFF), exactly what Python's strict decoder accepts; no Python call, so it runs without the
+ * GIL (ArrowRows.scan). */
 static int valid_utf8(const unsigned char *t, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (t[i] >= 0x80) { /* the exact rules (no surrogates, shortest forms): Python's */
-            PyObject *s = PyUnicode_DecodeUTF8((const char *)t, n, "strict");
-            if (s == NULL) { PyErr_Clear(); return FALLBACK; }
-            Py_DECREF(s);
-            return 0;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = t[i];
+        if (c < 0x80) { i++; continue; }
+        Py_ssize_t len;
+        unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;      /* overlong */
+            else if (c == 0xED) hi = 0x9F; /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;      /* overlong */
+            else if (c == 0xF4) hi = 0x8F; /* past U+10FFFF */
+        } else {
+            return FALLBACK;
         }
+        if (n - i < len || t[i + 1] < lo || t[i + 1] > hi) return FALLBACK;
+        for (Py_ssize_t k = 2; k < len; k++)
+            if (t[i + k] < 0x80 || t[i + k] > 0xBF) return FALLBACK;
+        i += len;
     }
     return 0;
 }
@@ -874,6 +927,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__transcode(void) {
+    if (c_numeric == (locale_t)0) c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     if (PyType_Ready(&EncoderType) < 0 || PyType_Ready(&ArrowRowsType) < 0
         || PyType_Ready(&OwnedType) < 0)
         return NULL;

@@ -14,14 +14,22 @@
 enum { A_INT16, A_INT32, A_INT64, A_FLOAT32, A_FLOAT64, A_BOOL, A_DECIMAL, A_DATE32,
        A_TIMESTAMP, A_STRING, A_BINARY, A_LIST, A_COUNT };
 
+/* Column memory comes from PyMem_Raw* (the C library's allocator), which needs no GIL: scan()
+ * appends with the GIL released. ERROR from these means out of memory, with no exception set
+ * (nomem() sets it once the GIL is held). */
 typedef struct { unsigned char *p; Py_ssize_t len, cap; } Grow;
+
+static int nomem(void) {
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    return -1;
+}
 
 static int grow_reserve(Grow *g, Py_ssize_t n) {
     if (g->len + n <= g->cap) return 0;
     Py_ssize_t cap = g->cap ? g->cap * 2 : 4096;
     while (cap < g->len + n) cap *= 2;
-    unsigned char *p = PyMem_Realloc(g->p, cap);
-    if (p == NULL) { PyErr_NoMemory(); return ERROR; }
+    unsigned char *p = PyMem_RawRealloc(g->p, cap);
+    if (p == NULL) return ERROR;
     g->p = p;
     g->cap = cap;
     return 0;
@@ -72,9 +80,9 @@ static int column_init(Column *c, int kind, int precision, int scale) {
 }
 
 static void column_free(Column *c) {
-    PyMem_Free(c->valid.p);
-    PyMem_Free(c->values.p);
-    PyMem_Free(c->data.p);
+    PyMem_RawFree(c->valid.p);
+    PyMem_RawFree(c->values.p);
+    PyMem_RawFree(c->data.p);
 }
 
 static int column_null(Column *c, Py_ssize_t row) {
@@ -287,10 +295,10 @@ static int arrow_list(Column *c, Py_ssize_t row, int kind, Col v) {
                 if (i >= n - 1) break;
                 if (tmp.p == NULL) { tmp.p = stack; tmp.cap = sizeof stack; }
                 if (tmp.len == tmp.cap) {
-                    unsigned char *p = PyMem_Malloc(tmp.cap * 2);
-                    if (p == NULL) { PyErr_NoMemory(); rc = ERROR; break; }
+                    unsigned char *p = PyMem_RawMalloc(tmp.cap * 2);
+                    if (p == NULL) { rc = ERROR; break; }
                     memcpy(p, tmp.p, tmp.len);
-                    if (tmp.p != stack) PyMem_Free(tmp.p);
+                    if (tmp.p != stack) PyMem_RawFree(tmp.p);
                     tmp.p = p;
                     tmp.cap *= 2;
                 }
@@ -319,7 +327,7 @@ static int arrow_list(Column *c, Py_ssize_t row, int kind, Col v) {
         if (t[i] != ',') { rc = FALLBACK; break; }
         i++;
     }
-    if (tmp.p != NULL && tmp.p != stack) PyMem_Free(tmp.p);
+    if (tmp.p != NULL && tmp.p != stack) PyMem_RawFree(tmp.p);
     if (rc) return rc;
     return column_end_var(c, row);
 }
@@ -338,6 +346,7 @@ typedef struct {
     PyObject_HEAD
     Py_ssize_t ncols, nkeys, nlists, rows;
     int taken;            /* buffers() has taken the columns' memory: nothing more to append */
+    int scanning;         /* a scan() runs without the GIL: no other call may touch the columns */
     Column *cols;         /* ncols table columns, nkeys key struct fields, M_COUNT metadata,
                              then the elements of each list column, in column order */
     Py_ssize_t *keys;     /* key columns, as table column indexes */
@@ -358,7 +367,7 @@ static void ArrowRows_dealloc(ArrowRows *self) {
         for (Py_ssize_t i = 0; i < total_columns(self); i++) column_free(&self->cols[i]);
     PyMem_Free(self->cols);
     PyMem_Free(self->keys);
-    PyMem_Free(self->toast_offsets.p);
+    PyMem_RawFree(self->toast_offsets.p);
     PyMem_Free(self->newc);
     PyMem_Free(self->marks);
     Py_XDECREF(self->names);
@@ -407,10 +416,10 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
         if (kind == A_LIST) {
             if (column_init(&self->cols[i], A_LIST, 0, 0) < 0
                 || column_init(&self->cols[child], element, precision, scale) < 0)
-                return -1;
+                return nomem();
             self->cols[i].child = &self->cols[child++];
         } else if (column_init(&self->cols[i], kind, precision, scale) < 0) {
-            return -1;
+            return nomem();
         }
     }
     for (Py_ssize_t j = 0; j < k; j++) {
@@ -420,14 +429,14 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
         self->keys[j] = at;
         Column *src = &self->cols[at];
         if (src->kind == A_LIST) { PyErr_SetString(PyExc_ValueError, "a list key column"); return -1; }
-        if (column_init(&self->cols[n + j], src->kind, src->precision, src->scale) < 0) return -1;
+        if (column_init(&self->cols[n + j], src->kind, src->precision, src->scale) < 0) return nomem();
     }
     static const int meta_kinds[] = {A_STRING, A_INT64, A_INT64, A_INT64, A_INT64, A_INT64,
                                      A_STRING, A_BOOL};
     for (int m = 0; m < M_COUNT; m++)
-        if (column_init(meta(self, m), meta_kinds[m], 0, 0) < 0) return -1;
+        if (column_init(meta(self, m), meta_kinds[m], 0, 0) < 0) return nomem();
     int32_t zero = 0;
-    if (grow_put(&self->toast_offsets, &zero, 4) < 0) return -1;
+    if (grow_put(&self->toast_offsets, &zero, 4) < 0) return nomem();
     Py_INCREF(names);
     self->names = names;
     return 0;
@@ -522,6 +531,7 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
     if (self->cols == NULL) { PyErr_SetString(PyExc_TypeError, "ArrowRows not initialised"); return NULL; }
     if (nargs != 10) { PyErr_SetString(PyExc_TypeError, "scan() takes 10 arguments"); return NULL; }
     if (self->taken) { PyErr_SetString(PyExc_ValueError, "scan() after buffers()"); return NULL; }
+    if (self->scanning) { PyErr_SetString(PyExc_RuntimeError, "ArrowRows is being scanned"); return NULL; }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     long long seq = PyLong_AsLongLong(args[2]), stop = PyLong_AsLongLong(args[3]);
     unsigned long relation_id = PyLong_AsUnsignedLong(args[4]);
@@ -542,6 +552,11 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
     Py_ssize_t end = view.len, appended = 0;
     int rc = 0;
     if (pos < 0) pos = end;
+    /* Nothing below touches a Python object but the payload's buffer (held by ``view``) and
+     * ``self->names`` (an immutable tuple of bytes it keeps): let the server's other threads run,
+     * so pages of several readers are scanned on several cores. */
+    self->scanning = 1;
+    Py_BEGIN_ALLOW_THREADS
     while (end - pos > 12 && seq + 1 < stop) {
         uint64_t lsn = be64(d + pos);
         Py_ssize_t length = be32(d + pos + 8), start = pos + 12;
@@ -555,9 +570,7 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
                             (uint64_t)(seq + 1), commit_lsn, commit_ts, xid);
             if (rc < 0) {
                 rollback(self);
-                if (rc == ERROR) break;
-                rc = 0;
-                if (PyErr_Occurred()) PyErr_Clear();
+                if (rc != ERROR) rc = 0; /* FALLBACK: the caller takes this change */
                 break;
             }
             self->rows++;
@@ -566,8 +579,10 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
         seq++;
         pos = start + length;
     }
+    Py_END_ALLOW_THREADS
+    self->scanning = 0;
     PyBuffer_Release(&view);
-    if (rc == ERROR) return NULL;
+    if (rc == ERROR) { nomem(); return NULL; }
     return Py_BuildValue("(nLn)", pos, seq, appended);
 }
 
@@ -582,7 +597,7 @@ static int Owned_getbuffer(Owned *self, Py_buffer *view, int flags) {
 }
 
 static void Owned_dealloc(Owned *self) {
-    PyMem_Free(self->p);
+    PyMem_RawFree(self->p);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -601,7 +616,7 @@ static PyTypeObject OwnedType = {
 /* the first ``n`` bytes of ``g``, taken: ``g`` is left empty */
 static PyObject *grow_take(Grow *g, Py_ssize_t n) {
     if (n > g->len) { /* a bitmap never written past its last set bit's byte */
-        if (grow_reserve(g, n - g->len) < 0) return NULL;
+        if (grow_reserve(g, n - g->len) < 0) { nomem(); return NULL; }
         memset(g->p + g->len, 0, n - g->len);
         g->len = n;
     }
@@ -636,6 +651,7 @@ static PyObject *column_buffers(Column *c, Py_ssize_t rows, int values) {
 static PyObject *ArrowRows_buffers(ArrowRows *self, PyObject *unused) {
     if (self->cols == NULL) { PyErr_SetString(PyExc_TypeError, "ArrowRows not initialised"); return NULL; }
     if (self->taken) { PyErr_SetString(PyExc_ValueError, "buffers() taken already"); return NULL; }
+    if (self->scanning) { PyErr_SetString(PyExc_RuntimeError, "ArrowRows is being scanned"); return NULL; }
     self->taken = 1;
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;

@@ -8,8 +8,11 @@ bit), in the same order, whatever mix of compiled and reference changes it took.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
+import threading
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +27,7 @@ from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.decoding.changes import Segment, TransactionDecoder
 from pgfeed.encoding import arrow_rows
 from pgfeed.encoding.to_arrow import ArrowColumn, typed_batch, typed_schema
+from pgfeed.errors import DecodeError
 from tests.unit.encoding.test_transcode import (
     ALL_FAST,
     COMMIT,
@@ -352,3 +356,92 @@ def test_a_pages_buffers_are_handed_to_arrow_without_a_copy() -> None:
     taken.clear()  # the batches alone hold the memory now
     owned.clear()
     assert rows(batches, schema) == expected
+
+
+# float8 texts: Python's float() reads each the same as the C code (strtod_l, C locale)
+_FLOATS_COMPILED = ["1.5", "-0", "0", "-0.0", "0.1", "5.", ".5", "+1", "1e308", "1e309", "-1e309",
+                    "1E-5", "1e+5", "4.9e-324", "2.4703282292062328e-324", "1e-400",
+                    "1.7976931348623157e308", "1.7976931348623159e308",
+                    "123456789012345678901234567890", "NaN", "-NaN", "nan", "Infinity",
+                    "-Infinity", "inf", "+INF", "-infinity"]
+# ...and texts it leaves to the reference (float() may still read some: spaces, underscores)
+_FLOATS_REFERENCE = ["1e", "1e+", "e5", ".", "-", "1.2.3", " 1", "1 ", "0x10", "1_0", "\u0661",
+                     "infinit", "nan(1)", "1" * 70]
+# text bytes: well-formed UTF-8 is compiled, anything Python's strict decoder refuses is not
+_UTF8 = [b"plain", "\u00e9t\u00e9".encode(), "\u20ac".encode(), "\U0001d11e".encode(),
+         "\ud7ff\ue000\U0010ffff".encode(), b"\xc0\x80", b"\xc1\xbf", b"\xed\xa0\x80",
+         b"\xed\xbf\xbf", b"\xe0\x9f\xbf", b"\xf0\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80",
+         b"\xe2\x82", b"\x80", b"a\xffb", b"\xe2\x82\xac\xe2"]
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("text", _FLOATS_COMPILED + _FLOATS_REFERENCE)
+def test_float_texts_are_read_as_python_reads_them(text: str) -> None:
+    """The C float parser takes exactly PyOS_string_to_double's forms, with its values bit for
+    bit (rounding, overflow to infinity, underflow, NaN's sign); any other text is the
+    reference's, in place."""
+    dec, arrow = setup([("id", 20, True, -1), ("x", 701, False, -1)])
+    rel = struct.pack(">I", RELID)
+    expected, got, changes = both(dec, arrow, stored([b"I" + rel + b"N" + tuple_data(["1", text])]))
+    assert got == expected
+    assert [type(c) for c in changes] == ([Segment] if text in _FLOATS_COMPILED else [Change])
+    if text in _FLOATS_COMPILED:
+        assert got[0]["x"] == _exact(float(text))
+
+
+@pytest.mark.parametrize("raw", _UTF8)
+def test_text_bytes_are_compiled_exactly_when_they_are_well_formed_utf8(raw: bytes) -> None:
+    """The C validator takes what Python's strict UTF-8 decoder takes; anything else goes to the
+    reference, whose wire decoder refuses it (a text column's bytes are never passed on)."""
+    dec, arrow = setup([("id", 20, True, -1), ("s", 25, False, -1)])
+    rel = struct.pack(">I", RELID)
+    new = struct.pack(">HcIcci", 2, b"t", 1, b"1", b"t", len(raw)) + raw  # 't' texts, raw bytes
+    txn = stored([b"I" + rel + b"N" + new])
+    if not _decodes(raw):
+        sink = arrow_rows.sink_for(arrow, typed_schema(arrow))
+        with pytest.raises(DecodeError, match="UTF-8"):
+            dec.decode(txn, tables={"public.t"}, sink=sink)
+        return
+    expected, got, changes = both(dec, arrow, txn)
+    assert got == expected and [type(c) for c in changes] == [Segment]
+    assert got[0]["s"] == raw.decode()
+
+
+def test_a_scan_lets_other_threads_run() -> None:
+    """The C scan of a page's frames runs without the GIL, so a server answering several readers
+    scans their pages on several cores: another Python thread keeps running all through one
+    scan of many rows (holding the GIL, the scan would stop it for its whole length)."""
+    dec, arrow = setup(_orders())
+    schema = typed_schema(arrow)
+    payload = stored([_insert(i) for i in range(100_000)])
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+
+    sink = arrow_rows.sink_for(arrow, schema)
+    assert sink is not None
+    thread = threading.Thread(target=tick)
+    thread.start()
+    try:
+        while not ticks:
+            time.sleep(0.001)
+        t0 = time.perf_counter()
+        decoded = dec.decode(payload, tables={"public.t"}, sink=sink)
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        thread.join()
+    assert [type(c) for c in decoded.changes] == [Segment] and decoded.changes[0].rows == 100_000
+    inside = [t0, *(t for t in ticks if t0 < t < t1), t1]
+    longest = max(b - a for a, b in itertools.pairwise(inside))
+    assert t1 - t0 > 0.01 and longest < (t1 - t0) / 2, (t1 - t0, longest)
