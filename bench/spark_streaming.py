@@ -47,9 +47,9 @@ from _results import write_section
 from _serve_phases import TICKS
 from _serve_servers import FEED, create_feed, pgfeed_serve, wait_captured
 
+from pgfeed.localpg import LocalCluster
 from pgfeed_client import FeedClient, parse_cursor
 from pgfeed_client._cursor import parse_lsn
-from pgfeed.localpg import LocalCluster
 
 THROUGHPUT_TARGET = 0.8  # streaming availableNow / batch, same range, same sink
 LATENCY_TARGET = 2.0  # pgfeed small-batch trigger time / the rate source's
@@ -72,7 +72,8 @@ def _progress(query: Any) -> list[dict[str, Any]]:
 
 def _available_now(sdf: Any, checkpoint: Path) -> dict[str, Any]:
     """One availableNow run to noop: wall time start() to end, start() to the first trigger
-    (the query's own start), time in micro-batches and rows."""
+    (the query's own start), time in micro-batches (and in planning their ends:
+    ``latestOffset``) and rows."""
     t0, t_wall = time.perf_counter(), time.time()
     q = (sdf.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
          .trigger(availableNow=True).start())
@@ -84,14 +85,15 @@ def _available_now(sdf: Any, checkpoint: Path) -> dict[str, Any]:
     progress = [p for p in every if p["numInputRows"]]
     return {"wall": wall, "start": first - t_wall, "batches": len(progress),
             "in_batches": sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000,
+            "planning_ends": sum(p["durationMs"].get("latestOffset", 0) for p in progress) / 1000,
             "rows": sum(p["numInputRows"] for p in progress)}
 
 
 def throughput(spark: Any, url: str, head: str, repeat: int, partitions: int,
-               work: Path) -> dict[str, Any]:
+               work: Path, max_rows: int) -> dict[str, Any]:
     opts = {"partitions": partitions}
     rows = _source(spark, url, "public.orders", False, to=head, **opts).count()  # warm-up
-    batch, runs, rate_start = [], [], []
+    batch, runs, capped, rate_start = [], [], [], []
     for run in range(repeat):
         df = _source(spark, url, "public.orders", False, to=head, **opts)
         t0 = time.perf_counter()
@@ -102,13 +104,22 @@ def throughput(spark: Any, url: str, head: str, repeat: int, partitions: int,
         if r["rows"] != rows:
             raise RuntimeError(f"availableNow read {r['rows']} rows, the batch read {rows}")
         runs.append(r)
+        # the same with maxRowsPerTrigger: several micro-batches, each end found on the driver
+        c = _available_now(_source(spark, url, "public.orders", True, maxRowsPerTrigger=max_rows,
+                                   **opts), work / f"capped-{run}")
+        if c["rows"] != rows:
+            raise RuntimeError(f"availableNow (capped) read {c['rows']} rows, the batch read {rows}")
+        capped.append(c)
         # Spark's own query start, for reference: the rate source, availableNow, same sink.
         rate = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
         rate_start.append(_available_now(rate, work / f"rate-{run}")["start"])
         print(f"  run {run}: batch {batch[-1]:.2f} s, availableNow {r['wall']:.2f} s (query start "
               f"{r['start']:.2f} s, rate source's {rate_start[-1]:.2f} s; {r['in_batches']:.2f} s "
-              f"in {r['batches']} micro-batch(es)), {rows:,} rows")
+              f"in {r['batches']} micro-batch(es)), {rows:,} rows; maxRowsPerTrigger={max_rows:,}: "
+              f"{c['wall']:.2f} s, {c['in_batches']:.2f} s in {c['batches']} micro-batches, "
+              f"{c['planning_ends']:.2f} s of it planning their ends")
     return {"rows": rows, "batch": batch, "stream": [r["wall"] for r in runs],
+            "capped": capped, "max_rows": max_rows,
             "in_batches": [r["in_batches"] for r in runs], "batches": [r["batches"] for r in runs],
             "start": [r["start"] for r in runs], "rate_start": rate_start}
 
@@ -237,6 +248,8 @@ def main() -> None:
     ap.add_argument("--changes", type=int, default=300_000, help="orders workload size")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--max-rows", type=int, default=100_000,
+                    help="maxRowsPerTrigger of the capped availableNow runs")
     ap.add_argument("--small", type=int, default=20, help="rows a small transaction / trigger")
     ap.add_argument("--interval", type=float, default=0.5, help="trigger interval (s)")
     ap.add_argument("--seconds", type=float, default=20, help="seconds of small batches")
@@ -286,7 +299,8 @@ def _bench(cluster: LocalCluster, args: argparse.Namespace, work: Path) -> dict[
             tp = None
             if not args.skip_throughput:
                 print("throughput: batch vs availableNow, noop sink")
-                tp = throughput(spark, url, head, args.repeat, args.partitions, work)
+                tp = throughput(spark, url, head, args.repeat, args.partitions, work,
+                                args.max_rows)
             print(f"small batches: {args.small} rows every {args.interval} s, noop sink")
             sb = small_batches(spark, url, dsn, args.small, args.interval, args.seconds,
                                args.warmup, work)
@@ -308,6 +322,9 @@ def _section(args: argparse.Namespace, r: dict[str, Any]) -> str:
     if tp:
         b, s, ib = min(tp["batch"]), min(tp["stream"]), min(tp["in_batches"])
         ratio = b / s
+        capped = min(tp["capped"], key=lambda c: c["wall"])
+        capped_runs = ", ".join(f"{c['wall']:.2f}" for c in tp["capped"])
+        capped_in = [c["in_batches"] for c in tp["capped"]]
         lines += [
             "### availableNow throughput vs a batch read\n",
             (f"Typed read of `orders` ({tp['rows']:,} changes, bench/capture.py's workload), "
@@ -320,6 +337,12 @@ def _section(args: argparse.Namespace, r: dict[str, Any]) -> str:
             f"{', '.join(f'{t:.2f}' for t in tp['stream'])} |"),
             (f"| same, time in micro-batches ({tp['batches'][0]} a run) | {ib:.2f} | "
             f"{tp['rows'] / ib:,.0f} | {', '.join(f'{t:.2f}' for t in tp['in_batches'])} |"),
+            (f"| streaming `availableNow`, `maxRowsPerTrigger={tp['max_rows']:,}`, start() to end | "
+            f"{capped['wall']:.2f} | {tp['rows'] / capped['wall']:,.0f} | {capped_runs} |"),
+            (f"| same, time in micro-batches ({capped['batches']} a run; planning their ends: "
+            f"{capped['planning_ends']:.2f} s) | {capped['in_batches']:.2f} | "
+            f"{tp['rows'] / capped['in_batches']:,.0f} | "
+            f"{', '.join(f'{c:.2f}' for c in capped_in)} |"),
             "",
             (f"Steady state (the micro-batches, like the batch read's job): {b / ib:.2f}x the batch "
              f"rate ({'meets' if b / ib >= THROUGHPUT_TARGET else 'misses'} the "
@@ -327,7 +350,11 @@ def _section(args: argparse.Namespace, r: dict[str, Any]) -> str:
              f"query's start, {min(tp['start']):.2f} s against the `rate` source's "
              f"{min(tp['rate_start']):.2f} s: Spark launches a fresh Python process for a Python "
              "streaming source's driver side at every query start (`createSimpleWorker`, not the "
-             "forked daemon), paid once per query, not per micro-batch.\n")]
+             "forked daemon), paid once per query, not per micro-batch. With "
+             f"`maxRowsPerTrigger` the driver plans each micro-batch's end with `format=count` "
+             f"pages (the server counts, no change is read on the driver): "
+             f"{capped['planning_ends']:.2f} s for {capped['batches']} micro-batches; the rest "
+             "is Spark's cost of a micro-batch (its commit log and offsets, a job each).\n")]
     sb = r["sb"]
     rate, feed = _parts(sb["rate"]), _parts(sb["pgfeed"])
     ratio = feed["triggerExecution"] / rate["triggerExecution"]

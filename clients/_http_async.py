@@ -115,6 +115,16 @@ class AsyncFeedClient:
         page = await self.page(feed, "latest", limit=1)
         return page.head or page.next
 
+    async def cursor_after(self, feed: str, after: CursorLike, changes: int, *,
+                           tables: Names = None, ops: Names = None,
+                           to: CursorLike | None = None) -> str:
+        """See ``FeedClient.cursor_after``."""
+        walk = base.Skipping(str(after), changes, to, done=changes <= 0)
+        while not walk.done:
+            walk.take(await self._json("GET", base.feed_path(feed, "changes"),
+                                       params=walk.params(tables, ops)))
+        return walk.cursor
+
     async def splits(self, feed: str, after: CursorLike = "earliest", to: CursorLike = "latest",
                      n: int = 2) -> list[str]:
         body = await self._json("GET", base.feed_path(feed, "splits"),

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from pgfeed_client._cursor import Cursor, parse_cursor
-from pgfeed_client._headers import DEFAULT_LIMIT, HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
+from pgfeed_client._headers import (
+    DEFAULT_LIMIT,
+    HAS_MORE_HEADER,
+    HEAD_HEADER,
+    MAX_LIMIT,
+    NEXT_HEADER,
+)
 from pgfeed_client._json import loads_page
 from pgfeed_client._models import TableInfo
 from pgfeed_client.errors import ClientError, TransportFailed, error_from_response
@@ -27,6 +33,7 @@ __all__ = [
     "ArrowPage",
     "CursorLike",
     "RetryPolicy",
+    "Skipping",
     "arrow_page",
     "changes_params",
     "check",
@@ -201,6 +208,31 @@ def arrow_done(page: ArrowPage, after: str, to: Cursor | None) -> bool:
     if page.has_more is False and to is None:
         return True
     return page.num_rows == 0 and page.next == after
+
+
+@dataclass(slots=True)
+class Skipping:
+    """``cursor_after``'s walk over ``format=count`` pages: on from ``cursor`` until ``left``
+    changes (those the filters keep) are passed, or the log or ``to`` ends first. A page scans
+    at most ``limit`` changes, filtered-out ones too, so it never passes more than are left."""
+
+    cursor: str
+    left: int
+    to: CursorLike | None = None
+    done: bool = False
+
+    def params(self, tables: str | Iterable[str] | None,
+               ops: str | Iterable[str] | None) -> dict[str, Any]:
+        return changes_params(self.cursor, limit=min(self.left, MAX_LIMIT), tables=tables,
+                              ops=ops, to=self.to, fmt="count")
+
+    def take(self, body: dict[str, Any]) -> None:
+        """One answer: ``{"count", "next", "has_more", ...}``."""
+        nxt = str(body["next"])
+        self.left -= int(body["count"])
+        self.done = (self.left <= 0 or nxt == self.cursor or not body["has_more"]
+                     or done_after(nxt, resolve_to(self.to)))
+        self.cursor = nxt
 
 
 def resolve_to(to: CursorLike | None) -> Cursor | None:

@@ -146,6 +146,17 @@ class FeedClient:
         page = self.page(feed, "latest", limit=1)
         return page.head or page.next
 
+    def cursor_after(self, feed: str, after: CursorLike, changes: int, *, tables: Names = None,
+                     ops: Names = None, to: CursorLike | None = None) -> str:
+        """The cursor after the next ``changes`` changes past ``after`` (those ``tables`` and
+        ``ops`` keep), or where the log or ``to`` ends first, without reading the changes
+        (``format=count`` pages: the server loads no values)."""
+        walk = base.Skipping(str(after), changes, to, done=changes <= 0)
+        while not walk.done:
+            walk.take(self._json("GET", base.feed_path(feed, "changes"),
+                                 params=walk.params(tables, ops)))
+        return walk.cursor
+
     def splits(self, feed: str, after: CursorLike = "earliest", to: CursorLike = "latest",
                n: int = 2) -> list[str]:
         """LSN boundaries cutting ``(after, to]`` into about ``n`` parts of equal change counts:

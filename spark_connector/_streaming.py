@@ -99,21 +99,11 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _offset(end)
 
     def _after_rows(self, cursor: str, end: str, rows: int) -> str:
-        """The cursor after at most ``rows`` (filtered) changes past ``cursor``, not past ``end``."""
-        stop, seen = _key(end), 0
-        while seen < rows:
-            page = self.client.page(self.opts.feed, cursor, limit=min(rows - seen, 10_000),
-                                    tables=self.opts.tables, ops=self.opts.ops, to=end)
-            kept = [c for c in page.changes if stop.includes(c.cursor.lsn, c.seq)]
-            seen += len(kept)
-            if len(kept) < len(page.changes):  # the server went past ``end``
-                return end if not kept else str(kept[-1].cursor)
-            if _key(page.next) >= stop:
-                return end
-            if page.next == cursor:
-                break
-            cursor = page.next
-        return cursor
+        """The cursor after at most ``rows`` (filtered) changes past ``cursor``, not past ``end``:
+        counted by the server (``format=count``), none of the changes read on the driver."""
+        after = self.client.cursor_after(self.opts.feed, cursor, rows, tables=self.opts.tables,
+                                         ops=self.opts.ops, to=end)
+        return end if _key(after) >= _key(end) else after
 
     def reportLatestOffset(self) -> dict[str, str] | None:
         # Only a metric (the query's lag): the head latestOffset just saw is recent enough.

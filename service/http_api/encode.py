@@ -61,6 +61,13 @@ def json_changes(page: Page[LazyChange]) -> Encoded:
                    len(events))
 
 
+def count_page(page: Page[LazyChange]) -> Encoded:
+    """A page without its changes: how many it holds and (``finish``) where it ends, for a
+    reader that skips ahead (Spark's ``maxRowsPerTrigger`` finding a micro-batch's end)."""
+    count = sum(len(txn.changes) for txn in page.transactions)
+    return Encoded(b'{"count":%d,' % count, JSON_MEDIA_TYPE, page, count)
+
+
 def cursor_after(txn: Transaction[object]) -> str:
     """Where a reader resumes after this transaction (or after this slice of it)."""
     last = txn.last_seq

@@ -31,7 +31,7 @@ from pgfeed.http_api.readahead import PageKey, ReadAhead
 __all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
            "parse_ops_param", "parse_tables", "serve_page", "within_head"]
 
-Format = Literal["json", "arrow", "debezium"]
+Format = Literal["json", "arrow", "debezium", "count"]
 CursorParam = Cursor | Literal["latest"]
 
 
@@ -264,6 +264,8 @@ class _Reading:
         window = _Window(tables=request.tables, ops=request.ops, to=self.to,
                          max_transactions=request.transactions,
                          whole_transactions=request.transactions is not None)
+        if request.fmt == "count":  # where the page ends and how many changes it holds: no values
+            return encode.count_page(reader.page(after, request.limit, **window, lazy=True))
         if request.fmt == "json":  # row changes left in wire form for the transcoders
             page = reader.page(after, request.limit, **window, lazy=True)
             if request.transactions is not None:

@@ -70,6 +70,15 @@ class ChangesPage(BaseModel):
     has_more: bool = Field(description="Whether the log already holds more past `next`")
 
 
+class ChangesCount(BaseModel):
+    """``/changes?format=count``: a page's envelope without its changes."""
+
+    count: int = Field(description="Changes the page holds (after the filters)")
+    next: str = Field(description="Cursor to continue from (past filtered-out changes too)")
+    head: str = Field(description="Commit LSN of the newest durable transaction")
+    has_more: bool = Field(description="Whether the log already holds more past `next`")
+
+
 class TransactionOut(BaseModel):
     xid: int
     commit_lsn: str

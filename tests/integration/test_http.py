@@ -24,10 +24,10 @@ import psycopg
 import pyarrow as pa
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from pgfeed_client import Cursor, parse_cursor, parse_lsn
+from pgfeed_client import Cursor, FeedClient, parse_cursor, parse_lsn
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from tests.fixtures.fix_http import OFFLINE_DSN
 from tests.fixtures.fix_http import error_body as _error
 from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
@@ -121,13 +121,13 @@ def captured(pgfeed_service: Service, any_pg_cluster: Any) -> Iterator[Captured]
 
 # -- helpers ----------------------------------------------------------------------------------------
 
-def _page_all(client: httpx.Client, feed: str, path: str = "changes", **params: Any,
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every item from ``earliest``, page by page (``changes`` or ``transactions``); also each
+def _page_all(client: httpx.Client, feed: str, path: str = "changes", start: str = "earliest",
+              **params: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every item after ``start``, page by page (``changes`` or ``transactions``); also each
     page's envelope. Checks what holds on every page: cursors never go back, the headers say
     what the body says."""
     key = "changes" if path == "changes" else "transactions"
-    cursor, items, pages = "earliest", [], []
+    cursor, items, pages = start, [], []
     for _ in range(10_000):
         response = client.get(f"/v1/feeds/{feed}/{path}", params={"after": cursor, **params})
         assert response.status_code == 200, response.text
@@ -271,6 +271,39 @@ def test_filters_return_exactly_the_matching_changes_and_keep_the_cursor_moving(
                     assert _cursor(page["next"]) >= Cursor(parse_lsn(last["commit_lsn"]), last["seq"])
         empty_pages = _page_all(client, captured.feed, limit=6, tables="public.nothing")[1]
         assert len(empty_pages) == len(full) and all(p["has_more"] for p in empty_pages[:-1])
+
+
+@pg
+def test_count_pages_hold_what_json_pages_hold_and_skipping_lands_after_the_nth_change(
+        captured: Captured) -> None:
+    """``format=count`` answers each page's envelope (count, next, head, has_more) exactly as the
+    JSON page at the same cursor, filters included; ``FeedClient.cursor_after`` (Spark's
+    ``maxRowsPerTrigger``) lands right after the n-th kept change, or at ``to``."""
+    feed = captured.feed
+    with httpx.Client(base_url=captured.base, timeout=30) as client, \
+            FeedClient(captured.base) as pgfeed:
+        everything = _page_all(client, feed, limit=6)[0]
+        for params in ({}, {"tables": "public.b"}, {"ops": "delete,truncate"},
+                       {"tables": "public.a", "ops": "insert"}):
+            want, pages = _page_all(client, feed, limit=5, **params)
+            cursor = "earliest"
+            for page in pages:
+                r = client.get(f"/v1/feeds/{feed}/changes",
+                               params={"after": cursor, "limit": 5, "format": "count", **params})
+                assert r.status_code == 200, r.text
+                assert r.json() == {"count": len(page["changes"]), "next": page["next"],
+                                    "head": page["head"], "has_more": page["has_more"]}, params
+                assert r.headers["PgFeed-Next"] == page["next"]
+                cursor = page["next"]
+            for n in (1, 2, 7, len(want) - 1, len(want), len(want) + 3):
+                if n < 1:
+                    continue
+                after = pgfeed.cursor_after(feed, "earliest", n, **params)
+                resumed = _page_all(client, feed, start=after, limit=50, **params)[0]
+                assert resumed == want[n:], (params, n)
+        to = everything[len(everything) // 2]["commit_lsn"]
+        assert pgfeed.cursor_after(feed, "earliest", len(everything) + 10, to=to) == to
+        assert pgfeed.cursor_after(feed, to, 0) == to
 
 
 @pg

@@ -29,7 +29,7 @@ from pgfeed.http_api.paging import (
     parse_tables,
     serve_page,
 )
-from pgfeed.http_api.schemas import ChangesPage, SplitsOut, TablesOut, TransactionsPage
+from pgfeed.http_api.schemas import ChangesCount, ChangesPage, SplitsOut, TablesOut, TransactionsPage
 from pgfeed.http_api.schemas_debezium import DebeziumChangesPage
 from pgfeed.metrics import Metrics
 
@@ -54,9 +54,11 @@ Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                                           "many seconds for a commit")]
 _ARROW_DOC = f"`arrow`: an Arrow IPC stream; the cursor comes in `{NEXT_HEADER}`"
 FormatParam = Annotated[Literal["json", "arrow"], Query(alias="format", description=_ARROW_DOC)]
-ChangesFormatParam = Annotated[Literal["json", "arrow", "debezium"], Query(
+ChangesFormatParam = Annotated[Literal["json", "arrow", "debezium", "count"], Query(
     alias="format", description=f"{_ARROW_DOC}. "
-                                "`debezium`: each change as a Debezium envelope (docs/debezium.md)")]
+                                "`debezium`: each change as a Debezium envelope (docs/debezium.md). "
+                                "`count`: no changes, only how many the page holds and where it "
+                                "ends (`count`, `next`): a reader skipping ahead")]
 
 _PAGE_HEADERS = {
     NEXT_HEADER: {"description": "Cursor to continue from", "schema": {"type": "string"}},
@@ -68,14 +70,14 @@ _PAGE_HEADERS = {
 _ARROW_CONTENT = {ARROW_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}
 
 
-def _answer(out: Answer, metrics: Metrics, feed: str) -> Response:
-    if out.change_count:
+def _answer(out: Answer, metrics: Metrics, feed: str, served: bool = True) -> Response:
+    if out.change_count and served:
         metrics.served_changes.labels(feed=feed, surface="http").inc(out.change_count)
     background = None if out.read_next is None else BackgroundTask(out.read_next)
     return Response(out.body, media_type=out.media_type, headers=out.headers, background=background)
 
 
-@router.get(CHANGES_PATH.removeprefix(router.prefix), response_model=ChangesPage | DebeziumChangesPage,
+@router.get(CHANGES_PATH.removeprefix(router.prefix), response_model=ChangesPage | DebeziumChangesPage | ChangesCount,
             summary="A page of changes",
             responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
 async def changes(
@@ -102,7 +104,8 @@ async def changes(
         after=parse_cursor_param("after", after), limit=limit, tables=parse_tables(tables),
         ops=parse_ops_param(ops), to=None if to is None else parse_cursor_param("to", to),
         wait=wait, fmt=fmt)
-    return _answer(await serve_page(supervisor, feed, request, read_ahead, stop), metrics, feed)
+    return _answer(await serve_page(supervisor, feed, request, read_ahead, stop), metrics, feed,
+                   served=fmt != "count")
 
 
 @router.get("/{feed}/transactions", response_model=TransactionsPage, summary="A page of transactions",

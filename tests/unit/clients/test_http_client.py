@@ -81,6 +81,11 @@ class FakeFeed:
         if not rest and q.get("wait") and self.on_wait is not None:
             self.on_wait(self)
             rest = [c for c in self.log if not cur.includes(*self._key(c))]
+        to = q.get("to")
+        if to is not None:
+            stop = parse_cursor(to)
+            assert stop != "latest"
+            rest = [c for c in rest if stop.includes(*self._key(c))]
         page = rest[:limit]
         if page:
             last = page[-1]
@@ -88,8 +93,10 @@ class FakeFeed:
                    else f"{last['commit_lsn']}:{last['seq']}")
         else:
             nxt = str(cur) if cur.lsn else after
-        return httpx.Response(200, json={"changes": page, "next": nxt, "head": self.head(),
-                                         "has_more": len(rest) > limit})
+        envelope = {"next": nxt, "head": self.head(), "has_more": len(rest) > limit}
+        if q.get("format") == "count":  # the page's envelope and how many changes it holds
+            return httpx.Response(200, json={"count": len(page), **envelope})
+        return httpx.Response(200, json={"changes": page, **envelope})
 
 
 def _client(feed: FakeFeed) -> FeedClient:
@@ -388,3 +395,24 @@ def test_arrow_pages_are_read_into_one_buffer_over_loopback_with_retries_and_typ
         with pytest.raises(CursorExpired) as expired:
             list(client.iter_arrow_pages("shop", "0/99", "0/100", limit=10))
         assert expired.value.oldest == "0/50"
+
+
+def test_cursor_after_skips_n_changes_with_count_pages_sync_and_async() -> None:
+    """``cursor_after`` walks ``format=count`` pages (never reading a change) to the cursor after
+    the n-th change, stopping at ``to`` or the log's end; the async client does the same."""
+    feed = FakeFeed()  # 5 transactions of 3 changes: 0/1000:0 .. 0/5000:2
+    cases = [(("earliest", 4), {}, "0/2000:0"), (("earliest", 3), {}, "0/1000"),
+             (("0/1000:1", 5), {}, "0/3000:0"), (("earliest", 100), {"to": "0/3000"}, "0/3000"),
+             (("earliest", 100), {}, "0/5000"), (("0/2000", 0), {}, "0/2000")]
+    with _client(feed) as client:
+        for args, kw, want in cases:
+            assert client.cursor_after("shop", *args, **kw) == want, (args, kw)
+    counted = [r for r in feed.requests if r.url.params.get("format") == "count"]
+    assert counted and len(counted) == len(feed.requests)  # no change was read
+
+    async def main() -> list[str]:
+        async with AsyncFeedClient("http://pgfeed.test", transport=httpx.MockTransport(feed),
+                                   retry=FAST) as client:
+            return [await client.cursor_after("shop", *args, **kw) for args, kw, _ in cases]
+
+    assert asyncio.run(main()) == [want for _, _, want in cases]
