@@ -9,9 +9,11 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pgfeed.changelog.backfills import BackfillRecord
+from pgfeed.localpg import free_port
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor
 from tests.integration.capture_helpers import wait_until
@@ -31,6 +33,17 @@ def backfill_record(data_dir: Path) -> BackfillRecord:
         reader.stop()
 
 
+def progress(port: int) -> tuple[str, int] | None:
+    """The backfill's state and chunks stored so far, as the running service reports them (None
+    until it answers)."""
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{port}/v1/feeds/f/backfills", timeout=5)
+    except httpx.TransportError:
+        return None
+    (backfill,) = answer.json()["backfills"]
+    return backfill["state"], int(backfill["chunks"])
+
+
 def test_sigkill_during_a_backfill_resumes_and_stores_every_chunk_once(pg_dsn: str, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     rows = 30_000
@@ -45,17 +58,26 @@ def test_sigkill_during_a_backfill_resumes_and_stores_every_chunk_once(pg_dsn: s
     stop = threading.Event()
     writer = writers(pg_dsn, stop, 7, rows + 1)
     rng = random.Random(3)
-    service = start_service(data_dir)
-    kills_mid_backfill = 0
+    port = free_port()
+    service = start_service(data_dir, port)
+    kills_mid_backfill, killed_at = 0, 0
     try:
         for _ in range(4):
-            time.sleep(rng.uniform(0.5, 1.5))
+            # killed once a few more chunks are stored, however fast this machine backfills
+            target = killed_at + rng.randint(2, 8)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and service.poll() is None:
+                now = progress(port)
+                if now is not None and (now[0] != "running" or now[1] >= target):
+                    break
+                time.sleep(0.02)
             service.send_signal(signal.SIGKILL)
             service.wait()
             record = backfill_record(data_dir)
             if record.state == "running":
                 kills_mid_backfill += 1
-            service = start_service(data_dir)
+                killed_at = sum(p.chunks for p in record.parts)
+            service = start_service(data_dir, port)
         wait_until(lambda: backfill_record(data_dir).state != "running", 120, "the backfill to finish")
         stop.set()
         writer.join()

@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 _TD_LINE = re.compile(r"table public\.c: (INSERT|UPDATE|DELETE): id\[integer\]:(\d+)(?: v\[integer\]:(\d+))?")
 
 
-def start_service(data_dir: Path) -> subprocess.Popen:
+def start_service(data_dir: Path, http_port: int = 0) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "pgfeed", "serve", "--data-dir", str(data_dir),
-                             "--http-port", "0", "--grpc-port", "0"],
+                             "--http-port", str(http_port), "--grpc-port", "0"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
