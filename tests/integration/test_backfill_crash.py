@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from pgfeed.changelog.backfills import BackfillRecord
-from pgfeed.localpg import free_port
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor
+from pgfeed.localpg import free_port
 from tests.integration.capture_helpers import wait_until
 from tests.integration.test_backfill import TABLE, apply, create_table, source_rows, writers
 from tests.integration.test_crash import log_contents, start_service, wait_marker_in_log
