@@ -391,11 +391,15 @@ def test_a_worker_whose_source_connection_dies_goes_on_without_reading_a_chunk_t
         conn.execute("INSERT INTO cut SELECT g, 'v' FROM generate_series(1, 30000) g")
     feed = make_served_feed(pg_dsn, tables=("public.cut",))
     with FeedClient(pgfeed_service.http_url) as client:
-        started = client.start_backfill(feed, ["public.cut"], chunk_rows=300, parallel=1)
+        started = client.start_backfill(feed, ["public.cut"], chunk_rows=100, parallel=1)
         killed = 0
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            for _ in range(3):
-                time.sleep(0.3)
+            for k in range(1, 4):  # each cut once ten more chunks are stored, however fast
+                deadline = time.monotonic() + 60
+                while ((b := client.backfill(feed, started["id"]))["state"] == "running"
+                       and b["chunks"] < 10 * k):
+                    assert time.monotonic() < deadline, b
+                    time.sleep(0.005)
                 killed += len(conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE application_name = 'pgfeed-backfill' AND datname = current_database()"
