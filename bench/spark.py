@@ -241,30 +241,37 @@ def write_results(text: str) -> None:
 
 # -- a real pgfeed server over a real PostgreSQL --------------------------------------------------
 
+def fresh_server(service: Any, wire: str, env: dict[str, str] | None = None) -> tuple[Any, str]:
+    """A freshly started server process (nothing read ahead for an earlier read is reused) that
+    has answered one small page of ``wire``, and its URL: a fresh process's one-time costs
+    (importing pyarrow, the first catalogue load) are not a change's."""
+    from _serve_servers import FEED
+
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        server = service.restart()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    server.http.get(f"/v1/feeds/{FEED}/changes", params={
+        "limit": 1, "tables": TABLE, **({"format": "arrow"} if wire == "arrow" else {})},
+    ).raise_for_status()
+    return server, str(server.http.base_url).rstrip("/")
+
+
 def measure_real(spark: Any, service: Any, wire: str, partitions: int, repeat: int,
                  page_size: int, rows: int, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Best of ``repeat`` reads, each against a fresh server process (nothing read ahead for an
-    earlier read is reused), with the server's and the machine's CPU seconds during each."""
+    """Best of ``repeat`` reads, each against a fresh server process, with the server's and the
+    machine's CPU seconds during each."""
     from _serve_servers import FEED
 
     times, cpus = [], []
     for _ in range(repeat):
-        saved = {k: os.environ.get(k) for k in env or {}}
-        os.environ.update(env or {})
-        try:
-            server = service.restart()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        url = str(server.http.base_url).rstrip("/")
-        # one small page first: a fresh process's one-time costs (importing pyarrow, the first
-        # catalogue load) are not a change's
-        server.http.get(f"/v1/feeds/{FEED}/changes", params={
-            "limit": 1, "tables": TABLE, **({"format": "arrow"} if wire == "arrow" else {})},
-        ).raise_for_status()
+        server, url = fresh_server(service, wire, env)
         df = _load(spark, url, FEED, wire, partitions, TABLE, page_size)
         with server.cpu() as cpu:
             t0 = time.perf_counter()
@@ -311,10 +318,7 @@ def measure_plain(service: Any, readers: int, repeat: int, page_size: int,
 
     times, cpus = [], []
     for _ in range(repeat):
-        server = service.restart()
-        url = str(server.http.base_url).rstrip("/")
-        server.http.get(f"/v1/feeds/{FEED}/changes", params={
-            "limit": 1, "tables": TABLE, "format": "arrow"}).raise_for_status()
+        server, url = fresh_server(service, "arrow")
         with FeedClient(url) as client:
             head = client.head(FEED)
             parts = plan_ranges("earliest", head, client.splits(FEED, "earliest", head, readers))
