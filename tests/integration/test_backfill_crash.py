@@ -40,6 +40,8 @@ def progress(port: int) -> tuple[str, int] | None:
         answer = httpx.get(f"http://127.0.0.1:{port}/v1/feeds/f/backfills", timeout=5)
     except httpx.TransportError:
         return None
+    if answer.status_code != 200:  # still starting
+        return None
     (backfill,) = answer.json()["backfills"]
     return backfill["state"], int(backfill["chunks"])
 
