@@ -184,6 +184,12 @@ class AsyncFeedClient:
         result: dict[str, Any] = await self._json("GET", base.feed_path(name))
         return result
 
+    async def sequences(self, feed: str, *, emit: bool = False) -> dict[str, Any]:
+        """``FeedClient.sequences``, awaited."""
+        result: dict[str, Any] = await self._json("POST" if emit else "GET",
+                                                  base.feed_path(feed, "sequences"), retry=not emit)
+        return result
+
     async def pause(self, name: str) -> dict[str, Any]:
         return await self._json("POST", base.feed_path(name, "pause"), retry=False) or {}
 

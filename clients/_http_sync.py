@@ -257,6 +257,14 @@ class FeedClient:
         result: dict[str, Any] = self._json("GET", base.feed_path(name))
         return result
 
+    def sequences(self, feed: str, *, emit: bool = False) -> dict[str, Any]:
+        """``GET /v1/feeds/{feed}/sequences``: the feed's tables' sequences with ``read_at``,
+        the position they cover (for a cutover to a mirror); ``emit``: ``POST``, which also
+        writes them into the feed as a ``pgfeed.sequences`` message (admin)."""
+        result: dict[str, Any] = self._json("POST" if emit else "GET",
+                                            base.feed_path(feed, "sequences"), retry=not emit)
+        return result
+
     def pause(self, name: str) -> dict[str, Any]:
         return self._json("POST", base.feed_path(name, "pause"), retry=False) or {}
 

@@ -144,6 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
     delete.set_defaults(func=lambda a: _admin(
         a, "DELETE", f"/v1/feeds/{a.name}" + ("?force=true" if a.force else "")))
 
+    seqs = admin_parser("sequences", "the feed's tables' sequences with the position they cover, "
+                        "for a cutover to a mirror (GET /v1/feeds/NAME/sequences)")
+    seqs.add_argument("name")
+    seqs.add_argument("--emit", action="store_true",
+                      help="also write them into the feed as a pgfeed.sequences message")
+    seqs.set_defaults(func=lambda a: _admin(a, "POST" if a.emit else "GET",
+                                            f"/v1/feeds/{a.name}/sequences"))
+
     trim = admin_parser("trim", "drop what a reader at a cursor has consumed, even what consumers "
                         "still hold (same as POST /v1/feeds/NAME/trim)")
     trim.add_argument("name")

@@ -11,13 +11,15 @@ from typing import Any
 from pgfeed.backfill.manager import BackfillSource
 from pgfeed.errors import SourceError
 from pgfeed.feeds.model import FeedSpec
+from pgfeed.replication import sequences as seqs
 from pgfeed.replication import slots
 from pgfeed.replication.capture import CaptureConfig
 from pgfeed.replication.commands import source_refusal
 from pgfeed.replication.connect import admin_connection
 from pgfeed.replication.stream import create_slot
 
-__all__ = ["backfill_source", "capture_config", "drop", "free_slot", "prepare", "probe", "published_tables", "set_tables"]
+__all__ = ["backfill_source", "capture_config", "drop", "free_slot", "prepare", "probe", "published_tables",
+           "sequences", "set_tables"]
 
 
 def capture_config(spec: FeedSpec) -> CaptureConfig:
@@ -107,3 +109,11 @@ def probe(spec: FeedSpec) -> tuple[dict[str, Any] | None, tuple[bool, tuple[str,
         held = None if spec.owns_publication else slots.publication_tables(conn, spec.publication_name)
         failover = slots.failover_info(conn, spec.slot_name)
     return info, held, failover
+
+
+def sequences(spec: FeedSpec, *, emit: bool = False) -> tuple[seqs.SequenceSnapshot, int | None]:
+    """The feed's tables' sequences with the position they cover (``replication.sequences``);
+    with ``emit``, also written into the WAL as a message the feed serves (its LSN returned)."""
+    with admin_connection(spec.dsn, "cannot read the source's sequences") as conn:
+        snapshot = seqs.read_sequences(conn, spec.publication_name)
+        return snapshot, seqs.emit_snapshot(conn, snapshot) if emit else None

@@ -38,6 +38,7 @@ from pgfeed.feeds.store import FeedStore, LocalStore
 from pgfeed.feeds.tail import SharedTail
 from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.replication.capture import Capture, CaptureStats
+from pgfeed.replication.sequences import SequenceSnapshot
 
 log = logging.getLogger("pgfeed.supervisor")
 
@@ -219,6 +220,16 @@ class Supervisor:
             reason = str(exc).strip()  # both scrub the DSN's password
             raise ValueError(f"feed {spec.name!r} not created: its initial snapshot (option "
                              f"snapshot) cannot run: {reason}") from None
+
+    def sequences(self, name: str, *, emit: bool = False) -> tuple[SequenceSnapshot, int | None]:
+        """The sequences of the feed's tables with the WAL position they cover (for a cutover to
+        a mirror); with ``emit``, also as a message in the feed. SourceError when the source
+        cannot answer; ValueError when ``emit`` asks a feed that does not capture messages."""
+        spec = self._get(name).spec
+        if emit and not spec.options.messages:
+            raise ValueError(f"feed {name!r} does not capture messages (option messages is off): "
+                             "an emitted snapshot would never reach it")
+        return source.sequences(spec, emit=emit)
 
     def backfills(self, name: str) -> BackfillManager:
         manager = self._get(name).backfills

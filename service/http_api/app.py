@@ -20,7 +20,16 @@ from pgfeed.http_api.errors import install_handlers
 from pgfeed.http_api.fastpath import TailFastPath
 from pgfeed.http_api.middleware import ObserveMiddleware
 from pgfeed.http_api.readahead import ReadAhead
-from pgfeed.http_api.routes import backfills, changes, consumers, feeds, ops, replicas, retention
+from pgfeed.http_api.routes import (
+    backfills,
+    changes,
+    consumers,
+    feeds,
+    ops,
+    replicas,
+    retention,
+    sequences,
+)
 from pgfeed.http_api.routes.docs import install_docs
 from pgfeed.http_api.routes.ui import install_ui
 from pgfeed.http_api.schemas import ErrorBody
@@ -85,6 +94,7 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     app.include_router(retention.router, responses=_ADMIN_ERRORS)
     app.include_router(replicas.router, responses={k: _ADMIN_ERRORS[k] for k in (401, 403)})
     app.include_router(backfills.router, responses=_ADMIN_ERRORS)
+    app.include_router(sequences.router, responses=_ADMIN_ERRORS)
     app.include_router(ops.router)
     install_docs(app)  # /docs, /redoc from packaged assets (no CDN)
     install_ui(app)  # /ui: the admin console

@@ -454,5 +454,29 @@ class FeedList(BaseModel):
     feeds: list[FeedPublic]
 
 
+class SequenceOut(BaseModel):
+    sequence: str = Field(description="`schema.name` of the sequence")
+    table: str = Field(description="`schema.table` whose column owns it")
+    column: str
+    kind: Literal["serial", "identity"] = Field(description="`serial` (OWNED BY) or `identity`")
+    increment_by: int
+    last_value: int | None = Field(description="The last value handed out; null when never used "
+                                               "or when the feed's role may not read it")
+    next_value: int | None = Field(description="What a target sequence should hand out next: "
+                                               "`setval(seq, next_value, false)`")
+    readable: bool = Field(description="Whether the feed's role may read the sequence")
+
+
+class SequencesOut(BaseModel):
+    read_at: str = Field(description="WAL position read before the values: every change of the "
+                                     "feed committed before it holds values up to `last_value` "
+                                     "(ascending sequences), so once a mirror holds the feed up "
+                                     "to here, `next_value` cannot collide with a mirrored row")
+    sequences: list[SequenceOut]
+    message_lsn: str | None = Field(None, description="POST only: the LSN of the `message` event "
+                                                      "(prefix `pgfeed.sequences`, content this "
+                                                      "snapshot's JSON) written into the feed")
+
+
 class Health(BaseModel):
     status: str
