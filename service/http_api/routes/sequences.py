@@ -12,9 +12,12 @@ from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.deps import AdminScope, StatusScope, SupervisorDep
 from pgfeed.http_api.errors import ApiError
 from pgfeed.http_api.routes.changes import FeedName
-from pgfeed.http_api.schemas import SequenceOut, SequencesOut
+from pgfeed.http_api.schemas import ErrorBody, SequenceOut, SequencesOut
 
 router = APIRouter(prefix="/v1/feeds", tags=["admin"])
+
+_SOURCE = {422: {"model": ErrorBody, "description": "The source cannot answer (unreachable, "
+                                                   "refused)"}}
 
 
 def _answer(supervisor: Supervisor, feed: str, *, emit: bool) -> SequencesOut:
@@ -28,7 +31,7 @@ def _answer(supervisor: Supervisor, feed: str, *, emit: bool) -> SequencesOut:
 
 
 @router.get("/{feed}/sequences", dependencies=[StatusScope], response_model=SequencesOut,
-            summary="The feed's sequences, for a cutover")
+            summary="The feed's sequences, for a cutover", responses=_SOURCE)
 def get_sequences(feed: FeedName, supervisor: SupervisorDep) -> SequencesOut:
     """Every sequence owned by a column of a table the feed publishes (serial and identity),
     read from the source with `read_at`, the position the values cover. For a cutover: stop the
@@ -39,7 +42,9 @@ def get_sequences(feed: FeedName, supervisor: SupervisorDep) -> SequencesOut:
 
 
 @router.post("/{feed}/sequences", dependencies=[AdminScope], response_model=SequencesOut,
-             summary="Write the feed's sequences into the feed")
+             summary="Write the feed's sequences into the feed", responses={
+                 **_SOURCE, 409: {"model": ErrorBody, "description": "The feed's option "
+                                                                    "`messages` is off"}})
 def emit_sequences(feed: FeedName, supervisor: SupervisorDep) -> SequencesOut:
     """What `GET` answers, also written into the source's WAL as a transactional logical message
     (prefix `pgfeed.sequences`, content the snapshot's JSON), so it reaches every reader of the
