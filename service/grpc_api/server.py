@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 from pgfeed_proto.v1 import feed_pb2
 
 from pgfeed.config import Settings
@@ -63,9 +63,25 @@ def build_server(supervisor: Supervisor, settings: Settings,
     server.add_generic_rpc_handlers((_change_feed_handler(servicer),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME,
-                                         reflection.SERVICE_NAME), server)
+    reflector = reflection.aio.ReflectionServicer(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME, REFLECTION_V1))
+    server.add_generic_rpc_handlers(tuple(
+        _reflection_handler(name, reflector) for name in (reflection.SERVICE_NAME, REFLECTION_V1)))
     return FeedServer(server, servicer, health_servicer)
+
+
+# grpc.reflection.v1 (what current grpcurl, Postman and grpc-js tools ask first) is v1alpha under
+# another package name: the same messages, field for field, so one servicer answers both.
+# grpcio-reflection ships only v1alpha.
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+
+
+def _reflection_handler(service: str, reflector: Any) -> grpc.GenericRpcHandler:
+    return grpc.method_handlers_generic_handler(service, {
+        "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+            reflector.ServerReflectionInfo,
+            request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+            response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString)})
 
 
 class FeedServer(grpc.aio.Server):  # type: ignore[misc]

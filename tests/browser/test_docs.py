@@ -68,9 +68,13 @@ def test_redoc_renders_every_operation_offline(token_service, browser_page: Brow
     base = token_service.http_url
     operations = _operations(base)
     page = browser_page.page
+    errors: list[str] = []  # a CSP refusal (ReDoc's CDN logo, once) is a console error
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.goto(f"{base}/redoc")
     page.wait_for_selector("[data-section-id^='operation/']", state="attached", timeout=30_000)
     assert page.locator("[data-section-id^='operation/']").count() == len(operations)
+    assert page.locator("img[alt='redocly logo']").count() == 1  # shown, from the page itself
+    assert errors == [], errors
     browser_page.screenshot("docs-redoc")
     assert browser_page.outside == [], browser_page.outside
 

@@ -439,19 +439,28 @@ def test_health_and_reflection(pgfeed_service: Service) -> None:
             health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
         assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
 
-        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
-        requests = [reflection_pb2.ServerReflectionRequest(list_services=""),
-                    reflection_pb2.ServerReflectionRequest(file_containing_symbol="pgfeed.v1.ChangeFeed")]
-        listed, described = list(reflection.ServerReflectionInfo(iter(requests), timeout=10))
-        names = {s.name for s in listed.list_services_response.service}
-        assert {"pgfeed.v1.ChangeFeed", "grpc.health.v1.Health"} <= names
-        files = [descriptor_pb2.FileDescriptorProto.FromString(b)
-                 for b in described.file_descriptor_response.file_descriptor_proto]
-        service = next(s for f in files if f.package == "pgfeed.v1" for s in f.service if s.name == "ChangeFeed")
-        methods = {m.name: m for m in service.method}
-        assert set(methods) == {"Subscribe", "ListFeeds", "GetFeed"}
-        assert methods["Subscribe"].server_streaming and not methods["GetFeed"].server_streaming
-        assert methods["Subscribe"].output_type == ".pgfeed.v1.Transaction"
+        # v1alpha through its stub, and v1 (what current tools ask first; the same messages
+        # under another package) through its method path.
+        v1 = channel.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+        for info in (reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo, v1):
+            requests = [reflection_pb2.ServerReflectionRequest(list_services=""),
+                        reflection_pb2.ServerReflectionRequest(file_containing_symbol="pgfeed.v1.ChangeFeed")]
+            listed, described = list(info(iter(requests), timeout=10))
+            names = {s.name for s in listed.list_services_response.service}
+            assert {"pgfeed.v1.ChangeFeed", "grpc.health.v1.Health",
+                    "grpc.reflection.v1alpha.ServerReflection",
+                    "grpc.reflection.v1.ServerReflection"} <= names
+            files = [descriptor_pb2.FileDescriptorProto.FromString(b)
+                     for b in described.file_descriptor_response.file_descriptor_proto]
+            service = next(s for f in files if f.package == "pgfeed.v1" for s in f.service
+                           if s.name == "ChangeFeed")
+            methods = {m.name: m for m in service.method}
+            assert set(methods) == {"Subscribe", "ListFeeds", "GetFeed"}
+            assert methods["Subscribe"].server_streaming and not methods["GetFeed"].server_streaming
+            assert methods["Subscribe"].output_type == ".pgfeed.v1.Transaction"
 
 
 # -- the client library -----------------------------------------------------------------------------

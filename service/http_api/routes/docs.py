@@ -19,7 +19,7 @@ from fastapi.openapi.docs import (
 )
 from fastapi.staticfiles import StaticFiles
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 
 __all__ = ["ASSETS_URL", "install_docs"]
 
@@ -36,6 +36,15 @@ _CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self'
         "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'")
 
 
+# ReDoc's menu footer always shows Redocly's logo from its CDN (no option hides it), which the
+# policy above blocks (a console error on every load): our copy of the bundle points it at an
+# inline image instead.
+_REDOC_CDN_LOGO = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
+_REDOC_LOCAL_LOGO = (b"data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' width='16' "
+                     b"height='16'%3E%3C/svg%3E")
+_REDOC_JS = "redoc.standalone.js"
+
+
 def _offline(page: HTMLResponse) -> HTMLResponse:
     page.headers["Content-Security-Policy"] = _CSP
     return page
@@ -44,6 +53,13 @@ def _offline(page: HTMLResponse) -> HTMLResponse:
 def install_docs(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc") -> None:
     """Serve Swagger UI at ``docs_url`` and ReDoc at ``redoc_url`` from packaged assets (build the
     app with ``docs_url=None, redoc_url=None`` so FastAPI's CDN pages are not registered)."""
+    redoc_js = (_ASSETS_DIR / _REDOC_JS).read_bytes().replace(_REDOC_CDN_LOGO, _REDOC_LOCAL_LOGO)
+
+    @app.get(f"{ASSETS_URL}/{_REDOC_JS}", include_in_schema=False)
+    async def redoc_bundle() -> Response:  # before the mount: it answers this one file
+        return Response(redoc_js, media_type="text/javascript",
+                        headers={"Cache-Control": "public, max-age=86400"})
+
     app.mount(ASSETS_URL, StaticFiles(directory=_ASSETS_DIR), name="docs-assets")
     oauth2_redirect = f"{docs_url}/oauth2-redirect"
     page_title = f"{app.title} {app.version} — API"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, RedirectResponse, Response
 
 __all__ = ["install_ui"]
 
@@ -23,6 +23,10 @@ _CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'
 def install_ui(app: FastAPI, url: str = "/ui") -> None:
     """Serve the console page at ``url`` and its assets under ``url/assets``."""
     app.mount(f"{url}/assets", StaticFiles(directory=_STATIC), name="ui-assets")
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> Response:  # a person who opens the server's address finds the console
+        return RedirectResponse(url.lstrip("/"), status_code=307)  # relative: behind a prefix too
 
     @app.get(url, include_in_schema=False)
     async def console() -> Response:
