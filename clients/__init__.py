@@ -51,7 +51,14 @@ _LAZY = {"GrpcFeedClient", "AsyncGrpcFeedClient"}
 
 def __getattr__(name: str) -> _Any:
     if name in _LAZY:
-        from pgfeed_client import _grpc
+        try:
+            from pgfeed_client import _grpc
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] not in ("grpc", "google"):
+                raise
+            raise ModuleNotFoundError(
+                f"{name} needs the gRPC extra (grpcio, protobuf): pip install "
+                f"'pgfeed-client[grpc]' (missing module: {exc.name})", name=exc.name) from None
 
         value = getattr(_grpc, name)
         globals()[name] = value

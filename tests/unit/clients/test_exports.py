@@ -44,3 +44,17 @@ def test_clients_import_neither_service_nor_grpc_eagerly() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_grpc_client_without_the_grpc_extra_says_how_to_install_it() -> None:
+    """Without grpcio (blocked in a fresh interpreter) the HTTP client still imports, and asking
+    for a gRPC client names the extra to install, not a bare "No module named 'grpc'"."""
+    code = ("import sys; sys.modules['grpc'] = None\n"
+            "import pgfeed_client\n"
+            "assert pgfeed_client.FeedClient\n"
+            "try:\n    pgfeed_client.GrpcFeedClient\n"
+            "except ModuleNotFoundError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("GrpcFeedClient needs the gRPC extra (grpcio, protobuf): pip "
+                                  "install 'pgfeed-client[grpc]' (missing module: grpc)")
