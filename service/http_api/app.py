@@ -76,6 +76,9 @@ class _Api(FastAPI):
 def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | None = None) -> FastAPI:
     app = _Api(title="pgfeed", version=pgfeed.__version__, description=_DESCRIPTION,
                   docs_url=None, redoc_url=None,  # served offline by install_docs
+                  # operation ids are the route functions' names (`create_feed`, `list_changes`):
+                  # what generated clients call their methods, not FastAPI's path-derived ids
+                  generate_unique_id_function=lambda route: route.name,
                   openapi_tags=[
                       {"name": "reading", "description": "Pages of changes and transactions"},
                       {"name": "consumers", "description": "Acknowledged cursors"},

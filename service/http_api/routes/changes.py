@@ -80,7 +80,7 @@ def _answer(out: Answer, metrics: Metrics, feed: str, served: bool = True) -> Re
 @router.get(CHANGES_PATH.removeprefix(router.prefix), response_model=ChangesPage | DebeziumChangesPage | ChangesCount,
             summary="A page of changes",
             responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
-async def changes(
+async def list_changes(
     feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
     stop: StopDep,
     after: After = "earliest",
@@ -110,7 +110,7 @@ async def changes(
 
 @router.get("/{feed}/transactions", response_model=TransactionsPage, summary="A page of transactions",
             responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
-async def transactions(
+async def list_transactions(
     feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
     stop: StopDep,
     after: After = "earliest",
@@ -130,7 +130,7 @@ async def transactions(
 
 
 @router.get("/{feed}/splits", response_model=SplitsOut, summary="Cut a range into parts")
-def splits(
+def get_splits(
     feed: FeedName, supervisor: SupervisorDep,
     start: Annotated[str, Query(alias="from", json_schema_extra=_CURSOR_DOC,
                                 description="Cursor the range starts "
@@ -156,7 +156,7 @@ def splits(
 
 
 @router.get("/{feed}/tables", response_model=TablesOut, summary="Relations and their schemas")
-def tables_of(feed: FeedName, supervisor: SupervisorDep) -> Response:
+def list_tables(feed: FeedName, supervisor: SupervisorDep) -> Response:
     """Every relation the feed has seen: columns (name, type OID, type name, typmod, key flag) of
     its newest version first, then every version with the LSN it took effect at."""
     tables: list[dict[str, Any]] = supervisor.catalog(feed).tables()
