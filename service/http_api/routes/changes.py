@@ -16,6 +16,7 @@ from pgfeed_client._headers import (
     MAX_LIMIT,
     NEXT_HEADER,
 )
+from pgfeed.assembler.model import Op
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
 from pgfeed.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
@@ -44,7 +45,8 @@ FeedName = Annotated[str, Path(min_length=1, max_length=200, description="The fe
 # Cursor parameters document their grammar and length; parse_cursor_param checks both, so that a
 # malformed cursor of any length is answered with the expected form (not a generic length error).
 _CURSOR_DOC = {"pattern": CURSOR_PATTERN, "maxLength": MAX_CURSOR_LENGTH}
-_OP = "(insert|update|delete|truncate|message)"
+_OP_NAMES = [op.value for op in Op]  # every op a filter takes, `read` (backfills) included
+_OP = f"({'|'.join(_OP_NAMES)})"
 _OPS_DOC = {"items": {"type": "string", "pattern": f"^{_OP}(,{_OP})*$"}}
 _TABLES_DOC = {"items": {"type": "string", "maxLength": 200, "pattern": r"^[^,]*[^,\s][^,]*(,[^,]*[^,\s][^,]*)*$"}}
 After = Annotated[str, Query(json_schema_extra=_CURSOR_DOC, description="Cursor: `16/B374D848`, "
@@ -89,8 +91,7 @@ async def list_changes(
     tables: Annotated[list[str] | None, Query(json_schema_extra=_TABLES_DOC, description="Only these "
                                               "tables (`schema.table`, comma-separated or repeated)")] = None,
     ops: Annotated[list[str] | None, Query(json_schema_extra=_OPS_DOC, description="Only these ops: "
-                                           "insert, update, delete, truncate, message "
-                                           "(comma-separated or repeated)")] = None,
+                                           f"{', '.join(_OP_NAMES)} (comma-separated or repeated)")] = None,
     wait: Wait = 0.0,
     to: Annotated[str | None, Query(json_schema_extra=_CURSOR_DOC, description="Stop at this cursor "
                                     "(inclusive); `latest` is the head when the request arrives")] = None,
