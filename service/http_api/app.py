@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.types import Receive, Scope, Send
 
@@ -19,6 +19,7 @@ from pgfeed.http_api.auth import TokenAuth
 from pgfeed.http_api.errors import install_handlers
 from pgfeed.http_api.fastpath import TailFastPath
 from pgfeed.http_api.middleware import ObserveMiddleware
+from pgfeed.http_api.params import reject_unknown_query
 from pgfeed.http_api.readahead import ReadAhead
 from pgfeed.http_api.routes import (
     backfills,
@@ -79,6 +80,7 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
                   # operation ids are the route functions' names (`create_feed`, `list_changes`):
                   # what generated clients call their methods, not FastAPI's path-derived ids
                   generate_unique_id_function=lambda route: route.name,
+                  dependencies=[Depends(reject_unknown_query)],  # a misspelled filter is a 422
                   openapi_tags=[
                       {"name": "reading", "description": "Pages of changes and transactions"},
                       {"name": "consumers", "description": "Acknowledged cursors"},
@@ -90,6 +92,7 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     app.state.metrics = metrics if metrics is not None else Metrics(supervisor)
     app.state.auth = TokenAuth(settings)
     app.state.read_ahead = ReadAhead()
+    app.state.query_params = {}  # id(route) -> its query parameters (http_api.params)
     app.state.stop = StopSignal()  # set by the runtime when shutdown begins: long-polls answer
     app.include_router(changes.router, responses=_READ_ERRORS)
     app.include_router(consumers.router, responses=_READ_ERRORS)  # PUT's 422: see _openapi
@@ -121,7 +124,8 @@ _VALIDATION_REF = "#/components/schemas/HTTPValidationError"
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's document, with its validation-error answers replaced by the contract's error
-    body: query and path problems are 400, body problems 422."""
+    body: query and path problems are 400, body problems 422, and so is a query parameter the
+    endpoint does not take."""
     doc = get_openapi(title=app.title, version=app.version, description=app.description,
                       routes=app.routes, tags=app.openapi_tags)
     error_ref = {"$ref": "#/components/schemas/ErrorBody"}
@@ -141,6 +145,15 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             if default_422 is not None and operation.get("parameters"):
                 responses.setdefault("400", {"description": "Bad parameter",
                                              "content": {JSON_MEDIA_TYPE: {"schema": error_ref}}})
+    for path, path_item in doc.get("paths", {}).items():
+        if not path.startswith("/v1/"):
+            continue
+        for operation in path_item.values():  # http_api.params: every /v1 route refuses them
+            known = operation["responses"].setdefault("422", {
+                "description": "", "content": {JSON_MEDIA_TYPE: {"schema": error_ref}}})
+            known["description"] = "; ".join(filter(None, (
+                known["description"], "`unknown_parameter`: a query parameter the endpoint does "
+                                      "not take (named, with the nearest one it takes)")))
     schemas = doc.get("components", {}).get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
