@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from pgfeed.http_api.auth import TokenAuth
-from pgfeed.http_api.deps import Credentials, MetricsDep, SupervisorDep
+from pgfeed.http_api.auth import TokenAuth, bearer_scheme
+from pgfeed.http_api.deps import MetricsDep, SupervisorDep
 from pgfeed.http_api.errors import error_response
 from pgfeed.http_api.schemas import ErrorBody, Health
 from pgfeed.metrics import CONTENT_TYPE
@@ -29,11 +29,13 @@ async def readyz(supervisor: SupervisorDep) -> Response | Health:
     return Health(status="ready")
 
 
-def _metrics_scope(request: Request, credentials: Credentials) -> None:
-    """A read (or admin) token when ``metrics_auth`` is "read" and tokens are configured."""
+async def _metrics_scope(request: Request) -> None:
+    """A read (or admin) token when ``metrics_auth`` is "read" and tokens are configured. The
+    header is read here rather than declared (``Security``): the document would otherwise say
+    /metrics always needs a token, which the default ("open") does not."""
     if request.app.state.settings.metrics_auth == "read":
         auth: TokenAuth = request.app.state.auth
-        auth.check(credentials, "read")
+        auth.check(await bearer_scheme(request), "read")
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response,
