@@ -19,6 +19,7 @@ import psycopg
 from psycopg import sql
 
 from pgfeed.changelog.base import ChangeLogError
+from pgfeed.dsn import scrub
 from pgfeed.errors import StartupError
 from pgfeed.pgstore.connections import connect
 from pgfeed.pgstore.schema import table
@@ -59,7 +60,9 @@ class ReplicaClaim:
         with self._lock:
             while not self._try_locked():
                 if time.monotonic() >= deadline:
-                    raise StartupError(self._refusal())
+                    refusal = self._refusal()
+                    self._close()
+                    raise StartupError(refusal)
                 time.sleep(0.2)
 
     def keep(self) -> None:
@@ -76,8 +79,10 @@ class ReplicaClaim:
                     self._conn = None
             try:
                 held = self._try_locked()
-            except StartupError as exc:  # the store is away: the next heartbeat tries again
-                log.warning("replica id %s: cannot renew its claim: %s", self.replica_id, exc)
+            except (StartupError, psycopg.Error) as exc:  # the store is away: the next heartbeat
+                self._close()                             # tries again
+                log.warning("replica id %s: cannot renew its claim: %s", self.replica_id,
+                            scrub(str(exc).strip(), self.dsn))
                 return
             if not held:
                 log.error("replica id %s is now held by another process on the store (this "
@@ -86,9 +91,12 @@ class ReplicaClaim:
 
     def release(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()  # the session's advisory lock goes with it
-                self._conn = None
+            self._close()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()  # the session's advisory lock goes with it
+            self._conn = None
 
     def _try_locked(self) -> bool:
         if self._conn is None:

@@ -158,6 +158,12 @@ def test_one_live_process_per_replica_id_on_a_store(pg_cluster: LocalCluster, tm
     env = {"PGFEED_STORE": store}
     first = Serve(tmp_path, "--replica-id", "r1", env=env)
     servers.append(first.ready())
+    # The claim lives on a session of its own; cut, it is taken again at the next heartbeat.
+    cut = claim_sessions(store)
+    assert len(cut) == 1
+    with psycopg.connect(store, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (cut[0],))
+    wait_until(lambda: claim_sessions(store) not in ([], cut), 15, "the claim taken again")
     code, lines = refused("--replica-id", "r1", env=env)
     line = one_line(code, lines, "replica id 'r1' is in use by another live pgfeed serve",
                     "last heartbeat", "--replica-id")
@@ -174,6 +180,14 @@ def test_one_live_process_per_replica_id_on_a_store(pg_cluster: LocalCluster, tm
     servers.append(third.ready())
     ids = {r["id"] for r in httpx.get(f"{third.url}/v1/replicas", timeout=10).json()["replicas"]}
     assert {"r1", "r2"} <= ids
+
+
+def claim_sessions(store: str) -> list[int]:
+    """Backends of replica r1's claim holding their advisory lock."""
+    with psycopg.connect(store, autocommit=True) as conn:
+        return [pid for (pid,) in conn.execute(
+            "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
+            "WHERE a.application_name = 'pgfeed r1 claim' AND l.locktype = 'advisory' AND l.granted")]
 
 
 def test_changelog_memory_is_not_offered_and_warns_when_used(tmp_path: Path,
