@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -148,6 +149,12 @@ def test_a_second_server_on_the_grpc_port_is_refused(tmp_path: Path, servers: li
                 health_pb2.HealthCheckRequest(service="pgfeed.v1.ChangeFeed"), timeout=10)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
     assert httpx.get(f"{first.url}/v1/feeds", timeout=10).status_code == 200
+    # Nor does any other process share it: a grpcio server with its defaults (SO_REUSEPORT on)
+    # could bind next to a listener that set it too; pgfeed's does not.
+    intruder = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    with pytest.raises(RuntimeError, match="Failed to bind"):
+        intruder.add_insecure_port(f"127.0.0.1:{first.grpc_port}")
+    intruder.stop(None)
 
 
 @pytest.mark.pg
