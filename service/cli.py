@@ -15,6 +15,20 @@ from pgfeed.cli_remote import add_service_flags, bearer_headers
 
 
 def _serve(args: argparse.Namespace) -> int:
+    """Run the service; a startup problem (settings, a port or data dir another process owns, a
+    store out of reach) is one line on stderr and exit code 2, never a traceback."""
+    from pgfeed.config import InvalidSettings
+    from pgfeed.errors import StartupError
+
+    try:
+        return _run_service(args)
+    except (InvalidSettings, StartupError) as exc:
+        line = " ".join(str(exc).split())  # one line, whatever a driver's message held (hints)
+        print(f"pgfeed serve: {line}", file=sys.stderr)
+        return 2
+
+
+def _run_service(args: argparse.Namespace) -> int:
     from pgfeed.allocator import keep_freed_memory
     from pgfeed.config import Settings
     from pgfeed.runtime import Runtime, new_event_loop
@@ -26,7 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
                              changelog=args.changelog, store=args.store, store_schema=args.store_schema,
                              replica_id=args.replica_id, log_format=args.log_format,
                              tls_cert_file=args.tls_cert, tls_key_file=args.tls_key,
-                             tls_client_ca_file=args.tls_client_ca)
+                             tls_client_ca_file=args.tls_client_ca, metrics_auth=args.metrics_auth)
     from pgfeed.logs import configure_logging, known_secrets
 
     runtime = Runtime(settings)
@@ -88,12 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run captures, the HTTP API and the gRPC API")
     serve.add_argument("--config", type=Path, help="TOML settings file")
-    serve.add_argument("--data-dir", type=Path)
+    serve.add_argument("--data-dir", type=Path, help="catalogue and change logs (default pgfeed-data); "
+                                                     "one pgfeed serve at a time (locked)")
     serve.add_argument("--http-host")
     serve.add_argument("--http-port", type=int)
     serve.add_argument("--grpc-host")
     serve.add_argument("--grpc-port", type=int)
-    serve.add_argument("--changelog", choices=["sqlite", "memory"])
+    # "memory" loses every change at exit: kept for tests, not offered (runtime warns when used).
+    serve.add_argument("--changelog", choices=["sqlite", "memory"], help=argparse.SUPPRESS)
     serve.add_argument("--tls-cert", type=Path, help="PEM certificate: TLS on HTTP and gRPC")
     serve.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     serve.add_argument("--tls-client-ca", type=Path,
@@ -103,7 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", help="PostgreSQL store shared by replicas (postgresql://…; or PGFEED_STORE) "
                                        "instead of the data dir")
     serve.add_argument("--store-schema", help="schema of the store (default pgfeed)")
-    serve.add_argument("--replica-id", help="this replica's id in leases (default host:http-port)")
+    serve.add_argument("--replica-id", help="this replica's id in leases (default host:http-port); "
+                                            "one live process per id on a store")
+    serve.add_argument("--metrics-auth", choices=["open", "read"],
+                       help="/metrics open to anyone (default) or behind the read tokens "
+                            "(or PGFEED_METRICS_AUTH)")
     serve.set_defaults(func=_serve)
 
     feeds = sub.add_parser("feeds", help="manage feeds of a running service (admin API)")

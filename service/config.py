@@ -5,24 +5,36 @@ Built once in the CLI and passed down; nothing reads the environment anywhere el
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
+
+__all__ = ["InvalidSettings", "Settings"]
+
+
+class InvalidSettings(ValueError):
+    """Settings ``pgfeed serve`` cannot start with (``Settings.load``): the message is one line
+    naming the setting, where it comes from and what to fix, never its value (tokens and the
+    store's password are secrets)."""
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PGFEED_", extra="forbid", hide_input_in_errors=True)
 
     data_dir: Path = Path("pgfeed-data")
+    # "memory" loses every change at exit: for tests, not offered in --help, warned about when used.
     changelog: Literal["sqlite", "memory"] = "sqlite"
     # A PostgreSQL store (``postgresql://…`` or ``key=value`` conninfo) shared by several replicas
     # instead of the data dir; a secret (it holds a password), never logged.
@@ -36,6 +48,9 @@ class Settings(BaseSettings):
     # Bearer tokens; none configured means the API is open. Admin tokens may also read.
     read_tokens: list[SecretStr] = Field(default_factory=list)
     admin_tokens: list[SecretStr] = Field(default_factory=list)
+    # /metrics: "open" (default: scrapers keep working without a token) or "read" (a read or
+    # admin token, when tokens are configured).
+    metrics_auth: Literal["open", "read"] = "open"
     retention_check_seconds: float = 60.0
     # uvloop when it is installed ("auto"): the event loop runs every HTTP answer and gRPC message.
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
@@ -60,19 +75,87 @@ class Settings(BaseSettings):
 
     @classmethod
     def load(cls, config_file: Path | None = None, **flags: Any) -> Settings:
-        """Settings from flags (None values ignored), environment, then ``config_file`` (TOML)."""
+        """Settings from flags (None values ignored), environment, then ``config_file`` (TOML).
+        InvalidSettings (one line) for a missing or malformed file or an invalid value."""
         given = {k: v for k, v in flags.items() if v is not None}
-        if config_file is None:
-            return cls(**given)
+        try:
+            if config_file is None:
+                return cls(**given)
+            _check_toml(config_file)
 
-        class _FromFile(cls):  # type: ignore[valid-type,misc]
-            @classmethod
-            def settings_customise_sources(cls, settings_cls: type[BaseSettings],
-                                           init_settings: PydanticBaseSettingsSource,
-                                           env_settings: PydanticBaseSettingsSource,
-                                           dotenv_settings: PydanticBaseSettingsSource,
-                                           file_secret_settings: PydanticBaseSettingsSource,
-                                           ) -> tuple[PydanticBaseSettingsSource, ...]:
-                return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, config_file))
+            class _FromFile(cls):  # type: ignore[valid-type,misc]
+                @classmethod
+                def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                               init_settings: PydanticBaseSettingsSource,
+                                               env_settings: PydanticBaseSettingsSource,
+                                               dotenv_settings: PydanticBaseSettingsSource,
+                                               file_secret_settings: PydanticBaseSettingsSource,
+                                               ) -> tuple[PydanticBaseSettingsSource, ...]:
+                    return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, config_file))
 
-        return Settings(**_FromFile(**given).model_dump())
+            return Settings(**_FromFile(**given).model_dump())
+        except SettingsError as exc:
+            raise InvalidSettings(_unparsable(str(exc))) from None
+        except ValidationError as exc:
+            raise InvalidSettings(_invalid(exc, config_file)) from None
+
+
+# What to write instead, for the settings whose mistakes are easy to make.
+_HINTS = {
+    "read_tokens": "a JSON list of strings, e.g. PGFEED_READ_TOKENS='[\"token-1\", \"token-2\"]'",
+    "admin_tokens": "a JSON list of strings, e.g. PGFEED_ADMIN_TOKENS='[\"token-1\"]'",
+}
+
+
+# Settings ``pgfeed serve`` takes as flags too (cli.py), and the flags named otherwise.
+_FLAGGED = {"data_dir", "changelog", "store", "store_schema", "replica_id", "http_host", "http_port",
+            "grpc_host", "grpc_port", "metrics_auth", "log_format"}
+_FLAGS = {"tls_cert_file": "--tls-cert", "tls_key_file": "--tls-key", "tls_client_ca_file": "--tls-client-ca"}
+
+
+def _env_name(field: str) -> str:
+    return f"PGFEED_{field.upper()}"
+
+
+def _check_toml(path: Path) -> None:
+    """InvalidSettings unless ``path`` is a readable TOML file (pydantic-settings would quietly
+    take a missing file for an empty one)."""
+    try:
+        text = Path(path).read_bytes().decode()
+    except FileNotFoundError:
+        raise InvalidSettings(f"config file {path} not found (check --config)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise InvalidSettings(f"config file {path} cannot be read: {reason} (check --config)") from None
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # says where, never what: no value is echoed
+        raise InvalidSettings(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _unparsable(message: str) -> str:
+    """pydantic-settings' 'error parsing value for field "x" from source "EnvSettingsSource"'."""
+    match = re.search(r'field "([a-z_]+)"', message)
+    if match is None:
+        return f"invalid settings: {message}"
+    field = match.group(1)
+    hint = _HINTS.get(field, "valid JSON")
+    return f"{_env_name(field)} is not valid JSON: give {hint}"
+
+
+def _invalid(exc: ValidationError, config_file: Path | None) -> str:
+    """Every problem on one line: the setting, where it may come from, what is wrong."""
+    problems = []
+    for error in exc.errors(include_input=False, include_url=False):
+        field = str(error["loc"][0]) if error["loc"] else "settings"
+        if error["type"] == "extra_forbidden":
+            where = f" in {config_file}" if config_file is not None else ""
+            problems.append(f"unknown setting {field!r}{where}")
+            continue
+        flag = _FLAGS.get(field, f"--{field.replace('_', '-')}" if field in _FLAGGED else None)
+        sources = f"{flag}, {_env_name(field)}" if flag else _env_name(field)
+        if config_file is not None:
+            sources += f" or {field} in {config_file}"
+        hint = f"; give {_HINTS[field]}" if field in _HINTS else ""
+        problems.append(f"invalid {field} ({sources}): {error['msg']}{hint}")
+    return "; ".join(problems)

@@ -24,6 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from pgfeed.config import Settings
+from pgfeed.errors import StartupError
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.localpg import LocalCluster, available_versions
 from pgfeed.runtime import Runtime, new_event_loop
@@ -129,13 +130,22 @@ def _run(console: Console, cluster: LocalCluster, data_dir: Path, seconds: float
     settings = Settings(data_dir=data_dir, http_port=http_port, grpc_port=grpc_port, log_level="WARNING")
     runtime = Runtime(settings)
     loop = new_event_loop(settings.event_loop)
-    server = threading.Thread(target=loop.run_until_complete, args=(runtime.serve(),), daemon=True)
+    refused: list[StartupError] = []
+
+    def serve() -> None:
+        try:
+            loop.run_until_complete(runtime.serve())
+        except StartupError as exc:  # a port in use: one line below, no traceback
+            refused.append(exc)
+
+    server = threading.Thread(target=serve, daemon=True)
     server.start()
     deadline = time.monotonic() + 30
     while not runtime.started.is_set() and time.monotonic() < deadline and server.is_alive():
         time.sleep(0.05)
     if not runtime.started.is_set():
-        console.print("[red]the service did not start (is the port in use? try --http-port)[/]")
+        reason = str(refused[0]) if refused else "is the port in use? try --http-port"
+        console.print(f"[red]the service did not start: {reason}[/]")
         return 1
     runtime.supervisor.create(FeedSpec(name="shop", dsn=dsn, tables=("public.customers", "public.orders"),
                                        options=FeedOptions(toast="placeholder", heartbeat_seconds=5,

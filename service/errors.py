@@ -77,3 +77,11 @@ class BackfillError(PgfeedError):
         self.status = status
         if code is not None:
             self.code = code
+
+
+class StartupError(PgfeedError):
+    """``pgfeed serve`` cannot start: one line saying what to fix (a resource another process
+    owns, a port in use, a data directory that cannot be written, a store out of reach), printed
+    without a traceback. Never holds a secret."""
+
+    code = "startup_error"

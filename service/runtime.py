@@ -16,15 +16,22 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from pgfeed.changelog.base import age_cutoff
+from pgfeed.changelog.base import ChangeLogError, age_cutoff
 from pgfeed.config import Settings
+from pgfeed.errors import StartupError
 from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.metrics import Metrics
+from pgfeed.ownership import DataDirLock, bind_listener, check_port_free
 from pgfeed.pgoutput.messages import pg_now_us
+
+if TYPE_CHECKING:
+    from pgfeed.grpc_api.server import FeedServer
+    from pgfeed.tls import TlsFiles
 
 log = logging.getLogger("pgfeed")
 
@@ -75,13 +82,24 @@ class _HttpServer(uvicorn.Server):
 
 def build_supervisor(settings: Settings) -> Supervisor:
     """The supervisor over the configured store: the data dir, or a PostgreSQL store shared with
-    other replicas (then no data dir is needed: spill files go to a temporary directory)."""
+    other replicas (then no data dir is needed: spill files go to a temporary directory). On the
+    store this process claims its replica id (``PgStore.claim_replica``): StartupError when
+    another live process has it, or when the store cannot be reached."""
     if settings.store is None:
         return Supervisor(settings.data_dir, changelog_kind=settings.changelog)
     from pgfeed.pgstore.store import PgStore
 
     replica_id = settings.replica_id or default_replica_id(settings.http_port)
-    store = PgStore(settings.store.get_secret_value(), replica_id=replica_id, schema=settings.store_schema)
+    try:
+        store = PgStore(settings.store.get_secret_value(), replica_id=replica_id,
+                        schema=settings.store_schema)
+    except ChangeLogError as exc:  # its message masks the password
+        raise StartupError(f"{exc} (check --store / PGFEED_STORE)") from None
+    try:
+        store.claim_replica()
+    except BaseException:
+        store.close()
+        raise
     log.info("store: %r as replica %s", store, replica_id)
     return Supervisor(store=store, replica_id=replica_id)
 
@@ -94,7 +112,14 @@ def default_replica_id(http_port: int) -> str:
 class Runtime:
     def __init__(self, settings: Settings, supervisor: Supervisor | None = None) -> None:
         self.settings = settings
-        self.supervisor = supervisor or build_supervisor(settings)
+        # One process per data dir (ownership.py): locked before anything in it is read.
+        self.data_lock = (DataDirLock.acquire(settings.data_dir)
+                          if supervisor is None and settings.store is None else None)
+        try:
+            self.supervisor = supervisor or build_supervisor(settings)
+        except BaseException:
+            self.release()
+            raise
         # One set of metrics for both front ends (its own registry: no global state).
         self.metrics = Metrics(self.supervisor)
         self.http: uvicorn.Server | None = None
@@ -103,13 +128,23 @@ class Runtime:
         self.started = asyncio.Event()
 
     async def serve(self) -> None:
-        from pgfeed.grpc_api.server import build_server
+        """Bind both listeners (StartupError, before anything starts, when a port is taken), start
+        the supervisor, serve until asked to stop, then shut down in order."""
+        try:
+            await self._serve()
+        finally:
+            self.release()
+
+    async def _serve(self) -> None:
         from pgfeed.http_api.app import create_app
+        from pgfeed.tls import uvicorn_options
 
         settings = self.settings
-        from pgfeed.tls import grpc_credentials, tls_files, uvicorn_options
-
-        tls = tls_files(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+        try:
+            tls, http_sockets, grpc_server = self._listen()
+        except BaseException:
+            await asyncio.to_thread(self.supervisor.stop)  # closes a store (and its replica claim)
+            raise
         tune_interpreter()
         await asyncio.to_thread(self.supervisor.start)
         app = create_app(self.supervisor, settings, self.metrics)
@@ -118,10 +153,6 @@ class Runtime:
                                                   log_level=settings.log_level.lower(), access_log=False,
                                                   lifespan="on", log_config=None,  # our handlers
                                                   **uvicorn_options(tls)))
-        grpc_server = build_server(self.supervisor, settings, self.metrics)
-        address = f"{settings.grpc_host}:{settings.grpc_port}"
-        self.grpc_port = (grpc_server.add_insecure_port(address) if tls is None
-                          else grpc_server.add_secure_port(address, grpc_credentials(tls)))
         await grpc_server.start()
         retention = asyncio.create_task(self._retention_loop())
         from pgfeed.feeds.watch import StateWatcher
@@ -131,7 +162,7 @@ class Runtime:
                  "" if tls is None else " (TLS)" + (" with client certificates" if tls.client_ca else ""))
         signals = self._handle_signals()
         try:
-            http_task = asyncio.create_task(self.http.serve())
+            http_task = asyncio.create_task(self.http.serve(sockets=http_sockets))
             while not self.http.started and not http_task.done():
                 await asyncio.sleep(0.02)
             self.started.set()
@@ -146,6 +177,53 @@ class Runtime:
             loop = asyncio.get_running_loop()
             for sig in signals:
                 loop.remove_signal_handler(sig)
+
+    def _listen(self) -> tuple[TlsFiles | None, list[socket.socket], FeedServer]:
+        """TLS files loaded, the HTTP sockets bound and the gRPC port added, before anything
+        starts: StartupError (one line) when a file is missing or a port is taken."""
+        from pgfeed.grpc_api.server import build_server
+        from pgfeed.tls import grpc_credentials, tls_files
+
+        settings = self.settings
+        try:
+            tls = tls_files(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+        except ValueError as exc:
+            raise StartupError(f"{exc} (check --tls-cert, --tls-key and --tls-client-ca)") from None
+        self._warn_about_settings()
+        http_sockets = bind_listener("HTTP", settings.http_host, settings.http_port, "--http-port")
+        try:
+            check_port_free("gRPC", settings.grpc_host, settings.grpc_port, "--grpc-port")
+            grpc_server = build_server(self.supervisor, settings, self.metrics)
+            address = f"{settings.grpc_host}:{settings.grpc_port}"
+            try:
+                self.grpc_port = (grpc_server.add_insecure_port(address) if tls is None
+                                  else grpc_server.add_secure_port(address, grpc_credentials(tls)))
+            except RuntimeError:  # grpcio: "Failed to bind to address …"
+                raise StartupError(f"gRPC port {settings.grpc_port} on {settings.grpc_host} cannot "
+                                   "be bound (in use?); stop the process holding it, or give this "
+                                   "one another --grpc-port") from None
+        except BaseException:
+            for sock in http_sockets:
+                sock.close()
+            raise
+        return tls, http_sockets, grpc_server
+
+    def _warn_about_settings(self) -> None:
+        """Loud lines for settings that look like a store or a lock but are not."""
+        settings = self.settings
+        if settings.changelog == "memory" and settings.store is None:
+            log.warning("changelog = memory: every feed's changes live in this process's memory "
+                        "and are LOST when it stops; for tests only (drop --changelog / "
+                        "PGFEED_CHANGELOG to keep them in %s)", settings.data_dir)
+        if settings.metrics_auth == "read" and not (settings.read_tokens or settings.admin_tokens):
+            log.warning("metrics_auth = read, but no read or admin token is configured: /metrics "
+                        "stays open")
+
+    def release(self) -> None:
+        """Give up the data directory (the supervisor's stop closes the store and its claim)."""
+        if self.data_lock is not None:
+            self.data_lock.release()
+            self.data_lock = None
 
     def request_stop(self) -> None:
         """Begin the ordered shutdown; a second request stops HTTP without waiting for its clients."""

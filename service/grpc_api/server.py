@@ -24,8 +24,11 @@ from pgfeed.metrics import Metrics
 __all__ = ["SERVICE_NAME", "FeedServer", "build_server"]
 
 SERVICE_NAME = feed_pb2.DESCRIPTOR.services_by_name["ChangeFeed"].full_name  # pgfeed.v1.ChangeFeed
-# A frame is well under 4 MiB; requests are tiny. Keepalives notice dead subscribers.
+# A frame is well under 4 MiB; requests are tiny. Keepalives notice dead subscribers. No
+# SO_REUSEPORT (grpcio sets it by default): a second server on the same port would otherwise
+# listen too, and calls would be answered by either (issue 26).
 _OPTIONS = (
+    ("grpc.so_reuseport", 0),
     ("grpc.max_receive_message_length", 4 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 60_000),
     ("grpc.keepalive_timeout_ms", 20_000),

@@ -85,7 +85,8 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
                       {"name": "reading", "description": "Pages of changes and transactions"},
                       {"name": "consumers", "description": "Acknowledged cursors"},
                       {"name": "admin", "description": "Feeds (admin token)"},
-                      {"name": "operations", "description": "Health and metrics (open)"},
+                      {"name": "operations", "description": "Health and metrics (open; metrics behind "
+                                                                  "the read tokens with metrics_auth = read)"},
                   ])
     app.state.supervisor = supervisor
     app.state.settings = settings

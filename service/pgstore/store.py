@@ -30,6 +30,7 @@ from pgfeed.feeds.model import FeedSpec
 from pgfeed.feeds.toastindex import INDEX_FILE
 from pgfeed.pgstore import leases
 from pgfeed.pgstore.changelog import PgChangeLog
+from pgfeed.pgstore.claim import ReplicaClaim
 from pgfeed.pgstore.connections import ConnectionPool, connect
 from pgfeed.pgstore.leases import Lease, ReplicaBeat
 from pgfeed.pgstore.schema import channel, ensure_schema, table
@@ -82,6 +83,7 @@ class PgStore:
         self._feed_t = table(schema, "feed")
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
+        self._claim: ReplicaClaim | None = None
 
     def __repr__(self) -> str:
         return f"PgStore({mask_dsn(self.dsn)!r}, schema={self.schema!r})"
@@ -162,7 +164,18 @@ class PgStore:
         with self._pool.connection() as conn:
             return leases.leases(conn, self.schema)
 
+    def claim_replica(self) -> None:
+        """Hold this replica id for the process's life (``claim.ReplicaClaim``): StartupError
+        when another live process has it. ``pgfeed serve`` claims; tools opening the store
+        (tests, an admin supervisor) need not."""
+        if self._claim is None:
+            claim = ReplicaClaim(self.dsn, self.schema, self.replica_id)
+            claim.take()
+            self._claim = claim
+
     def heartbeat(self) -> None:
+        if self._claim is not None:
+            self._claim.keep()
         with self._pool.connection() as conn:
             leases.heartbeat(conn, self.schema, self.replica_id)
 
@@ -212,6 +225,9 @@ class PgStore:
             self._listener.join(timeout=5)
             self._listener = None
         self._pool.close()
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
         if self._owns_spill:
             shutil.rmtree(self._spill_root, ignore_errors=True)
 

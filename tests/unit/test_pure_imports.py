@@ -128,7 +128,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("pgfeed_client",),
     ("pgfeed_spark", "pgfeed", "pgfeed.errors", "pgfeed.dsn", "pgfeed.config", "pgfeed.logs",
      "pgfeed.tls", "pgfeed.localpg", "pgfeed.codegen", "pgfeed.protowire", "pgfeed.allocator"),
-    ("pgfeed.access", "pgfeed.pgoutput", "pgfeed.types", "pgfeed.cli_remote"),
+    ("pgfeed.access", "pgfeed.pgoutput", "pgfeed.types", "pgfeed.cli_remote", "pgfeed.ownership"),
     ("pgfeed.assembler",),
     ("pgfeed.decoding",),
     ("pgfeed.encoding", "pgfeed.changelog"),
