@@ -4,6 +4,7 @@ source to a mirror needs (pgoutput carries no sequence values)."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from fastapi import APIRouter
 
@@ -16,7 +17,7 @@ from pgfeed.http_api.schemas import ErrorBody, SequenceOut, SequencesOut
 
 router = APIRouter(prefix="/v1/feeds", tags=["admin"])
 
-_SOURCE = {422: {"model": ErrorBody, "description": "The source cannot answer (unreachable, "
+_SOURCE: dict[int | str, dict[str, Any]] = {422: {"model": ErrorBody, "description": "The source cannot answer (unreachable, "
                                                    "refused)"}}
 
 
