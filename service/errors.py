@@ -77,3 +77,10 @@ class BackfillError(PgfeedError):
         self.status = status
         if code is not None:
             self.code = code
+
+
+class FeedStateConflict(PgfeedError):
+    """The feed is not in the state the call needs (HTTP 409): a resync of a feed whose slot is
+    fine, a resume of one whose slot is lost."""
+
+    code = "feed_state_conflict"
