@@ -277,3 +277,51 @@ def test_a_source_that_is_down_reads_reconnecting_and_capture_resumes_within_2_s
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO w VALUES (1, 'after')")
         factory.caught_up(name, dsn, timeout=15)
+
+
+# -- a Spark streaming mirror across a resync ------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_streaming_mirror_equals_the_table_after_a_resync(
+        pgfeed_service: Service, make_served_feed: FeedFactory, newest_pg_dsn: str,
+        spark_session: Any, tmp_path: Path) -> None:
+    from pgfeed_spark import mirror_writer, read_mirror
+
+    dsn = newest_pg_dsn
+    out, checkpoint = str(tmp_path / "mirror"), str(tmp_path / "checkpoint")
+
+    def mirror_run(name: str) -> dict[int, tuple[int, str]]:
+        """One availableNow run of the streaming mirror (from its checkpoint): the mirror."""
+        stream = (spark_session.readStream.format("pgfeed").option("url", pgfeed_service.http_url)
+                  .option("feed", name).option("table", "public.lost_t").option("partitions", 2)
+                  .load())
+        query = (stream.writeStream.foreachBatch(mirror_writer(out, ["id"], buckets=2))
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        return {r["id"]: (r["id"], r["v"]) for r in read_mirror(spark_session, out).collect()}
+
+    with httpx.Client(base_url=pgfeed_service.http_url, timeout=60) as client:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE lost_t (id int PRIMARY KEY, v text)")
+        name = make_served_feed(dsn, tables=("public.lost_t",))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO lost_t SELECT g, 'v' || g FROM generate_series(1, 20) g")
+        make_served_feed.caught_up(name, dsn)
+        assert mirror_run(name) == _table(dsn)  # the mirror before the loss
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert slots.drop_slot(conn, _feed(client, name)["slot"], wait=10)
+        wait_until(lambda: _feed(client, name)["state"] == "failed", 10, "the feed to fail")
+        with psycopg.connect(dsn, autocommit=True) as conn:  # the gap
+            conn.execute("INSERT INTO lost_t SELECT g, 'gap' || g FROM generate_series(21, 25) g")
+            conn.execute("UPDATE lost_t SET v = 'gap update' WHERE id <= 5")
+            conn.execute("DELETE FROM lost_t WHERE id BETWEEN 6 AND 10")
+        done = client.post(f"/v1/feeds/{name}/resync").json()
+        wait_until(lambda: client.get(f"/v1/feeds/{name}/backfills/{done['backfill']}").json()
+                   ["state"] == "done", 60, "the resync's backfill")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO lost_t VALUES (26, 'after')")
+            conn.execute("DELETE FROM lost_t WHERE id = 12")
+        make_served_feed.caught_up(name, dsn)
+        assert mirror_run(name) == _table(dsn)  # rows deleted in the gap are gone too
