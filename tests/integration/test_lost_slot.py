@@ -117,6 +117,7 @@ def lose_and_resync(client: httpx.Client, factory: FeedFactory, dsn: str) -> tup
         dropped_at = time.monotonic()
         assert slots.drop_slot(conn, slot, wait=10)  # its walsender terminated, then dropped
     wait_until(lambda: _feed(client, name)["state"] == "failed", 10, "the feed to fail")
+    print(f"slot dropped -> feed failed in {time.monotonic() - dropped_at:.2f} s")
     assert time.monotonic() - dropped_at < 5
     lost = _assert_lost(client, name, "dropped")
     # never retried, never re-created behind the operator's back
@@ -238,6 +239,7 @@ def test_a_slot_invalidated_under_a_paused_feed_fails_it_and_stays_failed_after_
                 conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
                 conn.execute("SELECT pg_reload_conf()")
         wait_until(lambda: _feed(client, name)["state"] == "failed", 15, "the paused feed to fail")
+        print(f"slot invalidated -> paused feed failed in {time.monotonic() - invalidated_at:.2f} s")
         assert time.monotonic() - invalidated_at < 10
         lost = _assert_lost(client, name, "invalidated")
         assert "max_slot_wal_keep_size" in lost["last_error"]
@@ -271,6 +273,7 @@ def test_a_source_that_is_down_reads_reconnecting_and_capture_resumes_within_2_s
         answered_at = time.monotonic()
         wait_until(lambda: supervisor.state(name)[0] == "running", 10, "capture resumed")
         resumed = time.monotonic() - answered_at
+        print(f"source answering -> capture running in {resumed:.2f} s")
         assert resumed < 2.0, f"capture resumed {resumed:.2f} s after the source answered"
         feed = _feed(client, name)
         assert feed["last_error"] is None and feed["next_attempt_at"] is None
