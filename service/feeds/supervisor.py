@@ -593,8 +593,6 @@ class Supervisor:
             source=mask_dsn(spec.dsn), slot_lost=spec.slot_lost, gaps=spec.gaps,
             next_attempt_at=stats.next_attempt if state == "reconnecting" else None,
         )
-        if spec.slot_lost is not None:
-            status.last_error = lost_message(spec)
         last_commit = stats.last_commit_unix() if stats.last_commit_ts else None
         if self._store.shared:
             capturing = feed.thread is not None and feed.thread.is_alive()
@@ -608,6 +606,8 @@ class Supervisor:
                 status.leader = Leader(lease.holder, lease.epoch, lease.since.timestamp())
             if lease is not None and not capturing:  # the leader's counters, as last reported
                 last_commit = merge_report(status, lease.stats, live=lease.live, paused=feed.paused)
+        if spec.slot_lost is not None:  # whatever a leader last reported: failed, and why
+            status.state, status.last_error, status.next_attempt_at = "failed", lost_message(spec), None
         if probe_source:
             try:
                 info, held, status.failover = source.probe(spec)
