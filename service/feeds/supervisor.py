@@ -696,7 +696,7 @@ class Supervisor:
                 raise
             confirmed, head = feed.changelog.confirmed_lsn(), feed.changelog.head()
             position = made.consistent_point - 1
-            if position <= max(head, confirmed):
+            if position <= head or made.consistent_point < confirmed:
                 resyncing.drop_new_slot(spec)
                 raise SourceError(
                     f"resync of feed {name!r}: the new slot starts at {format_lsn(made.consistent_point)}, "
