@@ -627,8 +627,7 @@ class Supervisor:
             status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - last_commit)
         return status
 
-
-    # -- lost slots and resync (issue 26) -------------------------------------------------------------
+    # -- lost slots and resync (issue 26) --------------------------------------------------------
     def check_slots(self) -> list[str]:
         """Probe every feed's slot (running and paused ones; one admin connection each, in
         parallel) and fail those whose slot is gone. Returns the feeds found lost now."""
