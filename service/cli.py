@@ -171,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write them into the feed as a pgfeed.sequences message")
     seqs.set_defaults(func=lambda a: _admin(a, "POST" if a.emit else "GET",
                                             f"/v1/feeds/{a.name}/sequences"))
+    resync = admin_parser("resync", "recover a feed whose slot was lost: a new slot, a gap marker "
+                          "in the feed, a backfill of its tables (same as POST /v1/feeds/NAME/resync)")
+    resync.add_argument("name")
+    resync.add_argument("--force", action="store_true",
+                        help="resync even though the slot is not lost (drops a working slot)")
+    resync.set_defaults(func=lambda a: _admin(
+        a, "POST", f"/v1/feeds/{a.name}/resync" + ("?force=true" if a.force else "")))
 
     trim = admin_parser("trim", "drop what a reader at a cursor has consumed, even what consumers "
                         "still hold (same as POST /v1/feeds/NAME/trim)")

@@ -85,3 +85,10 @@ class StartupError(PgfeedError):
     without a traceback. Never holds a secret."""
 
     code = "startup_error"
+
+
+class FeedStateConflict(PgfeedError):
+    """The feed is not in the state the call needs (HTTP 409): a resync of a feed whose slot is
+    fine, a resume of one whose slot is lost."""
+
+    code = "feed_state_conflict"

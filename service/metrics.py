@@ -44,6 +44,8 @@ FEED_LAG_SECONDS = "pgfeed_feed_lag_seconds"
 FEED_RATE = "pgfeed_feed_changes_per_second"
 FEED_STATE = "pgfeed_feed_state"
 FEED_RETAINED_BYTES = "pgfeed_feed_slot_retained_bytes"
+FEED_SLOT_LOST = "pgfeed_feed_slot_lost"  # 1: the slot is gone, changes were lost (issue 26)
+FEED_GAPS = "pgfeed_feed_gaps"
 LOG_TRANSACTIONS = "pgfeed_log_transactions"
 LOG_CHANGES = "pgfeed_log_changes"
 LOG_BYTES = "pgfeed_log_payload_bytes"
@@ -53,7 +55,7 @@ BACKFILL_CHUNKS = "pgfeed_backfill_chunks"
 BACKFILL_REDONE = "pgfeed_backfill_chunks_redone"
 BACKFILLS_RUNNING = "pgfeed_backfills_running"
 
-STATES = ("starting", "snapshotting", "running", "paused", "failed")
+STATES = ("starting", "snapshotting", "running", "reconnecting", "paused", "failed")
 # Seconds; long-polls (up to 60 s) land in the top buckets.
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             60.0)
@@ -149,6 +151,10 @@ class FeedCollector(Collector):
         state = GaugeMetricFamily(FEED_STATE, "1 for the feed's current state", labels=["feed", "state"])
         retained = GaugeMetricFamily(FEED_RETAINED_BYTES, "Source WAL the slot retains "
                                      "(restart_lsn to the current LSN)", labels=["feed"])
+        slot_lost = GaugeMetricFamily(FEED_SLOT_LOST, "1 when the feed's slot was dropped or "
+                                      "invalidated: changes were lost (resync to go on)",
+                                      labels=["feed"])
+        gaps = GaugeMetricFamily(FEED_GAPS, "Gaps resyncs marked in the feed", labels=["feed"])
         log_txns = GaugeMetricFamily(LOG_TRANSACTIONS, "Transactions retained in the change log",
                                      labels=["feed"])
         log_changes = GaugeMetricFamily(LOG_CHANGES, "Changes retained in the change log",
@@ -182,6 +188,8 @@ class FeedCollector(Collector):
             rate.add_metric(labels, status.changes_per_second)
             for s in STATES:
                 state.add_metric([name, s], 1.0 if status.state == s else 0.0)
+            slot_lost.add_metric(labels, 0.0 if status.slot_lost is None else 1.0)
+            gaps.add_metric(labels, len(status.gaps))
             if status.slot_risk.retained_bytes is not None:
                 retained.add_metric(labels, status.slot_risk.retained_bytes)
             log_txns.add_metric(labels, stats.transaction_count)
@@ -197,7 +205,7 @@ class FeedCollector(Collector):
             bf_redone.add_metric(labels, backfills.chunks_redone)
             bf_running.add_metric(labels, backfills.running_count())
         yield from (changes, nbytes, confirmed, head, lag_bytes, lag_seconds, rate, state,
-                    retained, log_txns, log_changes, log_bytes, forced, bf_rows, bf_chunks,
+                    retained, slot_lost, gaps, log_txns, log_changes, log_bytes, forced, bf_rows, bf_chunks,
                     bf_redone, bf_running)
 
     def describe(self) -> Iterator[Any]:

@@ -310,9 +310,11 @@ def merge_report(status: FeedStatus, report: dict[str, Any] | None, *, live: boo
     status.changes_per_second = float(report.get("changes_per_second") or 0.0) if fresh else 0.0
     if not paused and (live or report.get("state") == "failed"):
         state = report.get("state")
-        if state in ("starting", "running", "failed"):
+        if state in ("starting", "running", "reconnecting", "failed"):
             status.state = state
         status.last_error = report.get("last_error")
+        if state == "reconnecting":
+            status.next_attempt_at = report.get("next_attempt")
     last: float | None = report.get("last_commit_unix")
     return last
 

@@ -9,7 +9,8 @@ from typing import Any, Literal
 from pgfeed.decoding.changes import ToastMode
 from pgfeed.replication.slots import SlotFailover
 
-FeedState = Literal["starting", "snapshotting", "running", "paused", "failed"]
+# reconnecting: the source (or a shared store) does not answer; capture retries about every second.
+FeedState = Literal["starting", "snapshotting", "running", "reconnecting", "paused", "failed"]
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")
 ADOPTED_TABLES = ("'tables' and 'all_tables' describe a publication pgfeed creates; an existing "
                   "'publication' is adopted as it is (the feed's status shows the tables it "
@@ -47,6 +48,38 @@ class FeedOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class SlotLost:
+    """The feed's slot is gone (dropped) or invalidated: changes after ``last_lsn`` were lost.
+    Persisted with the feed (a restart keeps it failed) until ``pgfeed feeds resync``."""
+
+    at: float  # Unix seconds when pgfeed found it
+    reason: str  # "dropped" or "invalidated: <why>" (issue 26)
+    last_lsn: int  # the feed's confirmed position then: nothing after it was captured
+    slot: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SlotLost:
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """A resync's discontinuity: changes committed after ``lost_after`` and before ``resumed_at``
+    never reached the feed; the marker transaction (origin ``pgfeed.resync``) sits at
+    ``resumed_at - 1`` and a backfill rebuilt the tables after it."""
+
+    lost_after: int
+    resumed_at: int
+    reason: str
+    at: float  # Unix seconds of the resync
+    marker_lsn: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Gap:
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
 class FeedSpec:
     """A feed as created (``POST /v1/feeds``); persisted in the catalogue.
 
@@ -63,6 +96,9 @@ class FeedSpec:
     options: FeedOptions = field(default_factory=FeedOptions)
     owns_slot: bool = True
     owns_publication: bool = True
+    # Issue 26: kept with the definition so that every store persists them (state, not options).
+    slot_lost: SlotLost | None = None
+    gaps: tuple[Gap, ...] = ()
 
     @property
     def slot_name(self) -> str:
@@ -79,7 +115,10 @@ class FeedSpec:
     def from_dict(cls, data: dict[str, Any]) -> FeedSpec:
         data = dict(data)
         options = FeedOptions.from_dict(data.pop("options", None) or {})
-        return cls(**{**data, "tables": tuple(data.get("tables") or ())}, options=options)
+        lost = data.pop("slot_lost", None)
+        gaps = tuple(Gap.from_dict(g) for g in data.pop("gaps", None) or ())
+        return cls(**{**data, "tables": tuple(data.get("tables") or ())}, options=options,
+                   slot_lost=SlotLost.from_dict(lost) if lost else None, gaps=gaps)
 
 
 @dataclass(slots=True)
@@ -138,3 +177,6 @@ class FeedStatus:
     # (shared store; None when nobody has yet).
     counters_from: str | None = None
     counters_at: float | None = None  # when they were reported (Unix s); None: live, this replica
+    slot_lost: SlotLost | None = None  # issue 26: the slot is gone; state is failed
+    gaps: tuple[Gap, ...] = ()
+    next_attempt_at: float | None = None  # reconnecting: when capture tries again (Unix s)

@@ -19,7 +19,8 @@ from pgfeed.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
 from pgfeed.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from pgfeed.dsn import mask_dsn
 from pgfeed.encoding.to_proto import JsonColumnCache
-from pgfeed.errors import BackfillError, FeedExists, FeedNotFound, SourceError
+from pgfeed.errors import BackfillError, FeedExists, FeedNotFound, FeedStateConflict, SourceError
+from pgfeed.feeds import resync as resyncing
 from pgfeed.feeds import source
 from pgfeed.feeds.leadership import Leadership, SupervisorEvents, merge_report, replica_infos
 from pgfeed.feeds.model import (
@@ -28,8 +29,10 @@ from pgfeed.feeds.model import (
     FeedSpec,
     FeedState,
     FeedStatus,
+    Gap,
     Leader,
     ReplicaInfo,
+    SlotLost,
     SlotRisk,
 )
 from pgfeed.feeds.notify import HeadNotifier
@@ -39,10 +42,13 @@ from pgfeed.feeds.tail import SharedTail
 from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.replication.capture import Capture, CaptureStats
 from pgfeed.replication.sequences import SequenceSnapshot
+from pgfeed.replication.lost import LostSlot, describe
+from pgfeed_client._cursor import format_lsn
 
 log = logging.getLogger("pgfeed.supervisor")
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
 
 
 @dataclass
@@ -62,6 +68,29 @@ class _Feed:
     stop_event: threading.Event = field(default_factory=threading.Event)
     tracker: WindowTracker = field(default_factory=WindowTracker)
     backfills: BackfillManager | None = None
+    generation: int = 0  # a resync moves it: a slot check begun before it reports nothing
+
+
+@dataclass(frozen=True, slots=True)
+class ResyncResult:
+    """What ``Supervisor.resync`` did (the API's answer)."""
+
+    feed: str
+    slot: str
+    dropped_slot: bool  # the dead slot still existed and was dropped
+    gap: Gap
+    tables: tuple[str, ...]  # truncated by the marker and backfilled
+    backfill: str | None  # the backfill's id; None when none could start (``backfill_error``)
+    backfill_error: str | None
+
+
+def lost_message(spec: FeedSpec) -> str | None:
+    """``last_error`` of a feed whose slot is lost (None otherwise)."""
+    lost = spec.slot_lost
+    if lost is None:
+        return None
+    return describe(LostSlot(lost.slot or spec.slot_name, lost.reason), format_lsn(lost.last_lsn),
+                    spec.name)
 
 
 class Supervisor:
@@ -134,6 +163,8 @@ class Supervisor:
     def _open(self, spec: FeedSpec, paused: bool) -> _Feed:
         changelog = self._store.open_log(spec.name)
         stats = CaptureStats(state="paused" if paused else "starting")
+        if spec.slot_lost is not None:  # found before a restart: still failed
+            stats.state, stats.last_error = "failed", lost_message(spec)
         feed = _Feed(spec, changelog, HeadNotifier(changelog.head()), stats, paused)
         feed.backfills = BackfillManager(lambda: source.backfill_source(feed.spec), changelog,
                                          feed.tracker)
@@ -142,13 +173,18 @@ class Supervisor:
     def _start_capture(self, feed: _Feed) -> None:
         if not self._capture or (feed.thread and feed.thread.is_alive()):
             return
+        if feed.spec.slot_lost is not None:  # never captured again without a resync
+            feed.stats.state, feed.stats.last_error = "failed", lost_message(feed.spec)
+            return
         feed.stop_event = threading.Event()
         feed.stats.state = "starting"
+        generation = feed.generation
         capture = Capture(source.capture_config(feed.spec), feed.changelog, feed.stats,
                           spill_dir=self._store.spill_dir(feed.spec.name),
                           on_durable=feed.notifier.publish,
                           before_start=(lambda: self._take_slot(feed)) if self._store.shared else None,
-                          hook=feed.tracker)
+                          hook=feed.tracker,
+                          on_lost=lambda lost: self._mark_lost(feed, lost, generation))
         feed.thread = threading.Thread(target=capture.run, args=(feed.stop_event,),
                                        name=f"capture-{feed.spec.name}", daemon=True)
         feed.thread.start()
@@ -325,6 +361,8 @@ class Supervisor:
 
     def resume(self, name: str) -> FeedStatus:
         feed = self._get(name)
+        if feed.spec.slot_lost is not None:
+            raise FeedStateConflict(f"feed {name!r} cannot resume: {lost_message(feed.spec)}")
         if self._leadership is not None:
             self._leadership.forgive(name)
         with self._lock:
@@ -537,11 +575,16 @@ class Supervisor:
         """A feed's state and last error, from memory: what ``status`` says of them, without
         reading its log or probing its source (the state watcher asks four times a second)."""
         feed = self._get(name)
-        return self._state(feed), feed.stats.last_error
+        return self._state(feed), lost_message(feed.spec) or feed.stats.last_error
+
+    def slot_lost(self, name: str) -> SlotLost | None:
+        return self._get(name).spec.slot_lost
 
     @staticmethod
     def _state(feed: _Feed) -> FeedState:
         state: FeedState = feed.stats.state
+        if feed.spec.slot_lost is not None:
+            return "failed"
         if state in ("starting", "running") and feed.backfills is not None \
                 and feed.backfills.initial_running():
             state = "snapshotting"
@@ -558,7 +601,8 @@ class Supervisor:
             changes_per_second=round(stats.rate(), 1), changes_captured=stats.changes,
             bytes_captured=stats.bytes, last_error=stats.last_error,
             proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
-            source=mask_dsn(spec.dsn),
+            source=mask_dsn(spec.dsn), slot_lost=spec.slot_lost, gaps=spec.gaps,
+            next_attempt_at=stats.next_attempt if state == "reconnecting" else None,
         )
         last_commit = stats.last_commit_unix() if stats.last_commit_ts else None
         if self._store.shared:
@@ -573,6 +617,8 @@ class Supervisor:
                 status.leader = Leader(lease.holder, lease.epoch, lease.since.timestamp())
             if lease is not None and not capturing:  # the leader's counters, as last reported
                 last_commit = merge_report(status, lease.stats, live=lease.live, paused=feed.paused)
+        if spec.slot_lost is not None:  # whatever a leader last reported: failed, and why
+            status.state, status.last_error, status.next_attempt_at = "failed", lost_message(spec), None
         if probe_source:
             try:
                 info, held, status.failover = source.probe(spec)
@@ -592,8 +638,113 @@ class Supervisor:
             status.lag_seconds = 0.0 if caught_up else max(0.0, time.time() - last_commit)
         return status
 
+    # -- lost slots and resync (issue 26) --------------------------------------------------------
+    def check_slots(self) -> list[str]:
+        """Probe every feed's slot (running and paused ones; one admin connection each, in
+        parallel) and fail those whose slot is gone. Returns the feeds found lost now."""
+        if not self._capture:
+            return []
+        with self._lock:
+            feeds = [f for f in self._feeds.values() if f.spec.slot_lost is None]
+        found = []
+        for feed, lost in zip(feeds, parallel(feeds, lambda f: (f.generation, resyncing.check_loss(f.spec)))):
+            generation, loss = lost
+            if loss is not None and self._mark_lost(feed, loss, generation):
+                found.append(feed.spec.name)
+        return found
 
-def parallel(names: Sequence[str], fn: Callable[[str], _T]) -> list[_T]:
+    def _mark_lost(self, feed: _Feed, lost: LostSlot, generation: int) -> bool:
+        """Record that the feed's slot is gone (persisted: a restart keeps it failed), fail the
+        feed and stop its capture. From a capture thread or a slot check; a check begun before
+        a resync, or a feed deleted meanwhile, changes nothing (False)."""
+        own = feed.thread is threading.current_thread()
+        while not self._lock.acquire(timeout=0.1):
+            if own and feed.stop_event.is_set():  # being stopped by a holder of the lock
+                return False
+        try:
+            name = feed.spec.name
+            if (self._feeds.get(name) is not feed or feed.generation != generation
+                    or feed.spec.slot_lost is not None):
+                return False
+            last = feed.changelog.confirmed_lsn()
+            feed.spec = replace(feed.spec, slot_lost=SlotLost(time.time(), lost.reason, last, lost.slot))
+            self._store.put(feed.spec, feed.paused)
+            feed.stats.last_error = lost_message(feed.spec)
+            feed.stats.next_attempt = None
+            feed.stats.state = "failed"
+        finally:
+            self._lock.release()
+        if feed.thread is not None and not own:
+            self._join(feed)
+        elif feed.backfills is not None:
+            feed.backfills.stop_workers()
+        return True
+
+    def resync(self, name: str, *, force: bool = False) -> ResyncResult:
+        """The way back from a lost slot: drop the dead slot if it is still there, create a new
+        one, write the gap marker into the feed (``feeds.resync``), record the gap, resume
+        capture and backfill the feed's tables. FeedStateConflict unless the slot is lost (or
+        ``force``); SourceError (nothing changed but a dropped dead slot) when the source
+        refuses."""
+        if self._store.shared:
+            raise FeedStateConflict("resync is not available with a shared (PostgreSQL) store yet: "
+                                    "delete the feed and create it again")
+        with self._lock:
+            feed = self._get(name)
+            spec = feed.spec
+            if spec.slot_lost is None and not force:
+                raise FeedStateConflict(
+                    f"feed {name!r} has not lost its slot {spec.slot_name!r}: a resync would drop "
+                    "a working slot and mark a gap; pass force to do it anyway")
+            self._join(feed)
+            feed.generation += 1
+            try:
+                made = resyncing.new_slot(spec)
+            except SourceError:
+                if spec.slot_lost is None and not feed.paused:
+                    self._start_capture(feed)
+                raise
+            confirmed, head = feed.changelog.confirmed_lsn(), feed.changelog.head()
+            position = made.consistent_point - 1
+            if position <= head or made.consistent_point < confirmed:
+                resyncing.drop_new_slot(spec)
+                raise SourceError(
+                    f"resync of feed {name!r}: the new slot starts at {format_lsn(made.consistent_point)}, "
+                    f"not after the feed's log (head {format_lsn(head)}): the source's WAL is behind "
+                    "what the feed holds (a restored or different server?); create a new feed")
+            feed.changelog.append([resyncing.marker(position, made.consistent_point, made.relations)],
+                                  made.consistent_point)
+            feed.notifier.publish(position)
+            lost = spec.slot_lost
+            gap = Gap(lost.last_lsn if lost else confirmed, made.consistent_point,
+                      lost.reason if lost else "forced resync", time.time(), position)
+            assert feed.backfills is not None
+            for record in feed.backfills.records():  # superseded by the resync's backfill
+                if record.state == "running":
+                    feed.backfills.cancel(record.id)
+            feed.spec = replace(spec, slot_lost=None, gaps=(*spec.gaps, gap))
+            feed.paused = False
+            self._store.put(feed.spec, False)
+            feed.stats.last_error = None
+            self._start_capture(feed)
+        tables = tuple(r.quoted for r in made.relations)
+        backfill_id = backfill_error = None
+        if tables:
+            try:
+                backfill_id = feed.backfills.start(tables, chunk_rows=DEFAULT_CHUNK_ROWS,
+                                                   parallel=DEFAULT_PARALLEL).id
+            except BackfillError as exc:
+                backfill_error = str(exc)
+        log.warning("feed %s resynced: slot %s %s, gap after %s marked at %s, %s", name,
+                    spec.slot_name, "dropped and created" if made.dropped else "created",
+                    format_lsn(gap.lost_after), format_lsn(position),
+                    f"backfill {backfill_id}" if backfill_id else f"no backfill ({backfill_error})",
+                    extra={"feed": name, "event": "resync"})
+        return ResyncResult(name, spec.slot_name, made.dropped, gap, tables, backfill_id,
+                            backfill_error)
+
+
+def parallel(names: Sequence[_S], fn: Callable[[_S], _T]) -> list[_T]:
     """``[fn(name) for name in names]`` on up to 8 threads: for calls that wait on sources."""
     if len(names) < 2:
         return [fn(name) for name in names]

@@ -23,6 +23,7 @@ from pgfeed.errors import (
     BackfillError,
     FeedExists,
     FeedNotFound,
+    FeedStateConflict,
     PgfeedError,
     RetentionError,
     SourceError,
@@ -69,7 +70,7 @@ def _pgfeed_error(exc: Exception) -> Response:
         return error_response(410, exc.code, str(exc), oldest=exc.oldest)
     if isinstance(exc, FeedNotFound):
         return error_response(404, exc.code, str(exc))
-    if isinstance(exc, FeedExists):
+    if isinstance(exc, (FeedExists, FeedStateConflict)):
         return error_response(409, exc.code, str(exc))
     if isinstance(exc, BackfillError):
         return error_response(exc.status, exc.code, str(exc))

@@ -408,11 +408,54 @@ class BackfillList(BaseModel):
     backfills: list[BackfillOut]
 
 
+class SlotLostOut(BaseModel):
+    """The feed's slot is gone (issue 26): changes after `last_lsn` were lost. The feed stays
+    `failed` (across restarts) until `POST /v1/feeds/{feed}/resync`."""
+
+    at: str = Field(description="When pgfeed found it (ISO 8601 UTC)")
+    slot: str
+    reason: str = Field(description="`dropped`, or `invalidated: <why>` (max_slot_wal_keep_size, "
+                                    "idle_replication_slot_timeout, a standby's conflict, ...)")
+    last_lsn: str = Field(description="The feed's confirmed position then: nothing after it was "
+                                      "captured")
+
+
+class GapOut(BaseModel):
+    """A discontinuity a resync marked: changes committed after `lost_after` and before
+    `resumed_at` never reached the feed. The marker (a transaction with origin `pgfeed.resync`:
+    one `truncate` of the feed's tables) sits at `marker`; a backfill's `read`s follow it."""
+
+    lost_after: str
+    resumed_at: str
+    marker: str = Field(description="Commit LSN of the marker transaction (a cursor)")
+    reason: str
+    at: str = Field(description="When the resync ran (ISO 8601 UTC)")
+
+
+class ResyncOut(BaseModel):
+    """What `POST /v1/feeds/{feed}/resync` did."""
+
+    feed: str
+    slot: str
+    dropped_slot: bool = Field(description="The dead slot still existed on the source and was "
+                                           "dropped")
+    created_slot: bool = True
+    gap: GapOut
+    tables: list[str] = Field(description="Tables the marker truncates and the backfill reads")
+    backfill: str | None = Field(None, description="Id of the backfill that rebuilds the tables "
+                                                   "(see /v1/feeds/{feed}/backfills)")
+    backfill_error: str | None = Field(None, description="Why no backfill could start (a table "
+                                                         "without a key, ...)")
+    message: str = Field(description="What was done, in one sentence")
+
+
 class FeedPublic(BaseModel):
     """A feed's definition and status. The source DSN is shown with its password masked."""
 
     name: str
-    state: Literal["starting", "snapshotting", "running", "paused", "failed"]
+    state: Literal["starting", "snapshotting", "running", "reconnecting", "paused", "failed"] = Field(
+        description="`reconnecting`: the source does not answer (see `last_error`, "
+                    "`next_attempt_at`); `failed`: see `last_error` and `slot_lost`")
     source: str
     slot: str
     publication: str
@@ -448,6 +491,11 @@ class FeedPublic(BaseModel):
     counters_at: str | None = Field(None, description="When `counters_from` reported them (ISO "
                                                       "8601 UTC); null: live, this replica's")
     backfills: list[BackfillOut] = Field(default_factory=list, description="Running backfills")
+    slot_lost: SlotLostOut | None = Field(None, description="Set when the slot was dropped or "
+                                                            "invalidated: changes were lost")
+    gaps: list[GapOut] = Field(default_factory=list, description="Gaps resyncs marked, oldest first")
+    next_attempt_at: str | None = Field(None, description="`reconnecting`: when capture tries the "
+                                                          "source again (ISO 8601 UTC)")
 
 
 class FeedList(BaseModel):

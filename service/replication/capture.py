@@ -27,7 +27,8 @@ from pgfeed.errors import PgfeedError, SourceError
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
 from pgfeed.replication import protocol, slots
 from pgfeed.replication.commands import max_proto_version, streaming_mode
-from pgfeed.replication.connect import connect
+from pgfeed.replication.connect import admin_connection, connect
+from pgfeed.replication.lost import LostSlot, SlotLostError, slot_loss
 from pgfeed.replication.stream import ReplicationStream
 from pgfeed.replication.writer import LogWriter
 
@@ -37,10 +38,12 @@ FEEDBACK_INTERVAL = 1.0  # seconds between unsolicited status updates (wal_sende
 # A durable advance is reported at most this often: one status update per commit at thousands of
 # commits a second cost both this loop and the walsender CPU, and moved the slot no sooner.
 ADVANCE_INTERVAL = 0.01
-BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-# A failover feed waits for a standby's promotion: it retries at least this often, so it resumes
-# within seconds of the promotion however long that took.
-FAILOVER_BACKOFF_MAX = 5.0
+# Seconds between reconnection attempts (issue 26: capture resumes within 2 s of a source that
+# answers again, so the delay stops growing at 1 s). A failed attempt costs the source one
+# refused or short-lived connection a second, which is nothing next to a walsender.
+BACKOFF = (0.25, 0.5, 1.0)
+# A source that keeps refusing the same way is logged once, then every this many seconds.
+RELOG_SECONDS = 60.0
 # In-memory buffers of open transactions before the largest spills to disk; a spilled transaction
 # goes to the change log piece by piece, so this bounds capture's memory whatever the size of a
 # transaction (a 1M-row one: bench/RESULTS.md, Capture).
@@ -64,7 +67,7 @@ class CaptureConfig:
     messages: bool = True
     two_phase: bool = False
     heartbeat_seconds: float = 10.0
-    failover: bool = False  # a failover slot: retry at least every FAILOVER_BACKOFF_MAX seconds
+    failover: bool = False  # a failover slot (resumes on a promoted standby)
 
 
 Batch = list[StoredTransaction]
@@ -91,7 +94,8 @@ class BatchHook(Protocol):
     def durable(self, batch: Sequence[StoredTransaction]) -> None: ...
 
 
-CaptureState = Literal["starting", "running", "paused", "failed"]  # a subset of feeds' FeedState
+# a subset of feeds' FeedState
+CaptureState = Literal["starting", "running", "reconnecting", "paused", "failed"]
 
 
 @dataclass
@@ -106,6 +110,7 @@ class CaptureStats:
     streaming_in_use: bool | None = None  # what the walsender was asked for (None: not yet)
     last_commit_ts: int = 0  # microseconds since 2000-01-01 of the newest stored commit
     reconnects: int = 0
+    next_attempt: float | None = None  # reconnecting: Unix time of the next attempt
     # (time, changes) samples at least 0.1 s apart (the newest one moves): ~100 for the 10 s rate,
     # where one per append kept ~10,000 at 1,000 appends/s and shifted them all on every append.
     _window: deque[tuple[float, int]] = field(default_factory=deque)
@@ -139,20 +144,26 @@ class CaptureStats:
                 "changes_per_second": round(self.rate(), 1), "changes_captured": self.changes,
                 "bytes_captured": self.bytes, "last_error": self.last_error,
                 "proto_version": self.proto_version, "streaming_in_use": self.streaming_in_use,
-                "last_commit_unix": self.last_commit_unix() if self.last_commit_ts else None}
+                "last_commit_unix": self.last_commit_unix() if self.last_commit_ts else None,
+                "next_attempt": self.next_attempt}
 
 
 class Capture:
-    """Captures one feed until its stop event is set; reconnects with backoff on source errors.
+    """Captures one feed until its stop event is set; reconnects on source errors (state
+    ``reconnecting``, about every second).
 
     A decode or assembly error stops the feed in state ``failed`` with ``last_error`` set; the
     slot stays at the last durable position, so nothing is lost and an operator can resume.
+    A slot that is gone (dropped, invalidated) stops it in ``failed`` too, never retried:
+    ``on_lost`` hears of it (the feed layer records and reports the loss; False: the feed is
+    being stopped or resynced, capture just ends).
     """
 
     def __init__(self, config: CaptureConfig, changelog: ChangeLog, stats: CaptureStats, *,
                  spill_dir: Path, on_durable: Callable[[int], None] | None = None,
                  batch_messages: int = 20_000, before_start: Callable[[], None] | None = None,
-                 hook: BatchHook | None = None) -> None:
+                 hook: BatchHook | None = None,
+                 on_lost: Callable[[LostSlot], bool] | None = None) -> None:
         """``on_durable(head)`` runs once the change log holds every commit up to ``head`` (on the
         writer's or the capture thread; the feed layer wakes its readers there).
         ``before_start`` runs before each START_REPLICATION (a shared store's leader checks its
@@ -167,29 +178,36 @@ class Capture:
         self.spill_dir = spill_dir
         self.batch_messages = batch_messages
         self.before_start = before_start
+        self.on_lost = on_lost
+        self._attempt = 0  # failed attempts since the last session that started
+        self._failing: tuple[str, float, float] | None = None  # reason, since, last logged
 
     def run(self, stop: threading.Event) -> None:
-        attempt = 0
         while not stop.is_set():
             try:
                 self._session(stop)
-                attempt = 0
             except LeaseLost as exc:  # another replica leads this feed now: stand by
                 self.stats.state = "starting"
                 self.stats.last_error = None
                 log.warning("feed %s: %s; capture stops here", self.config.name, exc)
                 return
+            except SlotLostError as exc:  # never retried: the operator decides (resync)
+                if self.on_lost is not None and not self.on_lost(exc.lost):
+                    return  # a resync or a delete is taking over the feed
+                self.stats.next_attempt = None
+                if self.on_lost is None:
+                    self.stats.last_error = scrub(str(exc), self.config.dsn)
+                self.stats.state = "failed"
+                return
             except (SourceError, StoreUnavailable) as exc:
-                self.stats.state = "starting"
-                self.stats.last_error = scrub(str(exc), self.config.dsn)
+                reason = scrub(str(exc), self.config.dsn)
+                delay = BACKOFF[min(self._attempt, len(BACKOFF) - 1)]
+                self._attempt += 1
                 self.stats.reconnects += 1
-                delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
-                if self.config.failover:
-                    delay = min(delay, FAILOVER_BACKOFF_MAX)
-                attempt += 1
-                log.warning("feed %s: %s; reconnecting in %.1f s", self.config.name, self.stats.last_error, delay,
-                            extra={"feed": self.config.name, "event": "reconnect",
-                                   "reason": self.stats.last_error, "delay": delay})
+                self.stats.last_error = reason
+                self.stats.next_attempt = time.time() + delay
+                self.stats.state = "reconnecting"
+                self._log_failure(reason, delay)
                 stop.wait(delay)
             except PgfeedError as exc:  # undecodable or inconsistent stream: stop, keep the slot
                 self.stats.state = "failed"
@@ -204,6 +222,30 @@ class Capture:
         if self.stats.state != "failed":
             self.stats.state = "paused"
 
+    def _log_failure(self, reason: str, delay: float) -> None:
+        """The first failure, a new reason, then the same one every RELOG_SECONDS: a source down
+        for an hour writes a few lines, not 3,600."""
+        now = time.monotonic()
+        failing = self._failing
+        extra = {"feed": self.config.name, "event": "reconnect", "reason": reason, "delay": delay,
+                 "attempts": self._attempt}
+        if failing is None or failing[0] != reason:
+            self._failing = (reason, now if failing is None else failing[1], now)
+            log.warning("feed %s: %s; reconnecting every %.2g s at most", self.config.name, reason,
+                        BACKOFF[-1], extra=extra)
+        elif now - failing[2] >= RELOG_SECONDS:
+            self._failing = (reason, failing[1], now)
+            log.warning("feed %s: still reconnecting after %d attempts (%.0f s): %s", self.config.name,
+                        self._attempt, now - failing[1], reason, extra=extra)
+
+    def _lost(self) -> LostSlot | None:
+        """After START_REPLICATION failed on a source that answered: is the slot gone?"""
+        try:
+            with admin_connection(self.config.dsn, "cannot check the slot") as conn:
+                return slot_loss(conn, self.config.slot)
+        except SourceError:
+            return None
+
     def _session(self, stop: threading.Event) -> None:
         config = self.config
         stream = ReplicationStream(config.dsn)
@@ -216,9 +258,21 @@ class Capture:
             if self.before_start is not None:
                 self.before_start()
             start_lsn = self.changelog.confirmed_lsn()
-            stream.start(config.slot, start_lsn, proto_version=proto,
-                         publications=[config.publication], streaming=streaming,
-                         messages=config.messages, two_phase=config.two_phase and proto >= 3)
+            try:
+                stream.start(config.slot, start_lsn, proto_version=proto,
+                             publications=[config.publication], streaming=streaming,
+                             messages=config.messages, two_phase=config.two_phase and proto >= 3)
+            except SourceError as exc:
+                lost = self._lost()
+                if lost is not None:
+                    raise SlotLostError(lost, str(exc)) from None
+                raise
+            if self._failing is not None:
+                log.info("feed %s: reconnected after %d attempts (%.1f s)", config.name,
+                         self._attempt, time.monotonic() - self._failing[1],
+                         extra={"feed": config.name, "event": "reconnected"})
+            self._attempt, self._failing = 0, None
+            self.stats.next_attempt = None
             self.stats.state = "running"
             self.stats.last_error = None
             self._loop(stream, stop)

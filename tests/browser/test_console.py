@@ -210,3 +210,37 @@ def test_console_shows_backfill_progress_and_starts_one(console_feed,
     expect(page.locator("#banner")).to_contain_text("backfills: done", timeout=30_000)
     assert posted == [{"tables": ["public.orders"]}]
     browser_page.screenshot("console-backfills")
+
+
+def test_console_shows_a_lost_slot_and_resyncs_it(console_feed, browser_page: BrowserPage) -> None:
+    """Issue 26: a slot dropped under the feed shows as failed with the reason, the resume button
+    gives way to Resync, and a resync clicked in the page brings the feed back, its gap listed."""
+    from pgfeed.replication import slots
+
+    svc, feed, dsn = console_feed
+    page = browser_page.page
+    page.goto(f"{svc.http_url}/ui?interval=0.5")
+    page.evaluate("t => sessionStorage.setItem('pgfeed.adminToken', t)", TOKEN)
+    page.reload()
+    card = page.locator(f"section[data-feed={feed}]")
+    card.locator(".state", has_text="running").wait_for(timeout=30_000)
+    expect(card.locator("button.resync")).to_be_hidden()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert slots.drop_slot(conn, "pgfeed_shop", wait=10)
+    card.locator(".state", has_text="failed").wait_for(timeout=30_000)
+    expect(card).to_have_attribute("data-slot-lost", "true")
+    expect(card.locator(".lost-box")).to_be_visible()
+    expect(card.locator(".lost-reason")).to_contain_text("pgfeed_shop dropped")
+    expect(card.locator(".last-error")).to_contain_text("changes were lost")
+    expect(card.locator("button.resume")).to_be_hidden()
+    browser_page.screenshot("console-slot-lost")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    card.locator("button.resync").click()
+    expect(page.locator("#banner")).to_contain_text("truncate", timeout=30_000)
+    card.locator(".state", has_text="running").wait_for(timeout=30_000)
+    expect(card.locator(".lost-box")).to_be_hidden()
+    expect(card.locator(".gaps")).to_contain_text("gap: changes after")
+    assert _api_state(svc.http_url) == "running"
+    browser_page.screenshot("console-resynced")
+    assert browser_page.outside == [], browser_page.outside

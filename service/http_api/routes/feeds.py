@@ -12,7 +12,7 @@ from starlette.responses import Response
 from pgfeed_client._cursor import format_lsn
 from pgfeed.dsn import mask_dsn, scrub
 from pgfeed.errors import PgfeedError, SourceError
-from pgfeed.feeds.model import FeedOptions, FeedSpec, FeedStatus, Retention
+from pgfeed.feeds.model import FeedOptions, FeedSpec, FeedStatus, Gap, Retention
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.deps import AdminScope, StatusScope, SupervisorDep
 from pgfeed.http_api.errors import ApiError
@@ -27,8 +27,11 @@ from pgfeed.http_api.schemas import (
     FeedOptionsOut,
     FeedPublic,
     FeedUpdate,
+    GapOut,
     LeaderOut,
     LogOut,
+    ResyncOut,
+    SlotLostOut,
     SlotRiskOut,
     StandbySlotOut,
 )
@@ -72,7 +75,17 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         counters_at=None if status_.counters_at is None else iso_time(status_.counters_at),
         log=log_out, consumers=consumers, backfills=_running_backfills(supervisor, status_.name),
         leader=None if status_.leader is None else LeaderOut(
-            replica=status_.leader.replica, epoch=status_.leader.epoch, since=iso_time(status_.leader.since)))
+            replica=status_.leader.replica, epoch=status_.leader.epoch, since=iso_time(status_.leader.since)),
+        slot_lost=None if status_.slot_lost is None else SlotLostOut(
+            at=iso_time(status_.slot_lost.at), slot=status_.slot_lost.slot or status_.slot,
+            reason=status_.slot_lost.reason, last_lsn=format_lsn(status_.slot_lost.last_lsn)),
+        gaps=[gap_out(g) for g in status_.gaps],
+        next_attempt_at=None if status_.next_attempt_at is None else iso_time(status_.next_attempt_at))
+
+
+def gap_out(gap: Gap) -> GapOut:
+    return GapOut(lost_after=format_lsn(gap.lost_after), resumed_at=format_lsn(gap.resumed_at),
+                  marker=format_lsn(gap.marker_lsn), reason=gap.reason, at=iso_time(gap.at))
 
 
 def _failover_out(failover: SlotFailover | None) -> FailoverOut | None:
@@ -159,9 +172,39 @@ def pause_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
 
 
 @router.post("/{feed}/resume", dependencies=[AdminScope], response_model=FeedPublic,
-             summary="Resume capture")
+             summary="Resume capture", responses={
+                 409: {"model": ErrorBody, "description": "The feed's slot was lost: resync it"}})
 def resume_feed(feed: FeedName, supervisor: SupervisorDep) -> FeedPublic:
     return feed_public(supervisor, supervisor.resume(feed))
+
+
+@router.post("/{feed}/resync", dependencies=[AdminScope], response_model=ResyncOut,
+             summary="Recover a feed whose slot was lost", responses={
+                 409: {"model": ErrorBody, "description": "The feed's slot is not lost (pass "
+                                                          "`force` to resync anyway)"},
+                 422: {"model": ErrorBody, "description": "The source refused (unreachable, "
+                                                          "no slot could be created, ...)"}})
+def resync_feed(feed: FeedName, supervisor: SupervisorDep,
+                force: bool = Query(False, description="Resync even though the slot is not "
+                                                       "lost (drops a working slot: a gap)")) -> ResyncOut:
+    """The way back after `slot_lost` (issue 26): drops the dead slot if it still exists,
+    creates a new one, writes a gap marker into the feed (a transaction with origin
+    `pgfeed.resync` holding one `truncate` of the feed's tables, positioned after everything the
+    feed holds and before anything the new slot delivers), records the gap in the feed's
+    `gaps`, resumes capture and starts a backfill of the tables, whose `read`s rebuild what the
+    marker discarded. A reader or mirror applying the feed in order ends equal to the source."""
+    result = supervisor.resync(feed, force=force)
+    gap = gap_out(result.gap)
+    message = (f"slot {result.slot!r} {'dropped and ' if result.dropped_slot else ''}created anew; "
+               f"changes after {gap.lost_after} up to {gap.resumed_at} are lost and marked by a "
+               f"truncate at {gap.marker}; "
+               + (f"backfill {result.backfill} rebuilds {', '.join(result.tables)}"
+                  if result.backfill else
+                  f"no backfill started: {result.backfill_error or 'the feed has no tables'}"))
+    log.info("feed %s: resync: %s", feed, message)
+    return ResyncOut(feed=result.feed, slot=result.slot, dropped_slot=result.dropped_slot, gap=gap,
+                     tables=list(result.tables), backfill=result.backfill,
+                     backfill_error=result.backfill_error, message=message)
 
 
 @router.patch("/{feed}", dependencies=[AdminScope], response_model=FeedPublic,

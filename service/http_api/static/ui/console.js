@@ -98,6 +98,15 @@ function card(name) {
   $(el, ".pause").addEventListener("click", () => act(name, "POST", `v1/feeds/${enc(name)}/pause`));
   $(el, ".resume").addEventListener("click", () => act(name, "POST", `v1/feeds/${enc(name)}/resume`));
   $(el, ".delete").addEventListener("click", () => confirmDelete(name));
+  $(el, ".resync").addEventListener("click", () => {
+    if (window.confirm(`Resync feed ${name}? A new slot is created, the gap is marked in the feed `
+      + "(a truncate of its tables) and its tables are backfilled.")) {
+      api("POST", `v1/feeds/${enc(name)}/resync`)
+        .then((done) => banner(`resync of ${name}: ${done.message}`, "info"),
+          (err) => banner(`resync of ${name} failed: ${err.message}`))
+        .then(refresh);
+    }
+  });
   $(el, ".set-tables").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const tables = splitList($(el, ".tables-input").value);
@@ -126,8 +135,23 @@ function renderFeed(feed) {
   stateEl.className = `state badge state-${feed.state}`;
   el.dataset.state = feed.state;
   const paused = feed.state === "paused" || feed.state === "failed";
+  const lost = feed.slot_lost || null;
   $(el, ".pause").hidden = paused;
-  $(el, ".resume").hidden = !paused;
+  $(el, ".resume").hidden = !paused || lost !== null;
+  $(el, ".resync").hidden = lost === null;
+  el.dataset.slotLost = lost ? "true" : "false";
+  $(el, ".lost-box").hidden = lost === null;
+  if (lost) {
+    $(el, ".lost-reason").textContent = `slot ${lost.slot} ${lost.reason}`;
+    $(el, ".lost-at").textContent = lost.at;
+    $(el, ".lost-lsn").textContent = lost.last_lsn;
+  }
+  $(el, ".reconnect-box").hidden = feed.state !== "reconnecting";
+  $(el, ".next-attempt").textContent = feed.next_attempt_at || "—";
+  const gaps = feed.gaps || [];
+  $(el, ".gaps").hidden = gaps.length === 0;
+  $(el, ".gaps").textContent = gaps.map((g) =>
+    `gap: changes after ${g.lost_after} lost (${g.reason}), marked at ${g.marker}`).join(" · ");
 
   setValue($(el, ".lag-bytes"), feed.lag_bytes, fmtBytes(feed.lag_bytes));
   setValue($(el, ".lag-seconds"), feed.lag_seconds, fmtSeconds(feed.lag_seconds));
