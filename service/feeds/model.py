@@ -38,6 +38,10 @@ class FeedOptions:
     # The slot is created with FAILOVER (PostgreSQL 17+): standbys with sync_replication_slots
     # keep a copy, so capture resumes on a promoted standby (docs/failover.md).
     failover: bool = False
+    # A table PostgreSQL would refuse UPDATE/DELETE on once published (no key, no replica
+    # identity): "refuse" the feed, or "identity_full": pgfeed gives it REPLICA IDENTITY FULL
+    # (and, for a feed of all tables, installs an event trigger doing so for tables created later).
+    keyless: Literal["refuse", "identity_full"] = "refuse"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeedOptions:
@@ -63,6 +67,11 @@ class FeedSpec:
     options: FeedOptions = field(default_factory=FeedOptions)
     owns_slot: bool = True
     owns_publication: bool = True
+    # What creation did with option keyless "identity_full": the tables it gave REPLICA IDENTITY
+    # FULL (kept when the feed goes), and whether it installed the event trigger
+    # pgfeed_<name>_keyless (dropped with the feed).
+    identity_full: tuple[str, ...] = ()
+    keyless_guard: bool = False
 
     @property
     def slot_name(self) -> str:
@@ -79,7 +88,8 @@ class FeedSpec:
     def from_dict(cls, data: dict[str, Any]) -> FeedSpec:
         data = dict(data)
         options = FeedOptions.from_dict(data.pop("options", None) or {})
-        return cls(**{**data, "tables": tuple(data.get("tables") or ())}, options=options)
+        return cls(**{**data, "tables": tuple(data.get("tables") or ()),
+                      "identity_full": tuple(data.get("identity_full") or ())}, options=options)
 
 
 @dataclass(slots=True)
@@ -138,3 +148,6 @@ class FeedStatus:
     # (shared store; None when nobody has yet).
     counters_from: str | None = None
     counters_at: float | None = None  # when they were reported (Unix s); None: live, this replica
+    # Leaf tables of the publication on which PostgreSQL refuses UPDATE/DELETE now (no usable
+    # replica identity), when probed; None: not probed.
+    unprotected_tables: list[str] | None = None
