@@ -150,10 +150,24 @@ def drop(spec: FeedSpec) -> None:
             identity.drop_guard(conn, spec.name)
 
 
-def set_tables(spec: FeedSpec, tables: tuple[str, ...]) -> None:
-    """``ALTER PUBLICATION ... SET TABLE`` on the publication the feed owns."""
-    with admin_connection(spec.dsn, "source refused the table list") as conn:
+def set_tables(spec: FeedSpec, tables: tuple[str, ...]) -> tuple[str, ...]:
+    """``ALTER PUBLICATION ... SET TABLE`` on the publication the feed owns. A table PostgreSQL
+    would then refuse UPDATE/DELETE on is refused as at creation, or with option keyless
+    ``identity_full`` given REPLICA IDENTITY FULL in the same transaction (returned)."""
+    with admin_connection(spec.dsn, "source refused the table list") as conn, conn.transaction():
+        pairs = [slots.split_table_name(t) for t in tables]
+        unprotected = tuple(t.name for t in identity.named_tables(conn, pairs)[0]
+                            if t.kind == "table" and not t.protected)
+        if unprotected and spec.options.keyless != "identity_full":
+            fixes = "; ".join(f"ALTER TABLE {t} REPLICA IDENTITY FULL" for t in unprotected)
+            raise SourceRefused(
+                f"once published, PostgreSQL would refuse every UPDATE and DELETE on "
+                f"{', '.join(unprotected)} (no primary key or replica identity): the application's "
+                f"writes would fail; fix: {fixes}; or add a primary key; or create the feed with "
+                "option keyless: identity_full", code="table_without_replica_identity")
+        identity.set_full(conn, unprotected)
         slots.set_publication_tables(conn, spec.publication_name, tables)
+    return unprotected
 
 
 def published_tables(spec: FeedSpec) -> list[str]:

@@ -196,7 +196,7 @@ class Supervisor:
             spec = source.prepare(spec)
             try:
                 self._store.add(spec)
-            except Exception as exc:  # nothing of the feed may stay on the source
+            except Exception as exc:  # noqa: BLE001 - whatever it was, nothing may stay on the source
                 raise SourceRefused(f"recording feed {spec.name!r} in the catalogue failed: {exc}"
                                     + source.undo(spec), code="catalogue_error") from None
             feed = self._open(spec, paused=False)
@@ -292,9 +292,10 @@ class Supervisor:
         names = tuple(dict.fromkeys(t.strip() for t in tables))
         if not names:
             raise ValueError("a feed needs at least one table")
-        source.set_tables(spec, names)
+        full = source.set_tables(spec, names)
         with self._lock:
-            feed.spec = replace(spec, tables=names)
+            feed.spec = replace(spec, tables=names,
+                                identity_full=tuple(dict.fromkeys(spec.identity_full + full)))
             self._store.put(feed.spec, feed.paused)
         added = [t for t in names if t not in spec.tables]
         if backfill and added:

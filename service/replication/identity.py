@@ -86,10 +86,10 @@ def named_tables(conn: psycopg.Connection[Any], pairs: Sequence[tuple[str, str]]
     partitions and inheritance children (which the publication covers too). Returns
     (tables, missing names, names that are not tables)."""
     schemas, names = [s for s, _ in pairs], [t for _, t in pairs]
-    kinds = dict(((s, t), k) for s, t, k in conn.execute(
+    kinds = {(s, t): k for s, t, k in conn.execute(
         "SELECT n.nspname, c.relname, c.relkind FROM unnest(%s::text[], %s::text[]) AS w(s, r) "
         "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid "
-        "AND c.relname = w.r", (schemas, names)).fetchall())
+        "AND c.relname = w.r", (schemas, names)).fetchall()}
     missing = [f"{s}.{t}" for s, t in dict.fromkeys(pairs) if (s, t) not in kinds]
     not_tables = [f"{s}.{t}" for s, t in dict.fromkeys(pairs) if kinds.get((s, t), "r") not in "rp"]
     rows = conn.execute(

@@ -292,7 +292,7 @@ def test_a_dry_run_reports_and_creates_nothing(pgfeed_service: Service, pg_dsn: 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pgfeed", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, check=False)
 
 
 def test_check_reports_findings_with_fixes_and_exit_codes(pg_dsn: str) -> None:
@@ -309,16 +309,15 @@ def test_check_reports_findings_with_fixes_and_exit_codes(pg_dsn: str) -> None:
     report = json.loads(bad.stdout)
     errors = {(f["check"], f["fix"]) for f in report["findings"] if f["level"] == "error"}
     assert report["ok"] is False and errors == {
-        ("replica_identity", "ALTER TABLE public.nopk REPLICA IDENTITY FULL; or add a primary key; "
-                             "or option keyless: identity_full"),
-        ("replica_identity", "ALTER TABLE public.parts_1 REPLICA IDENTITY FULL; or add a primary "
-                             "key; or option keyless: identity_full")}  # a leaf partition
+        ("replica_identity", f"ALTER TABLE public.{t} REPLICA IDENTITY FULL; or add a primary key; "
+                             + "or option keyless: identity_full")
+        for t in ("nopk", "parts_1")}  # parts_1: a leaf partition of the table named
 
     with _role(pg_dsn, replication=False) as dsn:
         plain = _cli("check", "--dsn", dsn, "--tables", "public.t")
     assert plain.returncode == 1, plain
     role = f"r_{_db(pg_dsn)}"
-    assert f"lacks REPLICATION" in plain.stdout and f"fix: ALTER ROLE {role} REPLICATION;" in plain.stdout
+    assert "lacks REPLICATION" in plain.stdout and f"fix: ALTER ROLE {role} REPLICATION;" in plain.stdout
 
     everything = _cli("check", "--dsn", pg_dsn, "--all-tables", "--keyless", "identity_full", "--json")
     assert everything.returncode == 0, everything
@@ -340,3 +339,28 @@ def test_checks_of_a_source_at_wal_level_replica() -> None:
     assert out.returncode == 1, out
     errors = [(f["check"], f["fix"]) for f in json.loads(out.stdout)["findings"] if f["level"] == "error"]
     assert errors == [("wal_level", "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")]
+
+
+def test_adding_a_keyless_table_to_a_feed_is_refused_too(pgfeed_service: Service, pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE keyed (id int PRIMARY KEY); CREATE TABLE nopk (a int, b text)")
+    name = f"patch_{_db(pg_dsn)}"
+    created = _post(pgfeed_service, {"name": name, "dsn": pg_dsn, "tables": ["public.keyed"]})
+    assert created.status_code == 201, created.text
+    try:
+        before = _source(pg_dsn)
+        with httpx.Client(base_url=pgfeed_service.http_url, timeout=30) as client:
+            answer = client.patch(f"/v1/feeds/{name}", json={"tables": ["public.keyed", "public.nopk"]})
+            assert answer.status_code == 422, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "table_without_replica_identity"
+            assert "ALTER TABLE public.nopk REPLICA IDENTITY FULL" in error["message"], error
+            assert client.get(f"/v1/feeds/{name}").json()["tables"] == ["public.keyed"]
+        assert _source(pg_dsn) == before
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            published = conn.execute("SELECT tablename FROM pg_publication_tables WHERE pubname = %s",
+                                     (f"pgfeed_{name}",)).fetchall()
+        assert published == [("keyed",)]
+        _app_writes(pg_dsn, "nopk")
+    finally:
+        _delete(pgfeed_service, name)
