@@ -10,7 +10,8 @@ from pgfeed.http_api.schemas import FeedOptionsIn
 
 ALL = ["--toast", "reselect", "--snapshot", "export", "--no-messages", "--two-phase", "--no-streaming",
        "--no-partition-root", "--heartbeat-seconds", "0.5", "--retention-hours", "none",
-       "--retention-bytes", "1000", "--retention-consumer-max-idle-hours", "null", "--failover"]
+       "--retention-bytes", "1000", "--retention-consumer-max-idle-hours", "null", "--failover",
+       "--keyless", "identity_full"]
 
 
 def _body(*flags: str) -> dict[str, object]:
