@@ -27,7 +27,7 @@ def test_every_api_option_has_a_flag_and_round_trips() -> None:
         "toast": "reselect", "snapshot": "export", "messages": False, "two_phase": True,
         "streaming": False, "partition_root": False, "heartbeat_seconds": 0.5,
         "retention": {"hours": None, "bytes": 1000, "consumer_max_idle_hours": None},
-        "failover": True}
+        "failover": True, "keyless": "identity_full"}
 
 
 def test_flags_left_out_leave_the_server_defaults() -> None:
