@@ -103,7 +103,7 @@ def _publish(spec: FeedSpec) -> None:
     """One transaction: REPLICA IDENTITY FULL where consented, the publication, the event trigger."""
     step = "connecting to the source"
     try:
-        with admin_connection(spec.dsn, "connecting to the source failed") as conn, conn.transaction():
+        with admin_connection(spec.dsn, "the source refused") as conn, conn.transaction():
             if spec.identity_full:
                 step = f"setting REPLICA IDENTITY FULL on {', '.join(spec.identity_full)}"
                 identity.set_full(conn, spec.identity_full)
