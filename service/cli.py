@@ -86,7 +86,63 @@ def _feeds_create(args: argparse.Namespace) -> int:
     if args.slot:
         body["slot"] = args.slot
     body["options"] = options_from_args(args)
+    if args.dry_run:
+        return _dry_run(args, body)
     return _admin(args, "POST", "/v1/feeds", body)
+
+
+def _dry_run(args: argparse.Namespace, body: dict[str, Any]) -> int:
+    """``feeds create --dry-run``: the service's findings as ``pgfeed check`` prints them; exit
+    1 when one is an error."""
+    from pgfeed.replication.preflight import Finding, render
+    from pgfeed_client._tls import http_verify
+
+    try:
+        response = httpx.post(args.url.rstrip("/") + "/v1/feeds", params={"dry_run": "true"},
+                              json=body, headers=bearer_headers(args), timeout=30,
+                              verify=http_verify(args.ca_bundle, None))
+    except httpx.HTTPError as exc:
+        print(f"pgfeed: cannot reach the service at {args.url}: {exc}", file=sys.stderr)
+        return 2
+    if response.status_code != 200:
+        return _admin_error(response)
+    answer = response.json()
+    print(render([Finding(**f) for f in answer["findings"]]))
+    return 0 if answer["ok"] else 1
+
+
+def _admin_error(response: httpx.Response) -> int:
+    try:
+        error = response.json()["error"]
+        print(f"pgfeed: {error['code']}: {error['message']}", file=sys.stderr)
+    except (ValueError, KeyError, TypeError):
+        print(f"pgfeed: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
+    return 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``pgfeed check``: the preflight against the source itself (no service needed)."""
+    from dataclasses import asdict
+
+    from pgfeed.errors import SourceError
+    from pgfeed.replication.connect import admin_connection
+    from pgfeed.replication.preflight import Finding, Request, render, run
+
+    tables = tuple(t.strip() for t in (args.tables or "").split(",") if t.strip())
+    request = Request(name=args.name, tables=tables, all_tables=args.all_tables,
+                      publication=args.publication, slot=args.slot, two_phase=args.two_phase,
+                      failover=args.failover, keyless=args.keyless)
+    try:
+        with admin_connection(args.dsn, "cannot check the source", "pgfeed-check") as conn:
+            findings = run(conn, request)
+    except SourceError as exc:  # the password is already scrubbed
+        findings = [Finding("connection", "error", str(exc), "check the DSN, the server and pg_hba.conf")]
+    failed = any(f.level == "error" for f in findings)
+    if args.json:
+        print(json.dumps({"ok": not failed, "findings": [asdict(f) for f in findings]}, indent=2))
+    else:
+        print(render(findings))
+    return 1 if failed else 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -142,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--all-tables", action="store_true")
     create.add_argument("--publication", help="adopt an existing publication")
     create.add_argument("--slot", help="adopt an existing slot")
+    create.add_argument("--dry-run", action="store_true",
+                        help="check the source and print what creating would find; create nothing")
     add_option_flags(create)
     create.set_defaults(func=_feeds_create)
     admin_parser("list", "list feeds").set_defaults(func=lambda a: _admin(a, "GET", "/v1/feeds"))
@@ -198,6 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
     dropped.add_argument("feed")
     dropped.add_argument("name")
     dropped.set_defaults(func=lambda a: _admin(a, "DELETE", f"/v1/feeds/{a.feed}/consumers/{a.name}"))
+
+    check = sub.add_parser("check", help="check a source before creating a feed on it (talks to "
+                                         "it directly; exit 1 when a finding is an error)")
+    check.add_argument("--dsn", required=True, help="the source (libpq DSN or URI)")
+    what = check.add_mutually_exclusive_group()
+    what.add_argument("--tables", help="comma-separated schema.table list")
+    what.add_argument("--all-tables", action="store_true")
+    what.add_argument("--publication", help="an existing publication to adopt")
+    check.add_argument("--name", help="the feed's name: also check that its slot and publication "
+                                      "names (pgfeed_NAME) are free")
+    check.add_argument("--slot", help="an existing slot to adopt")
+    check.add_argument("--two-phase", action="store_true", help="option two_phase")
+    check.add_argument("--failover", action="store_true", help="option failover")
+    check.add_argument("--keyless", choices=["refuse", "identity_full"], default="refuse",
+                       help="option keyless (default refuse)")
+    check.add_argument("--json", action="store_true", help="findings as JSON")
+    check.set_defaults(func=_check)
 
     demo = sub.add_parser("demo", help="start a local PostgreSQL, a feed and a workload; watch changes flow")
     demo.add_argument("--pg", default=None, help="PostgreSQL major version (default: 18 if available, else 15)")

@@ -53,6 +53,18 @@ class SourceError(PgfeedError):
     code = "source_error"
 
 
+class SourceRefused(SourceError):
+    """A feed creation the source refused or that failed at a step, with nothing left behind:
+    ``code`` names the reason (``table_without_replica_identity``, ``source_error``) and
+    ``findings`` are the preflight's errors (``{"check", "level", "message", "fix"}`` each)."""
+
+    def __init__(self, message: str, *, code: str = "source_error",
+                 findings: list[dict[str, str | None]] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.findings = findings or []
+
+
 class AssemblyError(PgfeedError):
     """pgoutput messages in an order the protocol does not allow (names the message and its LSN)."""
 

@@ -39,6 +39,10 @@ class FeedOptions:
     # The slot is created with FAILOVER (PostgreSQL 17+): standbys with sync_replication_slots
     # keep a copy, so capture resumes on a promoted standby (docs/failover.md).
     failover: bool = False
+    # A table PostgreSQL would refuse UPDATE/DELETE on once published (no key, no replica
+    # identity): "refuse" the feed, or "identity_full": pgfeed gives it REPLICA IDENTITY FULL
+    # (and, for a feed of all tables, installs an event trigger doing so for tables created later).
+    keyless: Literal["refuse", "identity_full"] = "refuse"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeedOptions:
@@ -99,6 +103,11 @@ class FeedSpec:
     # Issue 26: kept with the definition so that every store persists them (state, not options).
     slot_lost: SlotLost | None = None
     gaps: tuple[Gap, ...] = ()
+    # What creation did with option keyless "identity_full": the tables it gave REPLICA IDENTITY
+    # FULL (kept when the feed goes), and whether it installed the event trigger
+    # pgfeed_<name>_keyless (dropped with the feed).
+    identity_full: tuple[str, ...] = ()
+    keyless_guard: bool = False
 
     @property
     def slot_name(self) -> str:
@@ -117,7 +126,8 @@ class FeedSpec:
         options = FeedOptions.from_dict(data.pop("options", None) or {})
         lost = data.pop("slot_lost", None)
         gaps = tuple(Gap.from_dict(g) for g in data.pop("gaps", None) or ())
-        return cls(**{**data, "tables": tuple(data.get("tables") or ())}, options=options,
+        return cls(**{**data, "tables": tuple(data.get("tables") or ()),
+                      "identity_full": tuple(data.get("identity_full") or ())}, options=options,
                    slot_lost=SlotLost.from_dict(lost) if lost else None, gaps=gaps)
 
 
@@ -180,3 +190,6 @@ class FeedStatus:
     slot_lost: SlotLost | None = None  # issue 26: the slot is gone; state is failed
     gaps: tuple[Gap, ...] = ()
     next_attempt_at: float | None = None  # reconnecting: when capture tries again (Unix s)
+    # Leaf tables of the publication on which PostgreSQL refuses UPDATE/DELETE now (no usable
+    # replica identity), when probed; None: not probed.
+    unprotected_tables: list[str] | None = None

@@ -5,21 +5,23 @@ its slot for a new leader, and probe it for status. Each call opens one admin co
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
+import psycopg
+
 from pgfeed.backfill.manager import BackfillSource
-from pgfeed.errors import SourceError
+from pgfeed.dsn import scrub
+from pgfeed.errors import SourceError, SourceRefused
 from pgfeed.feeds.model import FeedSpec
+from pgfeed.replication import identity, preflight, slots
 from pgfeed.replication import sequences as seqs
-from pgfeed.replication import slots
 from pgfeed.replication.capture import CaptureConfig
-from pgfeed.replication.commands import source_refusal
-from pgfeed.replication.connect import admin_connection
+from pgfeed.replication.connect import admin_connection, one_line
 from pgfeed.replication.stream import create_slot
 
-__all__ = ["backfill_source", "capture_config", "drop", "free_slot", "prepare", "probe", "published_tables",
-           "sequences", "set_tables"]
+__all__ = ["backfill_source", "capture_config", "check", "drop", "free_slot", "prepare", "probe",
+           "published_tables", "refusal", "request", "sequences", "set_tables", "undo"]
 
 
 def capture_config(spec: FeedSpec) -> CaptureConfig:
@@ -36,55 +38,137 @@ def backfill_source(spec: FeedSpec) -> BackfillSource:
     return BackfillSource(spec.name, spec.dsn, spec.publication_name, spec.options.messages)
 
 
+def request(spec: FeedSpec) -> preflight.Request:
+    """What the feed asks of its source, for the preflight."""
+    return preflight.Request(name=spec.name, tables=spec.tables, all_tables=spec.all_tables,
+                             publication=spec.publication, slot=spec.slot,
+                             two_phase=spec.options.two_phase, failover=spec.options.failover,
+                             keyless=spec.options.keyless)
+
+
+def check(spec: FeedSpec) -> list[preflight.Finding]:
+    """The preflight's findings for the feed (nothing is created); SourceError when the source
+    cannot be reached."""
+    with admin_connection(spec.dsn, "checking the source failed") as conn:
+        return preflight.run(conn, request(spec))
+
+
+def refusal(spec: FeedSpec, findings: list[preflight.Finding]) -> SourceRefused | None:
+    """The error refusing the feed when the preflight found errors (None: none found)."""
+    errors = [f for f in findings if f.level == "error"]
+    if not errors:
+        return None
+    code = ("table_without_replica_identity" if any(f.check == "replica_identity" for f in errors)
+            else "source_error")
+    detail = "; ".join(f"{f.message} (fix: {f.fix})" if f.fix else f.message for f in errors)
+    return SourceRefused(f"feed {spec.name!r} not created, nothing changed on the source: {detail}",
+                         code=code, findings=[asdict(f) for f in errors])
+
+
 def prepare(spec: FeedSpec) -> FeedSpec:
-    """Check the source, create (or adopt) the publication and the slot; the spec as created
-    (an adopted publication's tables, who owns what). SourceError says what the source refused."""
+    """Check the source (``preflight``), then create (or adopt) the publication and the slot;
+    the spec as created (an adopted publication's tables, who owns what, what option keyless
+    changed). All or nothing: a step that fails undoes what the earlier ones made (never a slot
+    or publication pgfeed did not create) and SourceRefused says which step failed."""
     owns_pub = spec.publication is None
     owns_slot = spec.slot is None
-    with admin_connection(spec.dsn, "source refused feed setup") as conn:
-        refusal = source_refusal(conn.info.server_version, two_phase=spec.options.two_phase,
-                                 failover=spec.options.failover)
-        if refusal:
-            raise SourceError(refusal)
-        if owns_pub:
-            slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
-                                     all_tables=spec.all_tables,
-                                     partition_root=spec.options.partition_root)
-        else:  # adopted as it is: the feed shows what it really publishes
+    with admin_connection(spec.dsn, "checking the source failed") as conn:
+        facts = preflight.gather(conn, request(spec))
+        refused = refusal(spec, preflight.judge(facts, request(spec)))
+        if refused is not None:
+            raise refused
+        if not owns_pub:  # adopted as it is: the feed shows what it really publishes
             held = slots.publication_tables(conn, spec.publication_name)
             if held is None:
                 raise SourceError(f"publication {spec.publication_name!r} does not exist on the source")
             spec = replace(spec, all_tables=held[0], tables=held[1])
-        exists = slots.slot_exists(conn, spec.slot_name)
-        adopted = slots.failover_info(conn, spec.slot_name) if exists else None
-    if owns_slot and exists:
-        raise SourceError(f"replication slot {spec.slot_name!r} already exists on the source; "
-                          "name it as 'slot' to adopt it")
-    if not owns_slot and not exists:
-        raise SourceError(f"replication slot {spec.slot_name!r} does not exist on the source")
-    if not owns_slot and spec.options.failover and not (adopted and adopted.enabled):
-        raise SourceError(f"replication slot {spec.slot_name!r} is not a failover slot: make it one "
-                          "on the source (ALTER_REPLICATION_SLOT ... (FAILOVER true)) or leave "
-                          "option failover off")
+    consent = spec.options.keyless == "identity_full"
+    full = tuple(t.name for t in facts.tables if t.kind == "table" and not t.protected) \
+        if owns_pub and consent else ()
+    guard = owns_pub and consent and spec.all_tables and facts.superuser
+    spec = replace(spec, owns_slot=owns_slot, owns_publication=owns_pub, identity_full=full,
+                   keyless_guard=guard)
+    if owns_pub:
+        _publish(spec)
     if owns_slot:
-        create_slot(spec.dsn, spec.slot_name, snapshot="nothing", two_phase=spec.options.two_phase,
-                    failover=spec.options.failover)
-    return replace(spec, owns_slot=owns_slot, owns_publication=owns_pub)
+        try:
+            create_slot(spec.dsn, spec.slot_name, snapshot="nothing",
+                        two_phase=spec.options.two_phase, failover=spec.options.failover)
+        except SourceError as exc:
+            failed = f"creating replication slot {spec.slot_name!r} failed: {exc}"
+            raise SourceRefused(failed + undo(replace(spec, owns_slot=False))) from None
+    return spec
+
+
+def _publish(spec: FeedSpec) -> None:
+    """One transaction: REPLICA IDENTITY FULL where consented, the publication, the event trigger."""
+    step = "connecting to the source"
+    try:
+        with admin_connection(spec.dsn, "the source refused") as conn, conn.transaction():
+            if spec.identity_full:
+                step = f"setting REPLICA IDENTITY FULL on {', '.join(spec.identity_full)}"
+                identity.set_full(conn, spec.identity_full)
+            step = f"creating publication {spec.publication_name!r}"
+            if not slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
+                                            all_tables=spec.all_tables,
+                                            partition_root=spec.options.partition_root):
+                raise SourceError("it exists already (made meanwhile by someone else)")
+            if spec.keyless_guard:
+                step = f"installing event trigger {identity.guard_name(spec.name)!r}"
+                identity.install_guard(conn, spec.name)
+    except psycopg.Error as exc:
+        raise SourceRefused(f"{step} failed (nothing changed on the source): "
+                            f"{one_line(scrub(str(exc), spec.dsn))}") from None
+    except SourceError as exc:
+        raise SourceRefused(f"{step} failed (nothing changed on the source): {exc}") from None
+
+
+def undo(spec: FeedSpec) -> str:
+    """Drop what a creation made (the spec's owned slot and publication, its event trigger);
+    identity changes stay. A sentence for the error: what was undone, or what is left."""
+    try:
+        drop(spec)
+    except SourceError as exc:
+        left = [f"publication {spec.publication_name!r}" if spec.owns_publication else "",
+                f"slot {spec.slot_name!r}" if spec.owns_slot else "",
+                f"event trigger {identity.guard_name(spec.name)!r}" if spec.keyless_guard else ""]
+        return (f"; undoing it failed too ({exc}): {', '.join(x for x in left if x)} left on the "
+                "source: drop them there")
+    kept = (f"; REPLICA IDENTITY FULL kept on {', '.join(spec.identity_full)}"
+            if spec.identity_full else "")
+    return f" (what it had made was dropped{kept})"
 
 
 def drop(spec: FeedSpec) -> None:
-    """Drop the slot and the publication that pgfeed owns (adopted ones stay)."""
+    """Drop the slot and the publication that pgfeed owns (adopted ones stay), and the feed's
+    event trigger."""
     with admin_connection(spec.dsn, "the source refused") as conn:
         if spec.owns_slot:
             slots.drop_slot(conn, spec.slot_name)
         if spec.owns_publication:
             slots.drop_publication(conn, spec.publication_name)
+        if spec.keyless_guard:
+            identity.drop_guard(conn, spec.name)
 
 
-def set_tables(spec: FeedSpec, tables: tuple[str, ...]) -> None:
-    """``ALTER PUBLICATION ... SET TABLE`` on the publication the feed owns."""
-    with admin_connection(spec.dsn, "source refused the table list") as conn:
+def set_tables(spec: FeedSpec, tables: tuple[str, ...]) -> tuple[str, ...]:
+    """``ALTER PUBLICATION ... SET TABLE`` on the publication the feed owns. A table PostgreSQL
+    would then refuse UPDATE/DELETE on is refused as at creation, or with option keyless
+    ``identity_full`` given REPLICA IDENTITY FULL in the same transaction (returned)."""
+    with admin_connection(spec.dsn, "source refused the table list") as conn, conn.transaction():
+        pairs = [slots.split_table_name(t) for t in tables]
+        unprotected = tuple(t.name for t in identity.named_tables(conn, pairs)[0]
+                            if t.kind == "table" and not t.protected)
+        if unprotected and spec.options.keyless != "identity_full":
+            fixes = "; ".join(f"ALTER TABLE {t} REPLICA IDENTITY FULL" for t in unprotected)
+            raise SourceRefused(
+                f"once published, PostgreSQL would refuse every UPDATE and DELETE on "
+                f"{', '.join(unprotected)} (no primary key or replica identity): the application's "
+                f"writes would fail; fix: {fixes}; or add a primary key; or create the feed with "
+                "option keyless: identity_full", code="table_without_replica_identity")
+        identity.set_full(conn, unprotected)
         slots.set_publication_tables(conn, spec.publication_name, tables)
+    return unprotected
 
 
 def published_tables(spec: FeedSpec) -> list[str]:
@@ -100,15 +184,17 @@ def free_slot(spec: FeedSpec) -> None:
 
 
 def probe(spec: FeedSpec) -> tuple[dict[str, Any] | None, tuple[bool, tuple[str, ...]] | None,
-                                   slots.SlotFailover | None]:
+                                   slots.SlotFailover | None, list[str]]:
     """The slot's position and risk (``slots.slot_info``), for an adopted publication what it
-    publishes now (``(all_tables, tables)``; None for one pgfeed owns), and the slot's failover
-    state (PostgreSQL 17+; ``slots.failover_info``)."""
+    publishes now (``(all_tables, tables)``; None for one pgfeed owns), the slot's failover
+    state (PostgreSQL 17+; ``slots.failover_info``) and the published tables on which
+    PostgreSQL refuses UPDATE/DELETE (``identity.unprotected_in_publication``)."""
     with admin_connection(spec.dsn, "source unreachable") as conn:
         info = slots.slot_info(conn, spec.slot_name)
         held = None if spec.owns_publication else slots.publication_tables(conn, spec.publication_name)
         failover = slots.failover_info(conn, spec.slot_name)
-    return info, held, failover
+        unprotected = identity.unprotected_in_publication(conn, spec.publication_name)
+    return info, held, failover, unprotected
 
 
 def sequences(spec: FeedSpec, *, emit: bool = False) -> tuple[seqs.SequenceSnapshot, int | None]:

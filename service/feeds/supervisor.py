@@ -19,7 +19,14 @@ from pgfeed.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
 from pgfeed.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from pgfeed.dsn import mask_dsn
 from pgfeed.encoding.to_proto import JsonColumnCache
-from pgfeed.errors import BackfillError, FeedExists, FeedNotFound, FeedStateConflict, SourceError
+from pgfeed.errors import (
+    BackfillError,
+    FeedExists,
+    FeedNotFound,
+    FeedStateConflict,
+    SourceError,
+    SourceRefused,
+)
 from pgfeed.feeds import resync as resyncing
 from pgfeed.feeds import source
 from pgfeed.feeds.leadership import Leadership, SupervisorEvents, merge_report, replica_infos
@@ -41,8 +48,9 @@ from pgfeed.feeds.store import FeedStore, LocalStore
 from pgfeed.feeds.tail import SharedTail
 from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.replication.capture import Capture, CaptureStats
-from pgfeed.replication.sequences import SequenceSnapshot
 from pgfeed.replication.lost import LostSlot, describe
+from pgfeed.replication.preflight import Finding
+from pgfeed.replication.sequences import SequenceSnapshot
 from pgfeed_client._cursor import format_lsn
 
 log = logging.getLogger("pgfeed.supervisor")
@@ -230,7 +238,11 @@ class Supervisor:
             if spec.name in self._feeds or any(s.name == spec.name for s, _ in self._store.feeds()):
                 raise FeedExists(f"feed {spec.name!r} already exists")
             spec = source.prepare(spec)
-            self._store.add(spec)
+            try:
+                self._store.add(spec)
+            except Exception as exc:  # noqa: BLE001 - whatever it was, nothing may stay on the source
+                raise SourceRefused(f"recording feed {spec.name!r} in the catalogue failed: {exc}"
+                                    + source.undo(spec), code="catalogue_error") from None
             feed = self._open(spec, paused=False)
             self._feeds[spec.name] = feed
             if self._leadership is not None:
@@ -240,6 +252,14 @@ class Supervisor:
         if spec.options.snapshot != "never":
             self._initial_backfill(feed)
         return self.status(spec.name)
+
+    def check(self, spec: FeedSpec) -> list[Finding]:
+        """What creating ``spec`` would find (``POST /v1/feeds?dry_run=true``): the source's
+        preflight, plus a name the catalogue already holds. Nothing is created."""
+        taken = spec.name in self._feeds or any(s.name == spec.name for s, _ in self._store.feeds())
+        name = [Finding("feed_name", "error", f"feed {spec.name!r} already exists",
+                        "choose another name")] if taken else []
+        return name + source.check(spec)
 
     def _initial_backfill(self, feed: _Feed) -> None:
         """Option ``snapshot``: backfill every table of the new feed's publication. A table that
@@ -326,9 +346,10 @@ class Supervisor:
         names = tuple(dict.fromkeys(t.strip() for t in tables))
         if not names:
             raise ValueError("a feed needs at least one table")
-        source.set_tables(spec, names)
+        full = source.set_tables(spec, names)
         with self._lock:
-            feed.spec = replace(spec, tables=names)
+            feed.spec = replace(spec, tables=names,
+                                identity_full=tuple(dict.fromkeys(spec.identity_full + full)))
             self._store.put(feed.spec, feed.paused)
         added = [t for t in names if t not in spec.tables]
         if backfill and added:
@@ -621,7 +642,7 @@ class Supervisor:
             status.state, status.last_error, status.next_attempt_at = "failed", lost_message(spec), None
         if probe_source:
             try:
-                info, held, status.failover = source.probe(spec)
+                info, held, status.failover, status.unprotected_tables = source.probe(spec)
             except SourceError as exc:
                 info = held = None
                 status.last_error = status.last_error or str(exc)

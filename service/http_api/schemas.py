@@ -225,6 +225,13 @@ class FeedOptionsIn(BaseModel):
                                               "name every host in the DSN (`host=a,b "
                                               "target_session_attrs=read-write`) and capture "
                                               "resumes on the promoted standby")
+    keyless: Literal["refuse", "identity_full"] = Field(
+        "refuse", description="A table PostgreSQL would refuse UPDATE and DELETE on once "
+                              "published (no primary key, no replica identity): `refuse` the feed "
+                              "(422 `table_without_replica_identity`), or `identity_full`: pgfeed "
+                              "sets REPLICA IDENTITY FULL on it (whole old rows in WAL) and, for "
+                              "a feed of all tables, installs an event trigger doing so for tables "
+                              "created later (superuser only)")
 
 
 # A `schema.table` name (a bare name means public): non-blank, at most 200 characters. The pattern
@@ -358,6 +365,7 @@ class FeedOptionsOut(BaseModel):
     heartbeat_seconds: float
     retention: RetentionOut
     failover: bool = False
+    keyless: str = "refuse"
 
 
 class BackfillCreate(BaseModel):
@@ -496,6 +504,32 @@ class FeedPublic(BaseModel):
     gaps: list[GapOut] = Field(default_factory=list, description="Gaps resyncs marked, oldest first")
     next_attempt_at: str | None = Field(None, description="`reconnecting`: when capture tries the "
                                                           "source again (ISO 8601 UTC)")
+    unprotected_tables: list[str] | None = Field(
+        None, description="Published tables on which PostgreSQL refuses UPDATE and DELETE now (no "
+                          "primary key, no replica identity: the application's writes fail); "
+                          "null when the source was not probed")
+    identity_full: list[str] = Field(
+        default_factory=list, description="Tables pgfeed gave REPLICA IDENTITY FULL when it created "
+                                          "the feed (option `keyless`: `identity_full`); kept when "
+                                          "the feed is deleted")
+    keyless_guard: bool = Field(False, description="pgfeed installed the event trigger "
+                                                   "`pgfeed_<name>_keyless` that gives tables created "
+                                                   "later without a key REPLICA IDENTITY FULL "
+                                                   "(dropped with the feed)")
+
+
+class FindingOut(BaseModel):
+    check: str = Field(description="What was checked (wal_level, replication, replica_identity, ...)")
+    level: Literal["ok", "warning", "error"]
+    message: str
+    fix: str | None = Field(None, description="The SQL or setting to change")
+
+
+class CheckOut(BaseModel):
+    """`POST /v1/feeds?dry_run=true`: what creating the feed would find; nothing is created."""
+
+    ok: bool = Field(description="No error: the feed would be created")
+    findings: list[FindingOut]
 
 
 class FeedList(BaseModel):

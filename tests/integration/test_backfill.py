@@ -215,7 +215,9 @@ def test_backfill_refusals_start_nothing(pg_dsn: str, pgfeed_service: Service,
         conn.execute("INSERT INTO keyed SELECT g, 'v' FROM generate_series(1, 50000) g")
         conn.execute("CREATE TABLE keyless (v text)")
         conn.execute("CREATE TABLE outside (id int PRIMARY KEY)")
-    feed = make_served_feed(pg_dsn, tables=("public.keyed", "public.keyless"))
+    # Publishing a key-less table needs consent (issue 26): REPLICA IDENTITY FULL keeps the
+    # application's UPDATE/DELETE working, and still gives a backfill no key to read it by.
+    feed = make_served_feed(pg_dsn, tables=("public.keyed", "public.keyless"), keyless="identity_full")
 
     def refused(body: dict[str, Any], status: int, code: str, words: str) -> None:
         with FeedClient(pgfeed_service.http_url) as client:

@@ -10,7 +10,8 @@ from pgfeed.http_api.schemas import FeedOptionsIn
 
 ALL = ["--toast", "reselect", "--snapshot", "export", "--no-messages", "--two-phase", "--no-streaming",
        "--no-partition-root", "--heartbeat-seconds", "0.5", "--retention-hours", "none",
-       "--retention-bytes", "1000", "--retention-consumer-max-idle-hours", "null", "--failover"]
+       "--retention-bytes", "1000", "--retention-consumer-max-idle-hours", "null", "--failover",
+       "--keyless", "identity_full"]
 
 
 def _body(*flags: str) -> dict[str, object]:
@@ -26,7 +27,7 @@ def test_every_api_option_has_a_flag_and_round_trips() -> None:
         "toast": "reselect", "snapshot": "export", "messages": False, "two_phase": True,
         "streaming": False, "partition_root": False, "heartbeat_seconds": 0.5,
         "retention": {"hours": None, "bytes": 1000, "consumer_max_idle_hours": None},
-        "failover": True}
+        "failover": True, "keyless": "identity_full"}
 
 
 def test_flags_left_out_leave_the_server_defaults() -> None:

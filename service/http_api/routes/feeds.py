@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter, Query, status
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from pgfeed_client._cursor import format_lsn
 from pgfeed.dsn import mask_dsn, scrub
-from pgfeed.errors import PgfeedError, SourceError
+from pgfeed.errors import PgfeedError, SourceError, SourceRefused
 from pgfeed.feeds.model import FeedOptions, FeedSpec, FeedStatus, Gap, Retention
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.deps import AdminScope, StatusScope, SupervisorDep
@@ -20,6 +21,7 @@ from pgfeed.http_api.routes.changes import FeedName
 from pgfeed.http_api.routes.consumers import consumers_of
 from pgfeed.http_api.schemas import (
     BackfillOut,
+    CheckOut,
     ErrorBody,
     FailoverOut,
     FeedCreate,
@@ -27,6 +29,7 @@ from pgfeed.http_api.schemas import (
     FeedOptionsOut,
     FeedPublic,
     FeedUpdate,
+    FindingOut,
     GapOut,
     LeaderOut,
     LogOut,
@@ -74,6 +77,8 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         failover=_failover_out(status_.failover), counters_from=status_.counters_from,
         counters_at=None if status_.counters_at is None else iso_time(status_.counters_at),
         log=log_out, consumers=consumers, backfills=_running_backfills(supervisor, status_.name),
+        unprotected_tables=status_.unprotected_tables, identity_full=list(spec.identity_full),
+        keyless_guard=spec.keyless_guard,
         leader=None if status_.leader is None else LeaderOut(
             replica=status_.leader.replica, epoch=status_.leader.epoch, since=iso_time(status_.leader.since)),
         slot_lost=None if status_.slot_lost is None else SlotLostOut(
@@ -116,7 +121,8 @@ def _spec(body: FeedCreate) -> FeedSpec:
     options = FeedOptions(toast=o.toast, snapshot=o.snapshot, messages=o.messages,
                           two_phase=o.two_phase, streaming=o.streaming,
                           partition_root=o.partition_root, heartbeat_seconds=o.heartbeat_seconds,
-                          retention=Retention(**o.retention.model_dump()), failover=o.failover)
+                          retention=Retention(**o.retention.model_dump()), failover=o.failover,
+                          keyless=o.keyless)
     return FeedSpec(name=body.name, dsn=body.dsn, tables=tuple(t.strip() for t in body.tables),
                     all_tables=body.all_tables, publication=body.publication, slot=body.slot,
                     options=options)
@@ -124,16 +130,35 @@ def _spec(body: FeedCreate) -> FeedSpec:
 
 @router.post("", dependencies=[AdminScope], status_code=status.HTTP_201_CREATED,
              response_model=FeedPublic, summary="Create a feed", responses={
+                 200: {"model": CheckOut, "description": "`dry_run`: what creating it would find"},
                  409: {"model": ErrorBody, "description": "A feed of that name exists"},
                  422: {"model": ErrorBody, "description": "Invalid request body, or the source "
                                                           "refused the feed"}})
-def create_feed(body: FeedCreate, supervisor: SupervisorDep, response: Response) -> FeedPublic:
-    """Set up the source (a publication and a slot pgfeed creates and owns, unless existing
-    ones are named) and start capturing. 409 if the name is taken; 422 if the request is
-    inconsistent or the source refuses it (unreachable, bad credentials, missing tables)."""
+def create_feed(body: FeedCreate, supervisor: SupervisorDep, response: Response,
+                dry_run: bool = Query(False, description="Check the source and answer what "
+                                                         "creating the feed would find (200); "
+                                                         "create nothing")) -> Any:
+    """Check the source, set it up (a publication and a slot pgfeed creates and owns, unless
+    existing ones are named) and start capturing; all or nothing. 409 if the name is taken; 422
+    if the request is inconsistent or the source refuses it (unreachable, bad credentials,
+    missing tables, no REPLICATION, `wal_level`, a table whose UPDATE/DELETE publishing would
+    make PostgreSQL refuse: `table_without_replica_identity`), with the failing step or the
+    findings and their fixes. With `dry_run`, 200 and the findings; nothing is created."""
     spec = _spec(body)
+    if dry_run:
+        try:
+            findings = supervisor.check(spec)
+        except SourceError as exc:
+            raise ApiError(422, exc.code, scrub(str(exc), spec.dsn)) from None
+        out = CheckOut(ok=not any(f.level == "error" for f in findings),
+                       findings=[FindingOut(**asdict(f)) for f in findings])
+        return JSONResponse(out.model_dump(), status_code=200)
     try:
         created = supervisor.create(spec)
+    except SourceRefused as exc:
+        raise ApiError(422, exc.code, scrub(str(exc), spec.dsn), findings=[
+            {k: scrub(v, spec.dsn) if isinstance(v, str) else v for k, v in f.items()}
+            for f in exc.findings]) from None
     except SourceError as exc:
         raise ApiError(422, exc.code, scrub(str(exc), spec.dsn)) from None
     except ValueError as exc:

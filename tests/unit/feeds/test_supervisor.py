@@ -54,7 +54,7 @@ def test_an_unreachable_source_creates_nothing_and_shows_no_password(
         supervisor: Supervisor, tmp_path: Path) -> None:
     with pytest.raises(SourceError) as caught:
         supervisor.create(FeedSpec(name="fresh", dsn=OFFLINE_DSN, tables=("public.orders",)))
-    assert "source refused feed setup" in str(caught.value) and SECRET not in str(caught.value)
+    assert "checking the source failed" in str(caught.value) and SECRET not in str(caught.value)
     assert "fresh" not in supervisor.names()
     assert "fresh" not in (tmp_path / "catalogue.json").read_text()
 
