@@ -8,18 +8,21 @@ both front ends. Metric names are the constants below.
 from __future__ import annotations
 
 import logging
+import platform
 import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+import pgfeed
 from pgfeed.errors import FeedNotFound
 from pgfeed.feeds.supervisor import parallel
+from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
 
 if TYPE_CHECKING:
     from pgfeed.feeds.model import FeedStatus
@@ -54,6 +57,14 @@ BACKFILL_ROWS = "pgfeed_backfill_rows"
 BACKFILL_CHUNKS = "pgfeed_backfill_chunks"
 BACKFILL_REDONE = "pgfeed_backfill_chunks_redone"
 BACKFILLS_RUNNING = "pgfeed_backfills_running"
+REQUESTS = "pgfeed_requests"  # exposed as pgfeed_requests_total
+BUILD_INFO = "pgfeed_build"  # exposed as pgfeed_build_info
+FEED_RECONNECTS = "pgfeed_feed_reconnects"  # exposed as pgfeed_feed_reconnects_total
+FEED_SAFE_WAL = "pgfeed_feed_slot_safe_wal_bytes"
+FEED_WAL_STATUS = "pgfeed_feed_slot_wal_status"
+CONSUMER_LAG = "pgfeed_consumer_lag_bytes"
+CONSUMER_ACK_AGE = "pgfeed_consumer_ack_age_seconds"
+WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
 
 STATES = ("starting", "snapshotting", "running", "reconnecting", "paused", "failed")
 # Seconds; long-polls (up to 60 s) land in the top buckets.
@@ -71,6 +82,9 @@ class Metrics:
     - ``subscribers``: Gauge, label ``feed``; live gRPC subscriptions.
     - ``tail_answers``: Counter, label ``feed``; caught-up long-polls answered from the shared
       tail ahead of routing (``http_api.fastpath``).
+    - ``requests``: Counter, labels ``surface``, ``endpoint`` and ``code`` (the HTTP status, or
+      the gRPC status code's name); every answer, errors included.
+    - ``build``: Info: pgfeed's and Python's versions.
     - per-feed capture and log figures, collected from ``supervisor`` when scraped.
     """
 
@@ -86,6 +100,11 @@ class Metrics:
                                  registry=self.registry)
         self.tail_answers = Counter(TAIL_ANSWERS, "Caught-up HTTP long-polls answered from the "
                                     "shared tail ahead of routing", ["feed"], registry=self.registry)
+        self.requests = Counter(REQUESTS, "Answers by surface, endpoint and status code (HTTP "
+                                "status, or gRPC code name)", ["surface", "endpoint", "code"],
+                                registry=self.registry)
+        Info(BUILD_INFO, "The running pgfeed", registry=self.registry).info(
+            {"version": pgfeed.__version__, "python": platform.python_version()})
         self.feeds: FeedCollector | None = None
         if supervisor is not None:
             self.feeds = FeedCollector(supervisor, probe_ttl=probe_ttl)
@@ -127,9 +146,10 @@ class FeedCollector(Collector):
             self._probed[name] = (now, status)
         return status
 
-    def _figures(self, name: str) -> tuple[FeedStatus, Any] | None:
+    def _figures(self, name: str) -> tuple[FeedStatus, Any, dict[str, Any]] | None:
         try:
-            return self._status(name), self.supervisor.changelog(name).stats()
+            changelog = self.supervisor.changelog(name)
+            return self._status(name), changelog.stats(), changelog.consumer_states()
         except Exception as exc:  # noqa: BLE001 - a feed deleted mid-scrape, a closed log: skip it
             log.debug("metrics: feed %s skipped: %s", name, exc)
             return None
@@ -155,6 +175,18 @@ class FeedCollector(Collector):
                                       "invalidated: changes were lost (resync to go on)",
                                       labels=["feed"])
         gaps = GaugeMetricFamily(FEED_GAPS, "Gaps resyncs marked in the feed", labels=["feed"])
+        reconnects = CounterMetricFamily(FEED_RECONNECTS, "Times capture lost its source and "
+                                         "connected again since the service started",
+                                         labels=["feed"])
+        safe_wal = GaugeMetricFamily(FEED_SAFE_WAL, "WAL the source may still write before the "
+                                     "slot is invalidated (max_slot_wal_keep_size; absent when "
+                                     "unlimited)", labels=["feed"])
+        wal_status = GaugeMetricFamily(FEED_WAL_STATUS, "1 for the slot's wal_status (reserved, "
+                                       "extended, unreserved, lost)", labels=["feed", "wal_status"])
+        consumer_lag = GaugeMetricFamily(CONSUMER_LAG, "WAL between a named consumer's cursor and "
+                                         "the feed's head", labels=["feed", "consumer"])
+        consumer_age = GaugeMetricFamily(CONSUMER_ACK_AGE, "Seconds since a named consumer last "
+                                         "acknowledged", labels=["feed", "consumer"])
         log_txns = GaugeMetricFamily(LOG_TRANSACTIONS, "Transactions retained in the change log",
                                      labels=["feed"])
         log_changes = GaugeMetricFamily(LOG_CHANGES, "Changes retained in the change log",
@@ -175,7 +207,7 @@ class FeedCollector(Collector):
         for name, figures in zip(names, parallel(names, self._figures)):  # sources probed at once
             if figures is None:
                 continue
-            status, stats = figures
+            status, stats, consumers = figures
             labels = [name]
             changes.add_metric(labels, status.changes_captured)
             nbytes.add_metric(labels, status.bytes_captured)
@@ -190,6 +222,17 @@ class FeedCollector(Collector):
                 state.add_metric([name, s], 1.0 if status.state == s else 0.0)
             slot_lost.add_metric(labels, 0.0 if status.slot_lost is None else 1.0)
             gaps.add_metric(labels, len(status.gaps))
+            reconnects.add_metric(labels, status.reconnects)
+            risk = status.slot_risk
+            if risk.safe_wal_size is not None:
+                safe_wal.add_metric(labels, risk.safe_wal_size)
+            if risk.wal_status is not None:
+                for w in WAL_STATUSES:
+                    wal_status.add_metric([name, w], 1.0 if risk.wal_status == w else 0.0)
+            now_us = (time.time() - PG_EPOCH_UNIX) * 1e6
+            for consumer, cstate in consumers.items():
+                consumer_lag.add_metric([name, consumer], max(0, status.head_lsn - cstate.cursor.lsn))
+                consumer_age.add_metric([name, consumer], max(0.0, (now_us - cstate.acked_us) / 1e6))
             if status.slot_risk.retained_bytes is not None:
                 retained.add_metric(labels, status.slot_risk.retained_bytes)
             log_txns.add_metric(labels, stats.transaction_count)
@@ -205,7 +248,8 @@ class FeedCollector(Collector):
             bf_redone.add_metric(labels, backfills.chunks_redone)
             bf_running.add_metric(labels, backfills.running_count())
         yield from (changes, nbytes, confirmed, head, lag_bytes, lag_seconds, rate, state,
-                    retained, slot_lost, gaps, log_txns, log_changes, log_bytes, forced, bf_rows, bf_chunks,
+                    retained, slot_lost, gaps, reconnects, safe_wal, wal_status, consumer_lag,
+                    consumer_age, log_txns, log_changes, log_bytes, forced, bf_rows, bf_chunks,
                     bf_redone, bf_running)
 
     def describe(self) -> Iterator[Any]:

@@ -620,7 +620,7 @@ class Supervisor:
             tables=list(spec.tables), all_tables=spec.all_tables,
             confirmed_lsn=feed.changelog.confirmed_lsn(), head_lsn=feed.changelog.head(),
             changes_per_second=round(stats.rate(), 1), changes_captured=stats.changes,
-            bytes_captured=stats.bytes, last_error=stats.last_error,
+            bytes_captured=stats.bytes, reconnects=stats.reconnects, last_error=stats.last_error,
             proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
             source=mask_dsn(spec.dsn), slot_lost=spec.slot_lost, gaps=spec.gaps,
             next_attempt_at=stats.next_attempt if state == "reconnecting" else None,

@@ -18,6 +18,7 @@ from pgfeed_proto.v1 import feed_pb2
 from pgfeed.config import Settings
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.grpc_api.auth import TokenInterceptor
+from pgfeed.grpc_api.observe import StatusInterceptor
 from pgfeed.grpc_api.servicer import ChangeFeedServicer
 from pgfeed.metrics import Metrics
 
@@ -60,8 +61,13 @@ def build_server(supervisor: Supervisor, settings: Settings,
     """A grpc.aio server with ChangeFeed, grpc.health.v1 (SERVING for "" and
     ``pgfeed.v1.ChangeFeed`` once started) and reflection, behind the bearer-token interceptor
     when tokens are configured. Call it inside the event loop that will run it."""
-    interceptor = TokenInterceptor.from_settings(settings)
-    server = grpc.aio.server(interceptors=[interceptor] if interceptor else None, options=_OPTIONS)
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if metrics is not None:  # outermost: it sees the token check's refusals too
+        interceptors.append(StatusInterceptor(metrics))
+    token_check = TokenInterceptor.from_settings(settings)
+    if token_check is not None:
+        interceptors.append(token_check)
+    server = grpc.aio.server(interceptors=interceptors or None, options=_OPTIONS)
     servicer = ChangeFeedServicer(supervisor, metrics)
     server.add_generic_rpc_handlers((_change_feed_handler(servicer),))
     health_servicer = health.aio.HealthServicer()

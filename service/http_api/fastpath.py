@@ -19,7 +19,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import DEFAULT_LIMIT
@@ -57,17 +57,24 @@ class TailFastPath:
         if match is None:
             return False
         start = time.perf_counter()
-        answer: ASGIApp | None = None
+        status = 0  # no answer began
+
+        async def send_tracking(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
         try:
             answer = await self._page(scope, match[1])
             if answer is None:
                 return False
-            await answer(scope, receive, send)
+            await answer(scope, receive, send_tracking)
         except Exception:
-            await answer_unexpected(scope, receive, send,
-                                    started=isinstance(answer, _Sent) and answer.started)
+            await answer_unexpected(scope, receive, send, started=status != 0)
+            status = status or 500
         scope["route"] = self.route
-        self._latency.observe(scope, time.perf_counter() - start)
+        self._latency.observe(scope, time.perf_counter() - start, status)
         return True
 
     async def _page(self, scope: Scope, feed: str) -> ASGIApp | None:
@@ -137,11 +144,10 @@ class TailFastPath:
 class _Sent:
     """A page as the route's Response would send it: its headers, then length and type."""
 
-    __slots__ = ("out", "started")
+    __slots__ = ("out",)
 
     def __init__(self, out: Answer) -> None:
         self.out = out
-        self.started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         out = self.out
@@ -149,7 +155,6 @@ class _Sent:
         headers += [(b"content-length", str(len(out.body)).encode()),
                     (b"content-type", out.media_type.encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        self.started = True
         await send({"type": "http.response.body", "body": out.body})
         if out.read_next is not None:
             await out.read_next()

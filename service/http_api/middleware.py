@@ -16,13 +16,15 @@ log = logging.getLogger("pgfeed.http")
 
 
 class RouteLatency:
-    """The request latency histogram, observed under each request's route template."""
+    """The request latency histogram, observed under each request's route template, and the
+    answers counted by route template and status."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         self._children: dict[str, Any] = {}  # endpoint -> its histogram
+        self._answers: dict[tuple[str, int], Any] = {}  # (endpoint, status) -> its counter
 
-    def observe(self, scope: Scope, seconds: float) -> None:
+    def observe(self, scope: Scope, seconds: float, status: int) -> None:
         route = scope.get("route")
         endpoint = getattr(route, "path", None) or "unmatched"
         latency = self._children.get(endpoint)
@@ -30,6 +32,11 @@ class RouteLatency:
             latency = self._children[endpoint] = self.metrics.request_latency.labels(
                 surface="http", endpoint=endpoint)
         latency.observe(seconds)
+        answers = self._answers.get((endpoint, status))
+        if answers is None:
+            answers = self._answers[(endpoint, status)] = self.metrics.requests.labels(
+                surface="http", endpoint=endpoint, code=str(status))
+        answers.inc()
 
 
 async def answer_unexpected(scope: Scope, receive: Receive, send: Send, *, started: bool) -> None:
@@ -51,17 +58,18 @@ class ObserveMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        started = False
+        status = 0  # no answer began
 
         async def send_tracking(message: Message) -> None:
-            nonlocal started
+            nonlocal status
             if message["type"] == "http.response.start":
-                started = True
+                status = message["status"]
             await send(message)
 
         try:
             await self.app(scope, receive, send_tracking)
         except Exception:
-            await answer_unexpected(scope, receive, send, started=started)
+            await answer_unexpected(scope, receive, send, started=status != 0)
+            status = status or 500
         finally:
-            self.latency.observe(scope, time.perf_counter() - start)
+            self.latency.observe(scope, time.perf_counter() - start, status)
