@@ -238,7 +238,7 @@ static int arrow_value(Column *c, Py_ssize_t row, int kind, Col v) {
             CHECK(valid_utf8(t, n));
             return column_var(c, row, t, n);
         case K_JSON:
-            if (n == 4 && memcmp(t, "null", 4) == 0) return column_null(c, row);
+            /* the document null is the text "null", SQL NULL a null (n < 0, above) */
             CHECK(valid_utf8(t, n));
             return column_var(c, row, t, n);
         case K_NUMERIC:
