@@ -25,7 +25,6 @@ from pgfeed.decoding.plan import RelationPlan, WireRow
 from pgfeed.decoding.values import RowLoader
 from pgfeed.errors import SchemaError
 from pgfeed.pgoutput.decode import decode
-from pgfeed.types.json import JsonText
 from pgfeed.pgoutput.messages import (
     TAG_DELETE,
     TAG_INSERT,
@@ -46,6 +45,7 @@ from pgfeed.pgoutput.messages import (
 from pgfeed.pgoutput.messages import TUPLE_KEY as _KEY
 from pgfeed.pgoutput.messages import TUPLE_NEW as _NEW
 from pgfeed.pgoutput.messages import TUPLE_OLD as _OLD_ROW
+from pgfeed.types.json import JsonText
 
 __all__ = ["DEFAULT_PLACEHOLDER", "Fills", "LazyChange", "RawChange", "ReadChange", "RowSink",
            "Segment", "SunkChange", "ToastMode", "TransactionDecoder"]

@@ -352,6 +352,8 @@ def generic_batch(transactions: Sequence[Transaction[Change]]) -> pa.RecordBatch
         pa.array([c.tables for c in changes], _STRINGS),
         pa.array(_json_or_none(c.options for c in changes), pa.string()),
         pa.array([c.toast_filled for c in changes], _STRINGS),
+        pa.array([c.table_version for c in changes], pa.int32()),
+        pa.array(_json_or_none(c.json_null for c in changes), pa.string()),
         pa.array(_repeated(transactions, lambda t: t.end_lsn), pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=_CHANGE_SCHEMA)

@@ -107,6 +107,10 @@ class ColumnOut(BaseModel):
     name: str
     type_oid: int
     type_name: str | None
+    type: str | None = Field(None, description="The type with its modifiers as PostgreSQL's "
+                             "`format_type(oid, typmod)` writes it (`numeric(12,2)`, `character "
+                             "varying(40)`, `timestamp(3) with time zone`, `integer[]`); for a "
+                             "type that is not built in, its name as the source sent it")
     typmod: int
     key: bool = Field(description="Part of the replica identity")
 
@@ -130,6 +134,30 @@ class TableOut(TableVersionOut):
 
 class TablesOut(BaseModel):
     tables: list[TableOut]
+
+
+class TableSchemaOut(TableVersionOut):
+    """One schema version of a table: the one in force at a position (`schema?at=`)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    relation_id: int
+    schema_: str = Field(alias="schema")
+    table: str
+    name: str = Field(description="`schema.table`")
+    key_columns: list[str] = Field(description="The replica identity's columns, in column order")
+
+
+class TableSchemaHistoryOut(BaseModel):
+    """Every schema version of a table, oldest first."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    relation_id: int
+    schema_: str = Field(alias="schema")
+    table: str
+    name: str = Field(description="`schema.table`")
+    versions: list[TableSchemaOut]
 
 
 class ConsumerAck(BaseModel):
