@@ -86,12 +86,14 @@ def _v_list(v: list[Any]) -> bytes:
 
 
 def _v_json_list(v: Any) -> bytes:
-    """A json[]/jsonb[] column: a list of json values (each element one json_value)."""
+    """A json[]/jsonb[] column: a list of json values (each element one json_value; an element
+    holding the document ``null`` is null_value, as the JSON event's ``null``: an array's
+    elements have no ``json_null`` list to tell them apart)."""
     if type(v) is not list:
         return value_bytes(v)
     parts = []
     for item in v:
-        e = _v_json(item)
+        e = _NULL if type(item) is JsonText and item.text == "null" else _v_json(item)
         n = len(e)
         parts.append(b"\x0a" + (_V[n] if n < _SMALL else varint(n)) + e)
     body = b"".join(parts)
