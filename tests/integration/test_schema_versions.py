@@ -234,3 +234,45 @@ def test_json_null_stays_apart_from_sql_null(make_served_feed: FeedFactory, pg_d
     generic = pa.ipc.open_stream(raw_body).read_all().to_pylist()
     assert generic[0]["json_null"] == '{"key":["j","jb"],"after":["j","jb"]}' and generic[1]["json_null"] is None
     assert {r["table_version"] for r in generic} == {1}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_mirror_keeps_the_json_document_null(live_feed: tuple[str, str, str],
+                                                   spark_session: Any) -> None:
+    """A typed read (Arrow and JSON wire formats) and its mirror (``latest_rows``) hold the
+    string 'null' where the source holds ``'null'::jsonb``, and NULL where it holds NULL."""
+    import json
+    import time
+    import uuid
+
+    from pgfeed_spark import latest_rows
+
+    base, feed, dsn = live_feed
+    table = f"jnull_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, jb jsonb, j json)")
+        conn.execute(f"INSERT INTO {table} VALUES (1, 'null', 'null'), (2, NULL, NULL), "
+                     "(3, '{\"a\": null}', '[null]'), (4, 'null', 'null')")
+        conn.execute(f"UPDATE {table} SET j = NULL WHERE id = 1")
+        conn.execute(f"UPDATE {table} SET jb = NULL, j = 'null' WHERE id = 2")
+        source = {r[0]: (r[1], r[2]) for r in
+                  conn.execute(f"SELECT id, jb::text, j::text FROM {table}").fetchall()}
+    qualified = f"public.{table}"
+    deadline = time.monotonic() + 60
+    with FeedClient(base) as client:
+        while len(list(client.iter_changes(feed, tables=[qualified]))) < 6:
+            assert time.monotonic() < deadline, "changes not captured"
+            time.sleep(0.3)
+
+    def document(v: str | None) -> Any:  # None for SQL NULL, the parsed document otherwise
+        return None if v is None else ("document", json.loads(v))
+
+    want = {k: (document(a), document(b)) for k, (a, b) in source.items()}
+    assert want[1] == (("document", None), None)  # the document null against SQL NULL
+    for wire in ("arrow", "json"):
+        df = (spark_session.read.format("pgfeed").option("url", base).option("feed", feed)
+              .option("table", qualified).option("wireFormat", wire).load())
+        mirror = {r["id"]: (r["jb"], r["j"]) for r in latest_rows(df, ["id"]).collect()}
+        assert {k: (document(a), document(b)) for k, (a, b) in mirror.items()} == want, wire
+        assert mirror[1][0] == "null" and mirror[2][0] is None

@@ -20,6 +20,8 @@ from pgfeed_client._headers import (
 from pgfeed.assembler.model import Op
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
+from pgfeed.feeds.reader import FeedReader
+from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
 from pgfeed.http_api.errors import ApiError
 from pgfeed.http_api.paging import (
@@ -177,12 +179,12 @@ def list_tables(feed: FeedName, supervisor: SupervisorDep) -> Response:
 
 TableName = Annotated[str, Path(min_length=1, max_length=200,
                                 description="`schema.table`, or a table name only one schema has")]
-_SCHEMA_NOT_FOUND = {404: {"model": ErrorBody, "description": "Unknown feed or table, or no "
-                           "version of the table at that position (`table_not_found`, "
-                           "`schema_not_found`)"}}
+_SCHEMA_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {
+    "model": ErrorBody, "description": "Unknown feed or table, or no version of the table at that "
+                                       "position (`table_not_found`, `schema_not_found`)"}}
 
 
-def _relations(supervisor: Any, feed: str, table: str) -> tuple[Any, list[int]]:
+def _relations(supervisor: Supervisor, feed: str, table: str) -> tuple[FeedReader, list[int]]:
     reader = supervisor.reader(feed)
     relation_ids = reader.relation_ids(table)
     if not relation_ids:
