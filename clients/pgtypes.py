@@ -121,6 +121,8 @@ CHANGE_COLUMN_TYPES: tuple[tuple[str, ColumnType], ...] = (
 METADATA_COLUMN_TYPES: tuple[tuple[str, ColumnType], ...] = (
     ("_op", _STRING), ("_lsn", _INT64), ("_seq", _INT64), ("_commit_lsn", _INT64),
     ("_commit_ts", _TIMESTAMPTZ), ("_xid", _INT64), ("_unchanged_toast", _STRINGS),
+    # the table's schema version the change was decoded with (GET …/tables/{table}/schema?at=)
+    ("_table_version", ColumnType("int32")),
 )
 KEY_COLUMN = "_key"
 

@@ -202,7 +202,7 @@ def typed_row(change: Change, names: Sequence[str], converters: Sequence[Convert
     values = [None if name in hidden else conv(image.get(name))
               for name, conv in zip(names, converters)]
     row = (*values, op, parse_lsn(change.lsn), change.seq, parse_lsn(change.commit_lsn),
-           change.commit_ts, change.xid, list(toast))
+           change.commit_ts, change.xid, list(toast), change.table_version)
     if key is None:
         return row
     old = change.key

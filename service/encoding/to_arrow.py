@@ -331,6 +331,7 @@ def _metadata(transactions: Sequence[Transaction[Change]], changes: list[Change]
         pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_UNIX_US), pa.int64()).cast(_TS_UTC),
         pa.array(_repeated(transactions, lambda t: t.xid), pa.int64()),
         pa.array(toast_lists, _STRINGS),
+        pa.array([c.table_version or None for c in changes], pa.int32()),
     ]
 
 

@@ -113,7 +113,8 @@ async def list_changes(
     """Changes after the cursor `after`, in commit order. Filters never break cursor continuity:
     `next` advances past filtered-out changes too. With `format=arrow` and a single table in
     `tables`, rows have the table's columns with Arrow types plus `_op`, `_lsn`, `_seq`,
-    `_commit_lsn`, `_commit_ts`, `_xid`, `_unchanged_toast`."""
+    `_commit_lsn`, `_commit_ts`, `_xid`, `_unchanged_toast`, `_table_version` (and `_key` when
+    the table has key columns)."""
     request = PageRequest(
         after=parse_cursor_param("after", after), limit=limit, tables=parse_tables(tables),
         ops=parse_ops_param(ops), to=None if to is None else parse_cursor_param("to", to),
