@@ -50,7 +50,7 @@ class Change:
     options: dict[str, bool] | None = None
     toast_filled: list[str] | None = None
     # row changes: the table's schema version the server decoded the change with (``/tables``'
-    # ``versions[].version``; ``FeedClient.table_schema(table, at=change.cursor)`` describes it)
+    # ``versions[].version``; ``FeedClient.table_schema(feed, table, at=change.cursor)`` describes it)
     table_version: int | None = None
     # per image ("key", "before", "after"): the json/jsonb columns holding the JSON document
     # ``null``, which the image holds as ``pgfeed_client.JSON_NULL`` (None is SQL NULL)
@@ -150,10 +150,12 @@ class ColumnInfo:
     type_name: str | None
     typmod: int = -1
     key: bool = False
+    type: str | None = None  # with its modifiers, as PostgreSQL's format_type: numeric(12,2)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ColumnInfo:
-        return cls(d["name"], int(d["type_oid"]), d["type_name"], int(d["typmod"]), bool(d["key"]))
+        return cls(d["name"], int(d["type_oid"]), d["type_name"], int(d["typmod"]), bool(d["key"]),
+                   d.get("type"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +179,11 @@ class TableInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TableInfo:
-        """A table as ``/tables`` serves it: its newest version's fields, and every version."""
+        """A table as ``/tables`` serves it: its newest version's fields, and every version; or
+        one version as ``/tables/{table}/schema`` serves it (``versions`` empty)."""
         return cls(
             schema=str(d["schema"]), table=str(d["table"]),
             columns=tuple(ColumnInfo.from_json(c) for c in d["columns"]),
             version=int(d["version"]), replica_identity=d["replica_identity"],
-            versions=tuple(d["versions"]),
+            versions=tuple(d.get("versions") or ()),
         )

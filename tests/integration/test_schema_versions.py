@@ -154,7 +154,11 @@ def test_every_change_names_its_table_version(make_served_feed: FeedFactory, pg_
     versions = [c.table_version for t in txns for c in t.changes if c.table is not None]
     assert versions[:len(want_versions)] == want_versions
     with FeedClient(base) as client:
-        assert [c.table_version for c in client.iter_changes(name)] == want_versions
+        client_changes = list(client.iter_changes(name))
+        assert [c.table_version for c in client_changes] == want_versions
+        first = client.table_schema(name, "public.sv", at=client_changes[0].cursor)
+        assert first.version == 1 and first.key_columns == ("id",)
+        assert [(c.name, c.type, c.key) for c in first.columns] == expected[0]
 
 
 JSON_ROWS = [
