@@ -20,6 +20,7 @@ from pgfeed_client.errors import (
 
 __all__ = [
     "EARLIEST",
+    "JSON_NULL",
     "AsyncFeedClient",
     "AsyncGrpcFeedClient",
     "Change",
@@ -33,7 +34,6 @@ __all__ = [
     "FeedNotFound",
     "GrpcFeedClient",
     "InvalidCursor",
-    "JSON_NULL",
     "JsonNull",
     "Page",
     "RetryPolicy",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
@@ -100,10 +100,10 @@ class JsonNull:
     __slots__ = ()
     _instance: JsonNull | None = None
 
-    def __new__(cls) -> JsonNull:
+    def __new__(cls) -> Self:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
-        return cls._instance
+        return cls._instance  # type: ignore[return-value]
 
     def __bool__(self) -> bool:
         return False

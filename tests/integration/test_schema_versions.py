@@ -20,9 +20,9 @@ import httpx
 import psycopg
 import pyarrow as pa
 import pytest
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed_client import JSON_NULL, FeedClient, GrpcFeedClient
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from tests.fixtures.fix_service import FeedFactory
 
 pytestmark = pytest.mark.pg
