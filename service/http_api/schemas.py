@@ -49,11 +49,17 @@ class ChangeEvent(BaseModel):
     op: Literal["insert", "update", "delete", "truncate", "message", "read"]
     schema_: str | None = Field(None, alias="schema")
     table: str | None = None
+    table_version: int | None = Field(None, description="Row changes: the table's schema version "
+                                      "the change was decoded with (`GET …/tables/{table}/schema"
+                                      "?at=<commit_lsn:seq>` describes it)")
     key: dict[str, Any] | None = Field(None, description="Replica-identity columns of the row "
                                                          "before the change")
     before: dict[str, Any] | None = Field(None, description="Whole old row (REPLICA IDENTITY FULL)")
     after: dict[str, Any] | None = None
     unchanged_toast: list[str] | None = None
+    json_null: dict[str, list[str]] | None = Field(
+        None, description="Only when some: per image (`key`, `before`, `after`) the json/jsonb "
+                          "columns holding the JSON document `null` (written `null`, like SQL NULL)")
     toast_filled: list[str] | None = None
     origin: str | None = None
     prefix: str | None = Field(None, description="`message` events")
