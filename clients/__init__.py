@@ -7,6 +7,7 @@ from pgfeed_client._debezium import DebeziumPage
 from pgfeed_client._http_async import AsyncFeedClient
 from pgfeed_client._http_base import RetryPolicy
 from pgfeed_client._http_sync import FeedClient
+from pgfeed_client._json import JSON_NULL, JsonNull
 from pgfeed_client._models import Change, ColumnInfo, Page, TableInfo, Transaction, TransactionPage
 from pgfeed_client.errors import (
     ClientError,
@@ -19,6 +20,7 @@ from pgfeed_client.errors import (
 
 __all__ = [
     "EARLIEST",
+    "JSON_NULL",
     "AsyncFeedClient",
     "AsyncGrpcFeedClient",
     "Change",
@@ -32,6 +34,7 @@ __all__ = [
     "FeedNotFound",
     "GrpcFeedClient",
     "InvalidCursor",
+    "JsonNull",
     "Page",
     "RetryPolicy",
     "TableInfo",

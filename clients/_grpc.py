@@ -20,7 +20,7 @@ import grpc
 from pgfeed_client._cursor import format_lsn
 from pgfeed_client._headers import OLDEST_METADATA
 from pgfeed_client._http_base import CursorLike, RetryPolicy
-from pgfeed_client._json import embeddable, loads_exact
+from pgfeed_client._json import JSON_NULL, embeddable, json_nulls, loads_exact
 from pgfeed_client._models import Change, Transaction
 from pgfeed_client._tls import ClientCert, PathLike, grpc_channel_credentials
 from pgfeed_client.errors import (
@@ -77,6 +77,8 @@ def json_document(text: str) -> Any:
     """A ``json_value`` (the document exactly as PostgreSQL printed it) parsed with exact numbers
     (``_json.loads_exact``); a document nested past ``MAX_EMBEDDED_DEPTH`` stays its text, as
     the HTTP feed serves it."""
+    if text == "null":
+        return JSON_NULL  # the document null; SQL NULL is null_value (None)
     return loads_exact(text) if embeddable(text) else text
 
 
@@ -109,10 +111,11 @@ def _change(msg: Any, commit_lsn: str, xid: int, commit_ts: datetime | None,
     after = _row(msg.after)
     if after is None and op in ("insert", "update", "read"):
         after = {}  # a row of a table without columns
+    key, before = _row(msg.key), _row(msg.before)
     return Change(
         lsn=format_lsn(msg.lsn), seq=msg.seq, commit_lsn=commit_lsn, xid=xid, commit_ts=commit_ts,
-        op=op, schema=msg.schema or None, table=msg.table or None, key=_row(msg.key),
-        before=_row(msg.before), after=after, unchanged_toast=list(msg.unchanged_toast),
+        op=op, schema=msg.schema or None, table=msg.table or None, key=key,
+        before=before, after=after, unchanged_toast=list(msg.unchanged_toast),
         origin=origin,
         prefix=msg.prefix if op == "message" else None,
         content=msg.content if op == "message" else None,
@@ -120,6 +123,8 @@ def _change(msg: Any, commit_lsn: str, xid: int, commit_ts: datetime | None,
         tables=list(msg.tables) if op == "truncate" else None,
         options=dict(msg.options) if op == "truncate" else None,
         toast_filled=list(msg.toast_filled) or None,
+        table_version=msg.table_version or None,
+        json_null=json_nulls({"key": key, "before": before, "after": after}),
     )
 
 

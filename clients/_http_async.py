@@ -134,6 +134,11 @@ class AsyncFeedClient:
     async def tables(self, feed: str) -> list[TableInfo]:
         return base.table_infos(await self._json("GET", base.feed_path(feed, "tables")))
 
+    async def table_schema(self, feed: str, table: str, at: CursorLike = "latest") -> TableInfo:
+        """See ``FeedClient.table_schema``."""
+        return TableInfo.from_json(await self._json(
+            "GET", base.feed_path(feed, "tables", table, "schema"), params={"at": str(at)}))
+
     async def read_arrow(self, feed: str, after: CursorLike = "earliest",
                          to: CursorLike = "latest", *, table: str | None = None,
                          tables: Names = None, ops: Names = None,

@@ -169,6 +169,12 @@ class FeedClient:
         """The relations the feed has seen, newest schema version of each."""
         return base.table_infos(self._json("GET", base.feed_path(feed, "tables")))
 
+    def table_schema(self, feed: str, table: str, at: CursorLike = "latest") -> TableInfo:
+        """The version of ``table``'s schema in force at ``at`` (``change.cursor``: the version
+        that change was decoded with, ``change.table_version``), types with their modifiers."""
+        return TableInfo.from_json(self._json(
+            "GET", base.feed_path(feed, "tables", table, "schema"), params={"at": str(at)}))
+
     def read_arrow(self, feed: str, after: CursorLike = "earliest", to: CursorLike = "latest", *,
                    table: str | None = None, tables: Names = None, ops: Names = None,
                    limit: int | None = None) -> pa.Table:

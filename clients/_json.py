@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
-__all__ = ["MAX_EMBEDDED_DEPTH", "dumps_exact", "embeddable", "json_depth", "loads_exact",
+__all__ = ["JSON_NULL", "MAX_EMBEDDED_DEPTH", "JsonNull", "dumps_exact", "embeddable", "json_depth", "loads_exact",
            "loads_page", "number"]
 
 # A json/jsonb document is embedded in an HTTP event as PostgreSQL printed it unless it nests
@@ -92,6 +92,49 @@ def loads_page(content: bytes) -> Any:
     return loads_exact(content)
 
 
+class JsonNull:
+    """The JSON document ``null`` held by a json/jsonb column, as the client library gives it
+    (``JSON_NULL``, the one instance), where ``None`` is SQL NULL. Falsy, and written back as
+    ``null`` by ``dumps_exact``. A ``null`` *inside* a document (``{"a": null}``) stays None."""
+
+    __slots__ = ()
+    _instance: JsonNull | None = None
+
+    def __new__(cls) -> Self:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance  # type: ignore[return-value]
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "JSON_NULL"
+
+    def __reduce__(self) -> str:  # pickled (Spark) as the module's one instance
+        return "JSON_NULL"
+
+
+JSON_NULL = JsonNull()
+
+
+def mark_json_null(row: dict[str, Any] | None, names: Any) -> None:
+    """Put ``JSON_NULL`` in ``row`` for the ``names`` an event's ``json_null`` lists for it."""
+    if row is not None and names:
+        for name in names:
+            if name in row and row[name] is None:
+                row[name] = JSON_NULL
+
+
+def json_nulls(images: dict[str, dict[str, Any] | None]) -> dict[str, list[str]] | None:
+    """``{image: sorted columns holding JSON_NULL}`` for the non-empty ones, None when none: the
+    server's ``json_null``, rebuilt from values (the gRPC client)."""
+    found = {image: sorted(k for k, v in row.items() if v is JSON_NULL)
+             for image, row in images.items() if row}
+    found = {image: names for image, names in found.items() if names}
+    return found or None
+
+
 def dumps_exact(value: Any) -> str:
     """Compact JSON text of a parsed value, numbers as ``loads_exact`` gave them (a Decimal with
     all its digits, an int of any size), non-ASCII characters as they are."""
@@ -102,6 +145,8 @@ def dumps_exact(value: Any) -> str:
         return "[" + ",".join(dumps_exact(v) for v in value) + "]"
     if t is Decimal:
         return str(value)
+    if t is JsonNull:
+        return "null"
     return _string(value)
 
 

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from pgfeed_client._cursor import Cursor, parse_lsn
+from pgfeed_client._json import mark_json_null
 
 __all__ = ["Change", "ColumnInfo", "Page", "TableInfo", "Transaction", "TransactionPage"]
 
@@ -26,7 +27,8 @@ class Change:
     """One change event. LSNs stay in PostgreSQL's text form; row values as the JSON gives them
     (numeric as exact strings, bytea as base64, times as ISO 8601 strings; json/jsonb documents
     parsed with exact numbers: int of any size, float when it holds the number exactly, else
-    Decimal; a document nested past 500 levels as its text)."""
+    Decimal; a document nested past 500 levels as its text; the document ``null`` as
+    ``pgfeed_client.JSON_NULL``, SQL NULL as None)."""
 
     lsn: str
     seq: int
@@ -47,6 +49,12 @@ class Change:
     tables: list[str] | None = None
     options: dict[str, bool] | None = None
     toast_filled: list[str] | None = None
+    # row changes: the table's schema version the server decoded the change with (``/tables``'
+    # ``versions[].version``; ``FeedClient.table_schema(feed, table, at=change.cursor)`` describes it)
+    table_version: int | None = None
+    # per image ("key", "before", "after"): the json/jsonb columns holding the JSON document
+    # ``null``, which the image holds as ``pgfeed_client.JSON_NULL`` (None is SQL NULL)
+    json_null: dict[str, list[str]] | None = None
 
     @property
     def cursor(self) -> Cursor:
@@ -63,13 +71,20 @@ class Change:
         # this ~1 µs a change slower (of ~2.5).
         get = d.get
         content = get("content")
-        return cls(
+        change = cls(
             d["lsn"], d["seq"], d["commit_lsn"], get("xid", 0), _ts(get("commit_ts")), d["op"],
             get("schema"), get("table"), get("key"), get("before"), get("after"),
             list(get("unchanged_toast") or ()), get("origin"), get("prefix"),
             None if content is None else base64.b64decode(content),
             get("transactional"), get("tables"), get("options"), get("toast_filled"),
+            get("table_version"), get("json_null"),
         )
+        nulls = change.json_null
+        if nulls:  # the JSON document null, which the event can only name (its value is null)
+            mark_json_null(change.key, nulls.get("key"))
+            mark_json_null(change.before, nulls.get("before"))
+            mark_json_null(change.after, nulls.get("after"))
+        return change
 
 
 @dataclass(slots=True)
@@ -135,10 +150,12 @@ class ColumnInfo:
     type_name: str | None
     typmod: int = -1
     key: bool = False
+    type: str | None = None  # with its modifiers, as PostgreSQL's format_type: numeric(12,2)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ColumnInfo:
-        return cls(d["name"], int(d["type_oid"]), d["type_name"], int(d["typmod"]), bool(d["key"]))
+        return cls(d["name"], int(d["type_oid"]), d["type_name"], int(d["typmod"]), bool(d["key"]),
+                   d.get("type"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,10 +179,11 @@ class TableInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TableInfo:
-        """A table as ``/tables`` serves it: its newest version's fields, and every version."""
+        """A table as ``/tables`` serves it: its newest version's fields, and every version; or
+        one version as ``/tables/{table}/schema`` serves it (``versions`` empty)."""
         return cls(
             schema=str(d["schema"]), table=str(d["table"]),
             columns=tuple(ColumnInfo.from_json(c) for c in d["columns"]),
             version=int(d["version"]), replica_identity=d["replica_identity"],
-            versions=tuple(d["versions"]),
+            versions=tuple(d.get("versions") or ()),
         )

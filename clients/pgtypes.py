@@ -110,6 +110,9 @@ CHANGE_COLUMN_TYPES: tuple[tuple[str, ColumnType], ...] = (
     ("content", ColumnType("binary")), ("transactional", ColumnType("bool")),
     ("tables", _STRINGS), ("options", _STRING),  # JSON text
     ("toast_filled", _STRINGS),
+    # the table's schema version a row change was decoded with; JSON text of the event's
+    # json_null (per image, the json/jsonb columns holding the document null), NULL when none
+    ("table_version", ColumnType("int32")), ("json_null", _STRING),
 )
 # A typed read's metadata, after the table's own columns: which change, where in the log, and
 # which columns were unchanged TOAST (NULL in the row, but not changed to NULL). Then KEY_COLUMN,
@@ -118,6 +121,8 @@ CHANGE_COLUMN_TYPES: tuple[tuple[str, ColumnType], ...] = (
 METADATA_COLUMN_TYPES: tuple[tuple[str, ColumnType], ...] = (
     ("_op", _STRING), ("_lsn", _INT64), ("_seq", _INT64), ("_commit_lsn", _INT64),
     ("_commit_ts", _TIMESTAMPTZ), ("_xid", _INT64), ("_unchanged_toast", _STRINGS),
+    # the table's schema version the change was decoded with (GET …/tables/{table}/schema?at=)
+    ("_table_version", ColumnType("int32")),
 )
 KEY_COLUMN = "_key"
 

@@ -5,7 +5,7 @@ google.protobuf.Timestamp fields and precomputed ``map<string, Value>`` entry he
 from __future__ import annotations
 
 __all__ = ["HEADS", "SMALL", "VALUE", "VC", "MapColumn", "V", "ld_field", "map_column",
-           "text_field", "timestamp_field", "varint"]
+           "table_version_field", "text_field", "timestamp_field", "varint"]
 
 # pgfeed.v1.Value (feed.proto): each field's tag byte (field number << 3 | wire type)
 VALUE: dict[str, bytes] = {
@@ -51,6 +51,16 @@ def ld_field(tag: bytes, payload: bytes) -> bytes:
 def text_field(tag: bytes, text: str) -> bytes:
     """A string field (UTF-8)."""
     return ld_field(tag, text.encode())
+
+
+# pgfeed.v1.Change.table_version: field 16, varint (two tag bytes)
+TABLE_VERSION_TAG = b"\x80\x01"
+
+
+def table_version_field(version: int | None) -> bytes:
+    """Change.table_version (the relation version a row change was decoded with); 0 or None
+    (an unnumbered version) is left out, as protobuf leaves out zeros."""
+    return TABLE_VERSION_TAG + varint(version) if version else b""
 
 
 def timestamp_field(field: bytes, seconds: int, micros: int) -> bytes:

@@ -27,7 +27,7 @@ FIRST_PAGE_SHARE = 8
 # Where a typed column may also be found in the server's Arrow answer.
 _ALIASES = {"_op": ("op",), "_lsn": ("lsn",), "_seq": ("seq",), "_commit_lsn": ("commit_lsn",),
             "_commit_ts": ("commit_ts",), "_xid": ("xid",),
-            "_unchanged_toast": ("unchanged_toast",)}
+            "_unchanged_toast": ("unchanged_toast",), "_table_version": ("table_version",)}
 
 
 def read_range(opts: FeedOptions, part: LsnRange, schema: StructType,

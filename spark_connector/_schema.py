@@ -118,7 +118,7 @@ def _str(v: Any) -> str | None:
 def _json_text(v: Any) -> str | None:
     """A json/jsonb value as the client parsed it (numbers exact) -> compact JSON text, every
     digit kept; the Arrow wire format carries PostgreSQL's own text instead."""
-    return None if v is None else dumps_exact(v)
+    return None if v is None else dumps_exact(v)  # JSON_NULL (the document null): "null"
 
 
 def _bytes(v: Any) -> bytes | None:
@@ -202,7 +202,7 @@ def typed_row(change: Change, names: Sequence[str], converters: Sequence[Convert
     values = [None if name in hidden else conv(image.get(name))
               for name, conv in zip(names, converters)]
     row = (*values, op, parse_lsn(change.lsn), change.seq, parse_lsn(change.commit_lsn),
-           change.commit_ts, change.xid, list(toast))
+           change.commit_ts, change.xid, list(toast), change.table_version)
     if key is None:
         return row
     old = change.key
@@ -216,5 +216,6 @@ def raw_row(change: Change) -> tuple[Any, ...]:
         change.xid, change.op, change.schema, change.table, _json_text(change.key),
         _json_text(change.before), _json_text(change.after), list(change.unchanged_toast),
         change.origin, change.prefix, change.content, change.transactional, change.tables,
-        _json_text(change.options), change.toast_filled,
+        _json_text(change.options), change.toast_filled, change.table_version,
+        _json_text(change.json_null),
     )

@@ -162,6 +162,11 @@ class Change:
     options: dict[str, bool] | None = None
     # toast == "reselect": the unchanged_toast columns whose value was filled from an old image
     toast_filled: list[str] | None = None
+    # row changes: the relation version (``/tables``' ``versions[].version``) it was decoded with
+    table_version: int | None = None
+    # row changes: per image ("key", "before", "after") the json/jsonb columns holding the JSON
+    # document ``null`` (not SQL NULL); None when there are none
+    json_null: dict[str, list[str]] | None = None
 
 
 # What a served transaction's changes are: ``Change``, or (reads that write straight from the wire,

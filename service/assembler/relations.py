@@ -28,6 +28,7 @@ __all__ = [
     "RelationCatalog",
     "RelationSchema",
     "TypeName",
+    "format_type",
     "resolve_value_oid",
     "schema_message",
     "served_schema",
@@ -70,6 +71,67 @@ def resolve_value_oid(type_oid: int, type_name: TypeName | None) -> int:
     return TEXT_ARRAY_OID if type_name.name.startswith("_") else TEXT_OID
 
 
+# format_type's SQL spellings of built-in type names (src/backend/utils/adt/format_type.c)
+_SQL_NAMES = {
+    "bool": "boolean", "int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real",
+    "float8": "double precision", "char": '"char"', "bpchar": "character",
+    "varchar": "character varying", "bit": "bit", "varbit": "bit varying", "numeric": "numeric",
+    "time": "time", "timetz": "time", "timestamp": "timestamp", "timestamptz": "timestamp",
+    "interval": "interval",
+}
+_ZONE = {"time": " without time zone", "timetz": " with time zone",
+         "timestamp": " without time zone", "timestamptz": " with time zone"}
+# interval typmod: range mask (bits 16-30) -> fields, as PostgreSQL's intervaltypmodout
+_Y, _MO, _D, _H, _MI, _S = 1 << 2, 1 << 1, 1 << 3, 1 << 10, 1 << 11, 1 << 12
+_INTERVAL_FIELDS = {
+    _Y: " year", _MO: " month", _D: " day", _H: " hour", _MI: " minute", _S: " second",
+    _Y | _MO: " year to month", _D | _H: " day to hour", _D | _H | _MI: " day to minute",
+    _D | _H | _MI | _S: " day to second", _H | _MI: " hour to minute",
+    _H | _MI | _S: " hour to second", _MI | _S: " minute to second", 0x7FFF: "",
+}
+
+
+def _modifier(name: str, typmod: int) -> str:
+    """The ``(…)`` part format_type writes for a built-in type's typmod ('' for none)."""
+    if typmod < 0:
+        return ""
+    if name in ("bpchar", "varchar"):
+        return f"({typmod - 4})"
+    if name in ("bit", "varbit"):
+        return f"({typmod})"
+    if name == "numeric":
+        if typmod < 4:
+            return ""
+        packed = typmod - 4
+        return f"({(packed >> 16) & 0xFFFF},{((packed & 0x7FF) ^ 1024) - 1024})"
+    if name in _ZONE:
+        return f"({typmod})"
+    if name == "interval":
+        fields = _INTERVAL_FIELDS.get((typmod >> 16) & 0x7FFF, "")
+        precision = typmod & 0xFFFF
+        return fields + (f"({precision})" if precision != 0xFFFF else "")
+    return ""
+
+
+def format_type(type_oid: int, typmod: int, type_name: str | None = None) -> str | None:
+    """A column's type as PostgreSQL's ``format_type(oid, typmod)`` writes it for a built-in
+    type: ``numeric(12,2)``, ``character varying(40)``, ``timestamp(3) with time zone``,
+    ``integer[]``; for any other type ``type_name`` (the name its Type message gave, without
+    modifiers: pgoutput sends no more), None when it has none."""
+    name = BUILTIN_TYPES.get(type_oid) if type_oid < FIRST_NON_BUILTIN_OID else None
+    if name is None:
+        return type_name
+    array = name.startswith("_")
+    base = name[1:] if array else name
+    if base == "bpchar" and typmod < 0:
+        text = "bpchar"  # unconstrained: not character, which means character(1)
+    else:
+        sql = _SQL_NAMES.get(base, base)
+        mod = _modifier(base, typmod)
+        text = sql + mod + _ZONE.get(base, "") if base in _ZONE else sql + mod
+    return text + "[]" if array else text
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnSchema:
     name: str
@@ -78,6 +140,11 @@ class ColumnSchema:
     is_key: bool  # part of the replica identity (every column under REPLICA IDENTITY FULL)
     type_name: str | None  # pg_catalog names bare, others schema-qualified; None if never named
     value_oid: int  # the built-in type whose text form the values take (see resolve_value_oid)
+
+    @property
+    def type(self) -> str | None:
+        """The type with its modifiers, as PostgreSQL's format_type writes it (``numeric(12,2)``)."""
+        return format_type(self.type_oid, self.typmod, self.type_name)
 
 
 def served_schema(namespace: str) -> str:
@@ -121,10 +188,16 @@ class RelationSchema:
             "replica_identity": self.replica_identity,
             "columns": [
                 {"name": c.name, "type_oid": c.type_oid, "type_name": c.type_name,
-                 "typmod": c.typmod, "key": c.is_key}
+                 "type": c.type, "typmod": c.typmod, "key": c.is_key}
                 for c in self.columns
             ],
         }
+
+    def schema_at(self) -> dict[str, Any]:
+        """``GET …/tables/{table}/schema``: this version's columns with their types as
+        format_type writes them, its key columns, and where it took effect."""
+        return {"relation_id": self.relation_id, "schema": self.schema, "table": self.table,
+                "name": self.qualified_name, **self.describe(), "key_columns": list(self.key_columns)}
 
 
 def schema_message(frame_or_message: bytes | memoryview | RelationMessage | TypeMessage,
@@ -216,6 +289,10 @@ class RelationCatalog:
 
     def versions(self, relation_id: int) -> list[RelationSchema]:
         return list(self._versions.get(relation_id, ()))
+
+    def relations(self) -> list[tuple[int, list[RelationSchema]]]:
+        """Every relation id seen with its versions, oldest first."""
+        return [(r, list(v)) for r, v in sorted(self._versions.items())]
 
     def type_name(self, type_oid: int) -> TypeName | None:
         return self._types.get(type_oid)

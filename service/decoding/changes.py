@@ -45,6 +45,7 @@ from pgfeed.pgoutput.messages import (
 from pgfeed.pgoutput.messages import TUPLE_KEY as _KEY
 from pgfeed.pgoutput.messages import TUPLE_NEW as _NEW
 from pgfeed.pgoutput.messages import TUPLE_OLD as _OLD_ROW
+from pgfeed.types.json import JsonText
 
 __all__ = ["DEFAULT_PLACEHOLDER", "Fills", "LazyChange", "RawChange", "ReadChange", "RowSink",
            "Segment", "SunkChange", "ToastMode", "TransactionDecoder"]
@@ -172,6 +173,25 @@ def _fill(values: tuple[Any, ...], plan: RelationPlan,
                 out[i] = held[1]
                 filled.append(names[i])
     return (tuple(out) if filled else None), filled
+
+
+def _json_nulls(change: Change, columns: frozenset[str]) -> dict[str, list[str]] | None:
+    """Per image of ``change``, the json/jsonb ``columns`` holding the JSON document ``null``
+    (``JsonText("null")``, where SQL NULL is None): what a JSON event cannot say in the value."""
+    found: dict[str, list[str]] | None = None
+    for image, row in (("key", change.key), ("before", change.before), ("after", change.after)):
+        if not row:
+            continue
+        names = [n for n in columns if _is_json_null(row.get(n))]
+        if names:
+            if found is None:
+                found = {}
+            found[image] = sorted(names)
+    return found
+
+
+def _is_json_null(value: Any) -> bool:
+    return type(value) is JsonText and value.text == "null"
 
 
 @final
@@ -475,9 +495,12 @@ class TransactionDecoder:
             change = self._update(after, toast, old, old_kind, plan, lsn, seq)
         else:
             assert old is not None
-            return self._delete(old, old_kind, plan, lsn, seq)
+            change = self._delete(old, old_kind, plan, lsn, seq)
+        change.table_version = plan.schema.version
         if toast:
             self._unchanged_toast(change, filled)
+        if plan.json_columns:
+            change.json_null = _json_nulls(change, plan.json_columns)
         return change
 
     def _insert(self, after: dict[str, Any], toast: list[str], plan: RelationPlan, lsn: int,

@@ -40,6 +40,7 @@ class RelationPlan:
     wire_row: WireRow  # TupleData bytes of 't'/'n' columns -> ({column: value}, next position)
     kinds: tuple[str, ...] | None  # per column: the compiled encoder's kind; None: reference only
     json_kinds: Mapping[str, str]  # json/jsonb columns: "json", arrays of them: "json[]"
+    json_columns: frozenset[str]  # the json/jsonb columns (not arrays): where a document null can be
 
     @classmethod
     def of(cls, schema: RelationSchema) -> RelationPlan:
@@ -50,7 +51,8 @@ class RelationPlan:
         return cls(schema, schema.qualified_name, oids, names, schema.key_columns,
                    _key_getter(schema.key_columns), row_loader(oids, names),
                    _wire_row(oids, names, schema.qualified_name),
-                   None if None in kinds else kinds, json_kinds)  # type: ignore[arg-type]
+                   None if None in kinds else kinds, json_kinds,  # type: ignore[arg-type]
+                   frozenset(n for n, k in json_kinds.items() if k == "json"))
 
 
 def _key_getter(names: tuple[str, ...]) -> KeyOf:

@@ -442,8 +442,7 @@ static int proto_value(Buf *b, int kind, Col c) {
     case K_NUMERIC:
         if (!numeric_ok(t, n)) return FALLBACK;
         return put_ld(b, 0x3a, t, n);
-    case K_JSON:
-        if (n == 4 && memcmp(t, "null", 4) == 0) { PUTS(b, "\x08\x00"); return 0; }
+    case K_JSON: /* the document null too: json_value "null", never null_value (SQL NULL) */
         return put_ld(b, 0x4a, t, n);
     case K_BOOL:
         if (n == 1 && t[0] == 't') { PUTS(b, "\x10\x01"); return 0; }
@@ -581,6 +580,9 @@ static int json_value(Buf *b, int kind, Col c, const JsonHooks *hooks) {
         if (plain_ascii(t, n)) return put_quoted(b, t, n);
         return put_call(b, hooks->text_json, t, n);
     case K_JSON:
+        /* the document null needs the event's json_null list to stay apart from SQL NULL:
+         * the reference path writes it */
+        if (n == 4 && memcmp(t, "null", 4) == 0) return FALLBACK;
         /* a document that may nest deeper than a client's parser takes (orjson: 1024 levels)
          * is left to the reference path */
         if (n > 1000) {

@@ -238,7 +238,7 @@ static int arrow_value(Column *c, Py_ssize_t row, int kind, Col v) {
             CHECK(valid_utf8(t, n));
             return column_var(c, row, t, n);
         case K_JSON:
-            if (n == 4 && memcmp(t, "null", 4) == 0) return column_null(c, row);
+            /* the document null is the text "null", SQL NULL a null (n < 0, above) */
             CHECK(valid_utf8(t, n));
             return column_var(c, row, t, n);
         case K_NUMERIC:
@@ -334,7 +334,8 @@ static int arrow_list(Column *c, Py_ssize_t row, int kind, Col v) {
 
 /* -- ArrowRows --------------------------------------------------------------------------------- */
 
-enum { M_OP, M_LSN, M_SEQ, M_COMMIT_LSN, M_COMMIT_TS, M_XID, M_TOAST_NAME, M_KEY_VALID, M_COUNT };
+enum { M_OP, M_LSN, M_SEQ, M_COMMIT_LSN, M_COMMIT_TS, M_XID, M_TOAST_NAME, M_KEY_VALID,
+       M_TABLE_VERSION, M_COUNT };
 
 #define F_READ 1       /* a backfill chunk: its inserts are rows read, op "read" */
 #define F_ALLOW_U 2    /* unchanged TOAST values are null and listed (not toast=reselect) */
@@ -432,7 +433,7 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
         if (column_init(&self->cols[n + j], src->kind, src->precision, src->scale) < 0) return nomem();
     }
     static const int meta_kinds[] = {A_STRING, A_INT64, A_INT64, A_INT64, A_INT64, A_INT64,
-                                     A_STRING, A_BOOL};
+                                     A_STRING, A_BOOL, A_INT32};
     for (int m = 0; m < M_COUNT; m++)
         if (column_init(meta(self, m), meta_kinds[m], 0, 0) < 0) return nomem();
     int32_t zero = 0;
@@ -467,7 +468,7 @@ static int put_int64(Column *c, Py_ssize_t row, int64_t v) { return column_fixed
 /* one Insert/Update/Delete message as a row (to_arrow.typed_batch's image, key and metadata) */
 static int append_row(ArrowRows *self, const unsigned char *d, Py_ssize_t len,
                       const unsigned char *kinds, int op, int allow_u, uint64_t lsn, uint64_t seq,
-                      int64_t commit_lsn, int64_t commit_ts, int64_t xid) {
+                      int64_t commit_lsn, int64_t commit_ts, int64_t xid, int32_t version) {
     Layout l;
     Py_ssize_t row = self->rows, n = self->ncols;
     CHECK(parse_message(d, len, n, self->newc, self->oldc, &l, allow_u));
@@ -509,6 +510,9 @@ static int append_row(ArrowRows *self, const unsigned char *d, Py_ssize_t len,
     CHECK(put_int64(meta(self, M_COMMIT_LSN), row, commit_lsn));
     CHECK(put_int64(meta(self, M_COMMIT_TS), row, commit_ts));
     CHECK(put_int64(meta(self, M_XID), row, xid));
+    /* the relation version the row was decoded with (0: an unnumbered one, null) */
+    if (version > 0) CHECK(column_fixed(meta(self, M_TABLE_VERSION), row, &version));
+    else CHECK(column_null(meta(self, M_TABLE_VERSION), row));
     return 0;
 }
 
@@ -522,14 +526,14 @@ static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* scan(payload, pos, seq, stop, relation_id, kinds, commit_lsn, commit_ts, xid, flags)
+/* scan(payload, pos, seq, stop, relation_id, kinds, commit_lsn, commit_ts, xid, flags, version)
  *   -> (pos, seq, rows appended)
  * Appends the frames from ``pos`` on (seq = the last one's seq before them) while they are row
  * changes of ``relation_id`` below ``stop`` that these rules write; stops before any other frame
  * (the caller's to handle, e.g. by the reference path). Changes of ops not wanted are passed. */
 static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize_t nargs) {
     if (self->cols == NULL) { PyErr_SetString(PyExc_TypeError, "ArrowRows not initialised"); return NULL; }
-    if (nargs != 10) { PyErr_SetString(PyExc_TypeError, "scan() takes 10 arguments"); return NULL; }
+    if (nargs != 11) { PyErr_SetString(PyExc_TypeError, "scan() takes 11 arguments"); return NULL; }
     if (self->taken) { PyErr_SetString(PyExc_ValueError, "scan() after buffers()"); return NULL; }
     if (self->scanning) { PyErr_SetString(PyExc_RuntimeError, "ArrowRows is being scanned"); return NULL; }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
@@ -538,7 +542,9 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
     long long commit_lsn = PyLong_AsLongLong(args[6]), commit_ts = PyLong_AsLongLong(args[7]);
     long long xid = PyLong_AsLongLong(args[8]);
     long flags = PyLong_AsLong(args[9]);
+    long version = PyLong_AsLong(args[10]);
     if (PyErr_Occurred()) return NULL;
+    if (version < 0 || version > INT32_MAX) { PyErr_SetString(PyExc_ValueError, "version out of range"); return NULL; }
     if (!PyBytes_Check(args[5]) || PyBytes_GET_SIZE(args[5]) != self->ncols) {
         PyErr_SetString(PyExc_ValueError, "kinds: one byte per column");
         return NULL;
@@ -567,7 +573,7 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
         if (flags & F_WANT(op)) {
             mark(self);
             rc = append_row(self, d + start, length, kinds, op, (flags & F_ALLOW_U) != 0, lsn,
-                            (uint64_t)(seq + 1), commit_lsn, commit_ts, xid);
+                            (uint64_t)(seq + 1), commit_lsn, commit_ts, xid, (int32_t)version);
             if (rc < 0) {
                 rollback(self);
                 if (rc != ERROR) rc = 0; /* FALLBACK: the caller takes this change */
@@ -645,7 +651,7 @@ static PyObject *column_buffers(Column *c, Py_ssize_t rows, int values) {
 }
 
 /* buffers() -> [table columns..., key fields..., op, lsn, seq, commit_lsn, commit_ts, xid,
- *               (toast list offsets), toast names, key validity, list elements...]; a list
+ *               (toast list offsets), toast names, key validity, table version, list elements...]; a list
  *               column's own entry holds its validity and offsets. The buffers are taken, not
  *               copied: called once, when the page's rows are all appended. */
 static PyObject *ArrowRows_buffers(ArrowRows *self, PyObject *unused) {
@@ -682,7 +688,7 @@ static PyObject *ArrowRows_len(ArrowRows *self, void *unused) { return PyLong_Fr
 
 static PyMethodDef ArrowRows_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))ArrowRows_scan, METH_FASTCALL,
-     "scan(payload, pos, seq, stop, relation_id, kinds, commit_lsn, commit_ts, xid, flags) "
+     "scan(payload, pos, seq, stop, relation_id, kinds, commit_lsn, commit_ts, xid, flags, version) "
      "-> (pos, seq, appended)"},
     {"buffers", (PyCFunction)ArrowRows_buffers, METH_NOARGS,
      "the Arrow buffers of every column, taken (once, after the last scan)"},

@@ -169,14 +169,14 @@ class ArrowSink:
             return None
         out: tuple[int, int, int] = self.rows.scan(
             payload, pos, seq, stop, relation_id, kinds, stored.commit_lsn,
-            stored.commit_ts + PG_EPOCH_UNIX_US, stored.xid, flags)
+            stored.commit_ts + PG_EPOCH_UNIX_US, stored.xid, flags, plan.schema.version)
         return None if out[0] == pos else out
 
     def _batch(self) -> pa.RecordBatch:
         bufs = self.rows.buffers()
         n = self.rows.rows
         width = len(self.columns)
-        elements = iter(bufs[width + len(self.key_names) + 9:])
+        elements = iter(bufs[width + len(self.key_names) + 10:])
         arrays = [_list(t, n, b, next(elements)) if pa.types.is_list(t) else _array(t, n, b)
                   for t, b in zip(self.types, bufs)]
         keys = bufs[width:width + len(self.key_names)]
@@ -190,6 +190,7 @@ class ArrowSink:
                                       [_buf(names[0]), _buf(names[1]), _buf(names[2])], names[3])
         arrays.append(pa.Array.from_buffers(toast_type, n, [None, _buf(meta[6])],
                                             children=[child]))
+        arrays.append(_array(fields[width + 7].type, n, meta[9]))  # _table_version
         if KEY_FIELD in self.schema.names:
             key_type = self.schema.field(KEY_FIELD).type
             children = [_array(key_type.field(i).type, n, b) for i, b in enumerate(keys)]

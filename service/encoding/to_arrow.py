@@ -12,7 +12,8 @@ changes encodes in tens of milliseconds. The typed mapping mirrors
 - date -> date32; timestamp -> timestamp[us]; timestamptz -> timestamp[us, UTC]; values Arrow
   cannot hold (``infinity``, BC, years past 9999: the JSON keeps their text) -> null;
 - arrays -> list<element>; a multi-dimensional array value -> null;
-- json/jsonb -> string holding the document exactly as PostgreSQL printed it; uuid, text types, time, interval and anything
+- json/jsonb -> string holding the document exactly as PostgreSQL printed it (the document
+  ``null`` is the string "null", SQL NULL a null; in json[]/jsonb[] both are null elements); uuid, text types, time, interval and anything
   else -> string: a JSON string value as is, any other value as its JSON text.
 
 Unchanged-TOAST columns (not filled by ``toast=reselect``) are null and listed in
@@ -226,9 +227,17 @@ def _maybe(cast: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return convert
 
 
+def _json_element_text(value: Any) -> str | None:
+    """A json[]/jsonb[] element: its text, the document ``null`` a null element (as the JSON
+    event and protobuf write it: an array's elements have no ``json_null`` list)."""
+    text = _json_text(value)
+    return None if text == "null" else text
+
+
 def _converter(column: ArrowColumn, t: pa.DataType) -> Callable[[Any], Any]:
     if pa.types.is_list(t):
-        element = _scalar_converter(t.value_type, column.element_is_json)
+        element = (_json_element_text if column.element_is_json
+                   else _scalar_converter(t.value_type, False))
 
         def array(v: Any) -> list[Any] | None:
             if not isinstance(v, list) or any(isinstance(x, list) for x in v):
@@ -322,6 +331,7 @@ def _metadata(transactions: Sequence[Transaction[Change]], changes: list[Change]
         pa.array(_repeated(transactions, lambda t: t.commit_ts + PG_EPOCH_UNIX_US), pa.int64()).cast(_TS_UTC),
         pa.array(_repeated(transactions, lambda t: t.xid), pa.int64()),
         pa.array(toast_lists, _STRINGS),
+        pa.array([c.table_version or None for c in changes], pa.int32()),
     ]
 
 
@@ -352,6 +362,8 @@ def generic_batch(transactions: Sequence[Transaction[Change]]) -> pa.RecordBatch
         pa.array([c.tables for c in changes], _STRINGS),
         pa.array(_json_or_none(c.options for c in changes), pa.string()),
         pa.array([c.toast_filled for c in changes], _STRINGS),
+        pa.array([c.table_version for c in changes], pa.int32()),
+        pa.array(_json_or_none(c.json_null for c in changes), pa.string()),
         pa.array(_repeated(transactions, lambda t: t.end_lsn), pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=_CHANGE_SCHEMA)

@@ -11,6 +11,9 @@ states the difference:
 - a truncate of several tables becomes one ``t`` event per table;
 - an unchanged TOAST column not filled by the feed holds Debezium's placeholder
   ``__debezium_unavailable_value`` (pgfeed's placeholder, or the column omitted, in the native shape);
+- ``source.table_version`` names the table's schema version the row was decoded with (pgfeed's
+  own field), and ``source.json_null`` (only when some) the json/jsonb columns of ``before`` /
+  ``after`` holding the JSON document ``null``, whose value is ``null`` like SQL NULL's;
 - ``ts_ms`` (top level) is the commit time, not the time of reading: a log re-read gives the same
   envelopes.
 """
@@ -60,7 +63,23 @@ def _source(event: dict[str, Any], src: DebeziumSource, *, snapshot: bool,
             "schema": schema, "table": table, "txId": event["xid"], "lsn": parse_lsn(event["lsn"]),
             "xmin": None,
             # pgfeed's own position of the change: resume a native read right after it
-            "commit_lsn": event["commit_lsn"], "seq": event["seq"], "origin": event.get("origin")}
+            "commit_lsn": event["commit_lsn"], "seq": event["seq"], "origin": event.get("origin"),
+            "table_version": event.get("table_version")}
+
+
+def _json_null(event: dict[str, Any], before_from: str | None, with_after: bool,
+               ) -> dict[str, list[str]] | None:
+    """The native ``json_null`` for an envelope whose ``before`` is the native image
+    ``before_from`` ("before" or "key", None: no before) and which has an ``after`` or not."""
+    nulls = event.get("json_null")
+    if not nulls:
+        return None
+    out = {}
+    if before_from is not None and nulls.get(before_from):
+        out["before"] = nulls[before_from]
+    if with_after and nulls.get("after"):
+        out["after"] = nulls["after"]
+    return out or None
 
 
 def _after(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -83,9 +102,13 @@ def envelopes(event: dict[str, Any], src: DebeziumSource) -> list[dict[str, Any]
 
     def one(code: str, before: Any, after: Any, *, schema: str | None = schema,
             table: str | None = table, **extra: Any) -> dict[str, Any]:
-        return {"before": before, "after": after,
-                "source": _source(event, src, snapshot=op == "read", schema=schema, table=table,
-                                  ts_us=ts_us),
+        source = _source(event, src, snapshot=op == "read", schema=schema, table=table,
+                         ts_us=ts_us)
+        nulls = _json_null(event, None if before is None else
+                           "before" if before is event.get("before") else "key", after is not None)
+        if nulls is not None:
+            source["json_null"] = nulls
+        return {"before": before, "after": after, "source": source,
                 "op": code, "ts_ms": ts_us // 1000, "ts_us": ts_us, "transaction": None, **extra}
 
     if code == "t":

@@ -59,7 +59,9 @@ def change_to_dict(change: Change, txn: Transaction[object]) -> dict[str, Any]:
     """One change event, keyed as the contract's "Change event (JSON)".
 
     Changes of a backfill chunk (op read) end with ``backfill`` (the id). Every event has lsn, seq, commit_lsn, xid, commit_ts, op, schema, table and origin. Row
-    changes add ``key`` (null without a replica identity) and ``unchanged_toast`` always,
+    changes add ``table_version`` (the relation version they were decoded with), ``key`` (null
+    without a replica identity) and ``unchanged_toast`` always, ``json_null`` when a json/jsonb
+    column holds the document ``null`` (per image: which columns' ``null`` is not SQL NULL),
     ``before`` only when the old row came whole and ``after`` for inserts and updates, plus
     ``toast_filled`` in toast=reselect mode. Truncates add ``tables`` and ``options``; messages
     ``prefix``, ``content`` (base64) and ``transactional``. Values stay Python objects here;
@@ -72,21 +74,27 @@ def change_to_dict(change: Change, txn: Transaction[object]) -> dict[str, Any]:
         if before is None and after is not None:  # insert, update without FULL
             out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn,
                    "xid": xid, "commit_ts": commit_ts, "op": op, "schema": change.schema,
-                   "table": change.table, "key": change.key, "after": after,
+                   "table": change.table, "table_version": change.table_version,
+                   "key": change.key, "after": after,
                    "unchanged_toast": change.unchanged_toast, "origin": txn.origin}
         elif before is None:  # delete without FULL
             out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn,
                    "xid": xid, "commit_ts": commit_ts, "op": op, "schema": change.schema,
-                   "table": change.table, "key": change.key,
+                   "table": change.table, "table_version": change.table_version,
+                   "key": change.key,
                    "unchanged_toast": change.unchanged_toast, "origin": txn.origin}
         else:
             out = {"lsn": format_lsn(change.lsn), "seq": change.seq, "commit_lsn": commit_lsn,
                    "xid": xid, "commit_ts": commit_ts, "op": op, "schema": change.schema,
-                   "table": change.table, "key": change.key, "before": before}
+                   "table": change.table, "table_version": change.table_version,
+                   "key": change.key, "before": before}
             if after is not None:
                 out["after"] = after
             out["unchanged_toast"] = change.unchanged_toast
             out["origin"] = txn.origin
+        if change.json_null is not None:
+            out["json_null"] = change.json_null
+            out["origin"] = out.pop("origin")  # keep origin last, as the contract lists it
         if change.toast_filled is not None:
             out["toast_filled"] = change.toast_filled
             out["origin"] = out.pop("origin")  # keep origin last, as the contract lists it

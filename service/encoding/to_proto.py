@@ -28,7 +28,7 @@ from pgfeed.encoding.transcode import Writers, transcoded
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
 from pgfeed.protowire import HEADS as _HEADS
 from pgfeed.protowire import SMALL as _SMALL
-from pgfeed.protowire import VALUE, ld_field, text_field, varint
+from pgfeed.protowire import VALUE, ld_field, table_version_field, text_field, varint
 from pgfeed.protowire import VC as _VC
 from pgfeed.protowire import MapColumn as _Column
 from pgfeed.protowire import V as _V
@@ -86,12 +86,14 @@ def _v_list(v: list[Any]) -> bytes:
 
 
 def _v_json_list(v: Any) -> bytes:
-    """A json[]/jsonb[] column: a list of json values (each element one json_value)."""
+    """A json[]/jsonb[] column: a list of json values (each element one json_value; an element
+    holding the document ``null`` is null_value, as the JSON event's ``null``: an array's
+    elements have no ``json_null`` list to tell them apart)."""
     if type(v) is not list:
         return value_bytes(v)
     parts = []
     for item in v:
-        e = _v_json(item)
+        e = _NULL if type(item) is JsonText and item.text == "null" else _v_json(item)
         n = len(e)
         parts.append(b"\x0a" + (_V[n] if n < _SMALL else varint(n)) + e)
     body = b"".join(parts)
@@ -277,6 +279,8 @@ def _change_parts(change: Change, kinds: Mapping[str, str] | None, out: list[byt
     """Append the serialized fields of one Change to ``out`` (field order is free in protobuf)."""
     op, schema, table, seq = change.op, change.schema, change.table, change.seq
     out.append(_CHANGE_HEADS.get((op, schema, table)) or _change_head(op, schema, table))
+    if change.table_version:
+        out.append(table_version_field(change.table_version))
     out.append(_lsn_field(change.lsn))
     if seq:
         out.append(b"\x10" + (_V[seq] if seq < _SMALL else varint(seq)))

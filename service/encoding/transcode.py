@@ -31,7 +31,7 @@ from pgfeed.assembler.model import Op
 from pgfeed.decoding.changes import RawChange
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
-from pgfeed.protowire import ld_field, varint
+from pgfeed.protowire import ld_field, table_version_field, varint
 from pgfeed.types.registry import FAST_KINDS
 
 __all__ = ["IMPLEMENTATION", "json_event", "json_writers", "proto_change", "proto_writers",
@@ -87,9 +87,11 @@ def _compile(plan: RelationPlan) -> tuple[Writers, Writers]:
     schema = plan.schema
     names = plan.column_names
     index = {n: i for i, n in enumerate(names)}
-    where_json = b',"schema":%s,"table":%s,' % (orjson.dumps(schema.schema),
-                                               orjson.dumps(schema.table))
-    where = ld_field(b"\x22", schema.schema.encode()) + ld_field(b"\x2a", schema.table.encode())
+    # the relation version rides with the where part: one Encoder per version
+    where_json = b',"schema":%s,"table":%s,"table_version":%d,' % (
+        orjson.dumps(schema.schema), orjson.dumps(schema.table), schema.version)
+    where = (ld_field(b"\x22", schema.schema.encode()) + ld_field(b"\x2a", schema.table.encode())
+             + table_version_field(schema.version))
     encoder = _compiled.Encoder(
         bytes(_KIND_CODES[k] for k in plan.kinds), tuple(index[k] for k in plan.key_names),
         tuple(b"\x0a" + varint(len(n.encode())) + n.encode() + b"\x12" for n in names),

@@ -24,7 +24,7 @@ from pgfeed.assembler.model import (
     Transaction,
     backfill_id_of,
 )
-from pgfeed.assembler.relations import RelationCatalog, served_schema
+from pgfeed.assembler.relations import RelationCatalog, RelationSchema, served_schema
 from pgfeed.changelog.base import ChangeLog
 from pgfeed.decoding.changes import (
     DEFAULT_PLACEHOLDER,
@@ -244,6 +244,42 @@ class FeedReader:
                 passed = txn
         bound = Cursor(head) if to is None else min(Cursor(head), to)
         return Page(out, next_cursor, head, next_cursor < bound, passed)
+
+    def relation_ids(self, name: str) -> list[int]:
+        """The relations named ``name`` (``schema.table``, or a bare table name when only one
+        schema has it) in any of their versions, newest first."""
+        catalog = self._catalog()
+        found: dict[int, int] = {}  # relation id -> its newest valid_from
+        bare: dict[int, int] = {}
+        for relation_id, versions in catalog.relations():
+            for v in versions:
+                if v.qualified_name == name:
+                    found[relation_id] = versions[-1].valid_from
+                elif v.table == name:
+                    bare[relation_id] = versions[-1].valid_from
+        if not found and len({v.schema for r in bare for v in catalog.versions(r)
+                              if v.table == name}) == 1:
+            found = bare
+        return sorted(found, key=lambda r: found[r], reverse=True)
+
+    def schema_at(self, relation_id: int, at: Cursor) -> RelationSchema | None:
+        """The version of relation ``relation_id`` in force at ``at``: for ``LSN:seq`` the one
+        change ``seq`` of that transaction is decoded with (a Relation frame earlier in the same
+        transaction counts), for a whole transaction the one after it; None before the first."""
+        catalog = self._catalog()
+        if at.seq is None or not any(v.valid_from == at.lsn for v in catalog.versions(relation_id)):
+            return catalog.find(relation_id, at.lsn + (1 if at.seq is None else 0))
+        found = self.changelog.read(Cursor(at.lsn - 1), 1) if at.lsn else []
+        if not found or found[0].commit_lsn != at.lsn:  # trimmed: the version after it
+            return catalog.find(relation_id, at.lsn + 1)
+        current = catalog.find(relation_id, at.lsn)
+        for seq, _tag, _buf, schema, _previous in TransactionDecoder(catalog).wire_changes(found[0]):
+            if seq == -1:
+                if schema is not None and schema.relation_id == relation_id:
+                    current = schema
+            elif seq >= at.seq:
+                break
+        return current
 
     def index_toast(self) -> None:
         """Bring the toast index up to the log's head (before retention trims what it needs)."""

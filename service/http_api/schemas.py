@@ -49,11 +49,17 @@ class ChangeEvent(BaseModel):
     op: Literal["insert", "update", "delete", "truncate", "message", "read"]
     schema_: str | None = Field(None, alias="schema")
     table: str | None = None
+    table_version: int | None = Field(None, description="Row changes: the table's schema version "
+                                      "the change was decoded with (`GET …/tables/{table}/schema"
+                                      "?at=<commit_lsn:seq>` describes it)")
     key: dict[str, Any] | None = Field(None, description="Replica-identity columns of the row "
                                                          "before the change")
     before: dict[str, Any] | None = Field(None, description="Whole old row (REPLICA IDENTITY FULL)")
     after: dict[str, Any] | None = None
     unchanged_toast: list[str] | None = None
+    json_null: dict[str, list[str]] | None = Field(
+        None, description="Only when some: per image (`key`, `before`, `after`) the json/jsonb "
+                          "columns holding the JSON document `null` (written `null`, like SQL NULL)")
     toast_filled: list[str] | None = None
     origin: str | None = None
     prefix: str | None = Field(None, description="`message` events")
@@ -107,6 +113,10 @@ class ColumnOut(BaseModel):
     name: str
     type_oid: int
     type_name: str | None
+    type: str | None = Field(None, description="The type with its modifiers as PostgreSQL's "
+                             "`format_type(oid, typmod)` writes it (`numeric(12,2)`, `character "
+                             "varying(40)`, `timestamp(3) with time zone`, `integer[]`); for a "
+                             "type that is not built in, its name as the source sent it")
     typmod: int
     key: bool = Field(description="Part of the replica identity")
 
@@ -130,6 +140,30 @@ class TableOut(TableVersionOut):
 
 class TablesOut(BaseModel):
     tables: list[TableOut]
+
+
+class TableSchemaOut(TableVersionOut):
+    """One schema version of a table: the one in force at a position (`schema?at=`)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    relation_id: int
+    schema_: str = Field(alias="schema")
+    table: str
+    name: str = Field(description="`schema.table`")
+    key_columns: list[str] = Field(description="The replica identity's columns, in column order")
+
+
+class TableSchemaHistoryOut(BaseModel):
+    """Every schema version of a table, oldest first."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    relation_id: int
+    schema_: str = Field(alias="schema")
+    table: str
+    name: str = Field(description="`schema.table`")
+    versions: list[TableSchemaOut]
 
 
 class ConsumerAck(BaseModel):

@@ -26,6 +26,11 @@ class DebeziumSourceOut(BaseModel):
     commit_lsn: str = Field(description="pgfeed: commit LSN of the change's transaction")
     seq: int = Field(description="pgfeed: position of the change in its transaction")
     origin: str | None
+    table_version: int | None = Field(None, description="pgfeed: the table's schema version the "
+                                      "row was decoded with (`GET …/tables/{table}/schema`)")
+    json_null: dict[str, list[str]] | None = Field(
+        None, description="pgfeed, only when some: per image (`before`, `after`) the json/jsonb "
+                          "columns holding the JSON document `null` (not SQL NULL)")
 
 
 class DebeziumMessageOut(BaseModel):

@@ -1,6 +1,7 @@
 """json, jsonb: the document exactly as PostgreSQL printed it, never parsed (``JsonText``):
 embedded in JSON events, protobuf json_value, Arrow/Spark string. The document ``null`` is
-null everywhere."""
+``JsonText("null")``, never SQL NULL (None): protobuf's json_value "null", Arrow's string "null";
+a JSON event, where both would be ``null``, names such columns in ``json_null``."""
 
 from __future__ import annotations
 
@@ -31,12 +32,11 @@ class JsonText:
 
 
 class _JsonTextLoader(adapt.Loader):
-    """json/jsonb text -> ``JsonText``; the document ``null`` -> None (as every encoder and the
-    fast paths write it: JSON null, protobuf null_value)."""
+    """json/jsonb text -> ``JsonText``, the document ``null`` included (SQL NULL never reaches a
+    loader: it is None), so that every encoder can keep the two apart."""
 
-    def load(self, data: Any) -> JsonText | None:
-        text = bytes(data).decode()
-        return None if text == "null" else JsonText(text)
+    def load(self, data: Any) -> JsonText:
+        return JsonText(bytes(data).decode())
 
 
 def json_document(value: JsonText) -> Any:
@@ -48,7 +48,7 @@ def json_document(value: JsonText) -> Any:
 
 def proto_json(v: Any, dumps: Any = orjson.dumps) -> bytes:
     """A json/jsonb value -> json_value: PostgreSQL's text as it is (``JsonText``, whatever its
-    depth); JSON null -> null_value. Any other value (not loaded from json) is written as JSON
+    depth, the document ``null`` included); SQL NULL (None) -> null_value. Any other value (not loaded from json) is written as JSON
     by ``dumps``."""
     if v is None:
         return _NULL

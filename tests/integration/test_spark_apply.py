@@ -30,7 +30,7 @@ def _ev(commit: int, seq: int, op: str, row_id: int | None, v: str | None, big: 
         old_id: int | None = None, toast: tuple[str, ...] = ()) -> tuple[Any, ...]:
     key = None if op == "truncate" else (row_id if old_id is None else old_id,)
     return (row_id, v, big, op, commit * 100 + seq, seq, commit, T0 + timedelta(seconds=commit),
-            commit, list(toast), key)
+            commit, list(toast), None if op == "truncate" else 1, key)  # ..., _table_version, _key
 
 
 BATCH_1 = [

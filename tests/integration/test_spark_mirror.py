@@ -30,7 +30,7 @@ def _event(commit_lsn: int, seq: int, op: str, row_id: int, v: str | None,
            old_id: int | None) -> tuple[Any, ...]:
     """A typed row: ``row_id`` the new key (the old one for a delete), ``old_id`` the change's
     key."""
-    return (row_id, v, op, commit_lsn * 16 + seq, seq, commit_lsn, AT, commit_lsn, [],
+    return (row_id, v, op, commit_lsn * 16 + seq, seq, commit_lsn, AT, commit_lsn, [], 1,
             None if old_id is None else (old_id,))
 
 
@@ -81,10 +81,10 @@ def test_latest_rows_with_a_composite_key_and_a_key_it_cannot_see(
     schema = table_schema(TableInfo("public", "t", (
         ColumnInfo("tenant", 23, "int4", -1, True), ColumnInfo("id", 23, "int4", -1, True),
         ColumnInfo("v", 25, "text"))))
-    rows = [(1, 1, "a", "insert", 1, 0, 1, AT, 1, [], (1, 1)),
-            (1, 2, "b", "insert", 2, 1, 1, AT, 1, [], (1, 2)),
-            (2, 1, "a", "update", 3, 0, 2, AT, 2, [], (1, 1)),   # tenant 1 -> 2, same id
-            (1, 2, "b2", "update", 4, 0, 3, AT, 3, [], (1, 2))]
+    rows = [(1, 1, "a", "insert", 1, 0, 1, AT, 1, [], 1, (1, 1)),
+            (1, 2, "b", "insert", 2, 1, 1, AT, 1, [], 1, (1, 2)),
+            (2, 1, "a", "update", 3, 0, 2, AT, 2, [], 1, (1, 1)),   # tenant 1 -> 2, same id
+            (1, 2, "b2", "update", 4, 0, 3, AT, 3, [], 1, (1, 2))]
     df = spark_session.createDataFrame(rows, schema)
     assert sorted(tuple(r) for r in latest_rows(df, ["tenant", "id"]).collect()) == [
         (1, 2, "b2"), (2, 1, "a")]

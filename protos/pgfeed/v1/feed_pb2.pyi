@@ -63,7 +63,7 @@ class Transaction(_message.Message):
     def __init__(self, xid: _Optional[int] = ..., commit_lsn: _Optional[int] = ..., end_lsn: _Optional[int] = ..., commit_ts: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., origin: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., cursor: _Optional[str] = ..., final: _Optional[bool] = ..., backfill: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
-    __slots__ = ("lsn", "seq", "op", "schema", "table", "key", "before", "after", "unchanged_toast", "prefix", "content", "transactional", "tables", "options", "toast_filled")
+    __slots__ = ("lsn", "seq", "op", "schema", "table", "key", "before", "after", "unchanged_toast", "prefix", "content", "transactional", "tables", "options", "toast_filled", "table_version")
     class KeyEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,7 @@ class Change(_message.Message):
     TABLES_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     TOAST_FILLED_FIELD_NUMBER: _ClassVar[int]
+    TABLE_VERSION_FIELD_NUMBER: _ClassVar[int]
     lsn: int
     seq: int
     op: Op
@@ -122,7 +123,8 @@ class Change(_message.Message):
     tables: _containers.RepeatedScalarFieldContainer[str]
     options: _containers.ScalarMap[str, bool]
     toast_filled: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, lsn: _Optional[int] = ..., seq: _Optional[int] = ..., op: _Optional[_Union[Op, str]] = ..., schema: _Optional[str] = ..., table: _Optional[str] = ..., key: _Optional[_Mapping[str, Value]] = ..., before: _Optional[_Mapping[str, Value]] = ..., after: _Optional[_Mapping[str, Value]] = ..., unchanged_toast: _Optional[_Iterable[str]] = ..., prefix: _Optional[str] = ..., content: _Optional[bytes] = ..., transactional: _Optional[bool] = ..., tables: _Optional[_Iterable[str]] = ..., options: _Optional[_Mapping[str, bool]] = ..., toast_filled: _Optional[_Iterable[str]] = ...) -> None: ...
+    table_version: int
+    def __init__(self, lsn: _Optional[int] = ..., seq: _Optional[int] = ..., op: _Optional[_Union[Op, str]] = ..., schema: _Optional[str] = ..., table: _Optional[str] = ..., key: _Optional[_Mapping[str, Value]] = ..., before: _Optional[_Mapping[str, Value]] = ..., after: _Optional[_Mapping[str, Value]] = ..., unchanged_toast: _Optional[_Iterable[str]] = ..., prefix: _Optional[str] = ..., content: _Optional[bytes] = ..., transactional: _Optional[bool] = ..., tables: _Optional[_Iterable[str]] = ..., options: _Optional[_Mapping[str, bool]] = ..., toast_filled: _Optional[_Iterable[str]] = ..., table_version: _Optional[int] = ...) -> None: ...
 
 class Value(_message.Message):
     __slots__ = ("null_value", "bool_value", "int_value", "double_value", "string_value", "bytes_value", "numeric_value", "timestamp_value", "json_value", "list_value", "local_timestamp_value", "date_value", "time_value", "interval_value")

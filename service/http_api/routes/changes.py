@@ -1,4 +1,5 @@
-"""Reading a feed: ``/changes`` and ``/transactions`` pages, ``/splits`` and ``/tables``."""
+"""Reading a feed: ``/changes`` and ``/transactions`` pages, ``/splits``, ``/tables`` and a
+table's schema at a position (``/tables/{table}/schema``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from pgfeed_client._headers import (
 from pgfeed.assembler.model import Op
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
+from pgfeed.feeds.reader import FeedReader
+from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
 from pgfeed.http_api.errors import ApiError
 from pgfeed.http_api.paging import (
@@ -29,8 +32,18 @@ from pgfeed.http_api.paging import (
     parse_ops_param,
     parse_tables,
     serve_page,
+    within_head,
 )
-from pgfeed.http_api.schemas import ChangesCount, ChangesPage, SplitsOut, TablesOut, TransactionsPage
+from pgfeed.http_api.schemas import (
+    ChangesCount,
+    ChangesPage,
+    ErrorBody,
+    SplitsOut,
+    TableSchemaHistoryOut,
+    TableSchemaOut,
+    TablesOut,
+    TransactionsPage,
+)
 from pgfeed.http_api.schemas_debezium import DebeziumChangesPage
 from pgfeed.metrics import Metrics
 
@@ -100,7 +113,8 @@ async def list_changes(
     """Changes after the cursor `after`, in commit order. Filters never break cursor continuity:
     `next` advances past filtered-out changes too. With `format=arrow` and a single table in
     `tables`, rows have the table's columns with Arrow types plus `_op`, `_lsn`, `_seq`,
-    `_commit_lsn`, `_commit_ts`, `_xid`, `_unchanged_toast`."""
+    `_commit_lsn`, `_commit_ts`, `_xid`, `_unchanged_toast`, `_table_version` (and `_key` when
+    the table has key columns)."""
     request = PageRequest(
         after=parse_cursor_param("after", after), limit=limit, tables=parse_tables(tables),
         ops=parse_ops_param(ops), to=None if to is None else parse_cursor_param("to", to),
@@ -162,3 +176,54 @@ def list_tables(feed: FeedName, supervisor: SupervisorDep) -> Response:
     its newest version first, then every version with the LSN it took effect at."""
     tables: list[dict[str, Any]] = supervisor.catalog(feed).tables()
     return Response(dumps({"tables": tables}), media_type=JSON_MEDIA_TYPE)
+
+
+TableName = Annotated[str, Path(min_length=1, max_length=200,
+                                description="`schema.table`, or a table name only one schema has")]
+_SCHEMA_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {
+    "model": ErrorBody, "description": "Unknown feed or table, or no version of the table at that "
+                                       "position (`table_not_found`, `schema_not_found`)"}}
+
+
+def _relations(supervisor: Supervisor, feed: str, table: str) -> tuple[FeedReader, list[int]]:
+    reader = supervisor.reader(feed)
+    relation_ids = reader.relation_ids(table)
+    if not relation_ids:
+        raise ApiError(404, "table_not_found", f"feed {feed!r} has seen no table {table!r}")
+    return reader, relation_ids
+
+
+@router.get("/{feed}/tables/{table}/schema", response_model=TableSchemaOut,
+            summary="A table's schema at a position", responses=_SCHEMA_NOT_FOUND)
+def get_table_schema(
+    feed: FeedName, table: TableName, supervisor: SupervisorDep,
+    at: Annotated[str, Query(json_schema_extra=_CURSOR_DOC, description="Cursor: the version "
+                             "change `LSN:seq` was decoded with (every change event names it in "
+                             "`table_version`), or for `LSN` the one after that transaction; "
+                             "`latest` (the default) is the newest")] = "latest",
+) -> Response:
+    """The columns (types with their modifiers, as PostgreSQL's `format_type` writes them), key
+    columns, version number and `valid_from` of the table's schema in force at `at`."""
+    position = parse_cursor_param("at", at)
+    reader, relation_ids = _relations(supervisor, feed, table)
+    cursor = within_head(position, reader.changelog.head())
+    for relation_id in relation_ids:
+        found = reader.schema_at(relation_id, cursor)
+        if found is not None:
+            return Response(dumps(found.schema_at()), media_type=JSON_MEDIA_TYPE)
+    raise ApiError(404, "schema_not_found", f"feed {feed!r}: table {table!r} has no schema "
+                   f"version at {cursor}: its first change comes later")
+
+
+@router.get("/{feed}/tables/{table}/schema/history", response_model=TableSchemaHistoryOut,
+            summary="Every schema version of a table", responses=_SCHEMA_NOT_FOUND)
+def get_table_schema_history(feed: FeedName, table: TableName, supervisor: SupervisorDep,
+                             ) -> Response:
+    """Every version of the table's schema, oldest first, each with its columns, key columns and
+    the commit LSN it took effect at (`valid_from`)."""
+    _reader, relation_ids = _relations(supervisor, feed, table)
+    versions = supervisor.catalog(feed).versions(relation_ids[0])
+    latest = versions[-1]
+    body = {"relation_id": latest.relation_id, "schema": latest.schema, "table": latest.table,
+            "name": latest.qualified_name, "versions": [v.schema_at() for v in versions]}
+    return Response(dumps(body), media_type=JSON_MEDIA_TYPE)

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from pgfeed_client._grpc import json_document
 from pgfeed_client._http_base import decode
 from pgfeed_client._json import (
+    JSON_NULL,
     MAX_EMBEDDED_DEPTH,
     dumps_exact,
     embeddable,
@@ -67,14 +68,20 @@ def test_client_values_hold_every_number(batch: list[str]) -> None:
     ``json_value``: every number exact, a document too deep to embed its text on both."""
     texts = [t for doc in batch for t in (doc, jsonb_text(doc))]
     events = b",".join(
-        b'{"lsn":"0/1","seq":%d,"commit_lsn":"0/2","xid":1,"op":"insert","after":{"doc":%s}}'
-        % (i, t.encode() if embeddable(t) else orjson.dumps(t)) for i, t in enumerate(texts))
+        b'{"lsn":"0/1","seq":%d,"commit_lsn":"0/2","xid":1,"op":"insert","after":{"doc":%s}%s}'
+        % (i, t.encode() if embeddable(t) else orjson.dumps(t),
+           b',"json_null":{"after":["doc"]}' if t == "null" else b"")  # as the server writes it
+        for i, t in enumerate(texts))
     page = decode(b'{"changes":[' + events + b'],"next":"0/2","head":"0/2","has_more":false}',
                   Page.from_json)
     for change, text in zip(page.changes, texts, strict=True):
         assert change.after is not None
         if not embeddable(text):
             assert change.after["doc"] == json_document(text) == text
+            continue
+        if text == "null":  # the document null: the same sentinel from both clients
+            assert change.after["doc"] is JSON_NULL
+            assert json_document(text) is JSON_NULL
             continue
         exact = exact_tree(text)
         assert same_numbers(change.after["doc"], exact), text

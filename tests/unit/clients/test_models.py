@@ -20,7 +20,7 @@ EVENT = {
     "key": {"id": 1}, "before": {"id": 0}, "after": {"id": 1}, "unchanged_toast": ["big"],
     "origin": "up", "prefix": "p", "content": base64.b64encode(b"\x00hi").decode(),
     "transactional": True, "tables": ["s.t"], "options": {"cascade": True},
-    "toast_filled": ["big2"],
+    "toast_filled": ["big2"], "table_version": 4, "json_null": {"after": ["doc"]},
 }
 
 

@@ -358,9 +358,12 @@ def test_catalog_versions_and_tables_listing() -> None:
         "public.orders", "public", "orders", 3)
     assert table["replica_identity"] == "full" and table["valid_from"] == "0/30"
     assert table["columns"] == [
-        {"name": "id", "type_oid": 23, "type_name": "int4", "typmod": -1, "key": True},
-        {"name": "mood", "type_oid": 16600, "type_name": "public.mood", "typmod": -1, "key": False},
-        {"name": "n", "type_oid": 1700, "type_name": "numeric", "typmod": -1, "key": False},
+        {"name": "id", "type_oid": 23, "type_name": "int4", "type": "integer", "typmod": -1,
+         "key": True},
+        {"name": "mood", "type_oid": 16600, "type_name": "public.mood", "type": "public.mood",
+         "typmod": -1, "key": False},
+        {"name": "n", "type_oid": 1700, "type_name": "numeric", "type": "numeric", "typmod": -1,
+         "key": False},
     ]
     assert [v["version"] for v in table["versions"]] == [1, 2, 3]
     assert cat.type_name(16600) is not None and cat.type_name(16600).qualified == "public.mood"  # type: ignore[union-attr]

@@ -351,7 +351,7 @@ def test_a_pages_buffers_are_handed_to_arrow_without_a_copy() -> None:
     with pytest.raises(ValueError, match="taken already"):
         compiled.buffers()
     with pytest.raises(ValueError, match="after buffers"):
-        compiled.scan(b"", 0, 0, 0, 0, b"\0" * len(arrow), 0, 0, 0, 0)
+        compiled.scan(b"", 0, 0, 0, 0, b"\0" * len(arrow), 0, 0, 0, 0, 1)
     del sink, page
     taken.clear()  # the batches alone hold the memory now
     owned.clear()

@@ -58,7 +58,7 @@ def _txn(changes: list[Change]) -> Transaction:
 
 def test_typed_schema_ends_with_a_struct_of_the_key_columns_typed_as_the_table() -> None:
     schema = typed_schema(COLUMNS)
-    assert schema.names[-2:] == ["_unchanged_toast", "_key"]
+    assert schema.names[-2:] == ["_table_version", "_key"]
     assert schema.field("_key").type == pa.struct([("id", pa.int64()), ("region", pa.string())])
     assert schema.names[:4] == ["id", "amount", "region", "at"]
 
@@ -67,7 +67,7 @@ def test_a_table_without_key_columns_has_no_key_column() -> None:
     plain = [ArrowColumn(c.name, c.type_name, c.typmod, c.type_oid) for c in COLUMNS]
     assert "_key" not in typed_schema(plain).names
     batch = typed_batch([_txn(_changes()[:1])], plain)
-    assert batch.schema.names[-1] == "_unchanged_toast" and batch.num_rows == 1
+    assert batch.schema.names[-1] == "_table_version" and batch.num_rows == 1
 
 
 @pytest.mark.parametrize("key", [True, False])

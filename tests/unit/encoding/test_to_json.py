@@ -124,11 +124,11 @@ def test_update_event_shape_follows_the_contract() -> None:
                unchanged_toast=["body"])
     d = orjson.loads(dumps(change_to_dict(c, txn(c))))
     assert list(d) == ["lsn", "seq", "commit_lsn", "xid", "commit_ts", "op", "schema", "table",
-                       "key", "before", "after", "unchanged_toast", "origin"]
+                       "table_version", "key", "before", "after", "unchanged_toast", "origin"]
     assert d == {
         "lsn": "0/16B1A20", "seq": 3, "commit_lsn": "0/16B1B00", "xid": 749,
         "commit_ts": "2026-11-22T10:00:00.123456+00:00", "op": "update", "schema": "public",
-        "table": "orders", "key": {"id": 1}, "before": {"id": 1, "status": "new"},
+        "table": "orders", "table_version": None, "key": {"id": 1}, "before": {"id": 1, "status": "new"},
         "after": {"id": 1, "status": "paid", "notes": None}, "unchanged_toast": ["body"],
         "origin": None,
     }

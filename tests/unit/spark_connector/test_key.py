@@ -37,7 +37,7 @@ KEY_TYPE = StructType([StructField("region", StringType()), StructField("id", Lo
 
 def test_key_is_last_a_struct_of_the_key_columns_in_table_order() -> None:
     schema = table_schema(TABLE)
-    assert schema.fieldNames()[-2:] == ["_unchanged_toast", "_key"]
+    assert schema.fieldNames()[-3:] == ["_unchanged_toast", "_table_version", "_key"]
     assert schema["_key"].dataType == KEY_TYPE
     assert schema["amount"].dataType == DecimalType(12, 3)
     assert arrow_schema(schema).field("_key").type == pa.struct([
@@ -47,7 +47,7 @@ def test_key_is_last_a_struct_of_the_key_columns_in_table_order() -> None:
 def test_no_key_columns_no_key_column() -> None:
     """REPLICA IDENTITY NOTHING (or DEFAULT without a primary key): no flag, no ``_key``."""
     plain = TableInfo("public", "t", (ColumnInfo("id", 20, "int8"), ColumnInfo("v", 25, "text")))
-    assert table_schema(plain).fieldNames()[-1] == "_unchanged_toast"
+    assert table_schema(plain).fieldNames()[-1] == "_table_version"
 
 
 @pytest.mark.parametrize("key", [True, False])
@@ -96,11 +96,11 @@ def test_json_path_key_of_a_partial_key_keeps_the_struct() -> None:
     assert batch.column("_key").to_pylist() == [{"region": None, "id": 5, "at": None}]
 
 
-def test_typed_row_without_key_ends_at_unchanged_toast() -> None:
+def test_typed_row_without_key_ends_at_the_table_version() -> None:
     names = [c.name for c in TABLE.columns]
     convs = [json_converter(c.type_name, c.typmod, c.type_oid) for c in TABLE.columns]
     row = typed_row(_change("insert", {"id": 1}, {"id": 1}), names, convs)
-    assert len(row) == len(names) + 7 and row[-1] == []
+    assert len(row) == len(names) + 8 and row[-2] == [] and row[-1] is None
 
 
 def test_conform_matches_struct_fields_by_name_and_casts_them() -> None:

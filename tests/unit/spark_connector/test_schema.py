@@ -97,7 +97,8 @@ TABLE = TableInfo("public", "t", (
 def test_table_schema_has_columns_then_metadata() -> None:
     schema = table_schema(TABLE)
     assert schema.fieldNames() == [c.name for c in TABLE.columns] + [
-        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast", "_key"]
+        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast",
+        "_table_version", "_key"]
     assert schema["_key"].dataType == StructType([StructField("id", LongType())])
     assert schema["amount"].dataType == DecimalType(12, 3)
     assert schema["_unchanged_toast"].dataType == ArrayType(StringType())
@@ -136,7 +137,7 @@ def test_typed_row_converts_contract_json_values() -> None:
         datetime(2026, 11, 22, 10, 0, 0, 500000, tzinfo=UTC), datetime(2026, 11, 22, 10, 0),
         date(2026, 11, 22), ["a", None], [1, 2], b"\x00\x01", '{"a":[1,"x"]}', "hi")
     assert row[12:] == ("insert", 0x16B1A20, 3, 0x1_016B1B00,
-                        datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC), 749, [])
+                        datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=UTC), 749, [], None)
 
 
 def test_values_spark_cannot_hold_become_null() -> None:
@@ -153,7 +154,7 @@ def test_unchanged_toast_is_null_and_named_never_confused_with_null() -> None:
     row = typed_row(_change(op="update", after={"id": 1, "body": "__pgfeed_unchanged__",
                                                 "doc": None},
                             unchanged_toast=["body"]), names, convs)
-    assert row[names.index("body")] is None and row[-1] == ["body"]  # _unchanged_toast
+    assert row[names.index("body")] is None and row[-2] == ["body"]  # _unchanged_toast
     assert row[names.index("doc")] is None  # a real NULL: not listed
     filled = typed_row(_change(op="update", after={"id": 1, "body": "kept"},
                                unchanged_toast=["body"], toast_filled=["body"]), names, convs)
@@ -257,7 +258,8 @@ def test_options() -> None:
 
 def test_metadata_columns_are_the_documented_ones() -> None:
     assert [m.name for m in METADATA_COLUMNS] == [
-        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast"]
+        "_op", "_lsn", "_seq", "_commit_lsn", "_commit_ts", "_xid", "_unchanged_toast",
+        "_table_version"]
     assert KEY_COLUMN == "_key"  # last, after these, when the table has key columns
 
 
@@ -266,7 +268,7 @@ def test_arrow_rows_past_the_range_end_are_cut() -> None:
 
     target = arrow_schema(change_schema())
     rows = [(1, s, lsn, None, 1, "insert", "public", "t", None, None, None, [], None, None, None,
-             None, None, None, None) for lsn, s in [(0x10, 0), (0x10, 1), (0x20, 0), (0x20, 1)]]
+             None, None, None, None, None, None) for lsn, s in [(0x10, 0), (0x10, 1), (0x20, 0), (0x20, 1)]]
     batch = rows_to_batch(rows, target)
     from pgfeed_client import Cursor
     assert _cut(batch, Cursor(0x20, 0), "commit_lsn", "seq").num_rows == 3
