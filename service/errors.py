@@ -47,6 +47,14 @@ class RetentionError(PgfeedError):
         super().__init__(message)
 
 
+class CursorAhead(PgfeedError):
+    """A reader's cursor is past the feed's head: nothing it names was ever in this log (a feed
+    deleted and created again under the same name starts a new one). HTTP 400, gRPC
+    OUT_OF_RANGE; an empty page would leave the reader waiting forever."""
+
+    code = "cursor_ahead"
+
+
 class SourceError(PgfeedError):
     """The source PostgreSQL refused or dropped something pgfeed needs (slot, publication, connection)."""
 

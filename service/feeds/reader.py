@@ -34,7 +34,7 @@ from pgfeed.decoding.changes import (
     ToastMode,
     TransactionDecoder,
 )
-from pgfeed.errors import RetentionError
+from pgfeed.errors import CursorAhead, RetentionError
 from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
@@ -106,14 +106,21 @@ class FeedReader:
         self._current: StoredTransaction | None = None
 
     def resolve(self, cursor: Cursor | Literal["latest"], *, head: int | None = None,
-                trimmed: int | None = None) -> Cursor:
-        """``latest`` -> the head; a cursor before what retention dropped -> RetentionError (410).
+                trimmed: int | None = None, start: bool = False) -> Cursor:
+        """``latest`` -> the head; a cursor before what retention dropped -> RetentionError (410);
+        with ``start`` (a reader's first cursor), one past the head -> CursorAhead.
 
         ``head`` and ``trimmed`` are the log's positions when the caller has read them already
         (to take other decisions on them): resolved on the same values, not read again, so that
         an append or a trim in between cannot make the two disagree."""
+        if cursor == "latest" or start:
+            head = self.changelog.head() if head is None else head
         if cursor == "latest":
-            return Cursor(self.changelog.head() if head is None else head)
+            return Cursor(head)  # type: ignore[arg-type]
+        if start and head is not None and cursor.lsn > head:
+            raise CursorAhead(f"cursor {cursor} is past the feed's head {Cursor(head)}: nothing "
+                              "there was ever in this feed's log (was the feed deleted and "
+                              "created again?); resume from 'earliest' or 'latest'")
         if trimmed is None:
             trimmed = self.changelog.trimmed_lsn()
         if cursor != EARLIEST and trimmed and cursor < Cursor(trimmed):

@@ -25,7 +25,7 @@ from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.decoding.changes import LazyChange
 from pgfeed.encoding.to_proto import Framer, JsonColumnCache
-from pgfeed.errors import FeedNotFound, PgfeedError, RetentionError
+from pgfeed.errors import CursorAhead, FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
 from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy, parse_ops
@@ -64,7 +64,7 @@ class _Stream:
     def start(self) -> Cursor:
         """The feed's reader and the resolved start cursor (FeedNotFound, RetentionError)."""
         self.reader = self.supervisor.reader(self.request.feed)
-        return self.reader.resolve(self.request.cursor)  # type: ignore[arg-type]
+        return self.reader.resolve(self.request.cursor, start=True)  # type: ignore[arg-type]
 
     def read(self, after: Cursor, limit: int = PAGE_CHANGES, block: bool = True,
              ) -> tuple[Page[LazyChange], list[bytes]]:
@@ -108,6 +108,8 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except RetentionError as exc:
             await _expired(context, exc)
+        except CursorAhead as exc:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
         subscribers = served = None
         if self.metrics is not None:
             subscribers = self.metrics.subscribers.labels(feed=parsed.feed)

@@ -21,6 +21,7 @@ from pgfeed.changelog.base import ChangeLogError
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.errors import (
     BackfillError,
+    CursorAhead,
     FeedExists,
     FeedNotFound,
     FeedStateConflict,
@@ -70,6 +71,8 @@ def _pgfeed_error(exc: Exception) -> Response:
         return error_response(410, exc.code, str(exc), oldest=exc.oldest)
     if isinstance(exc, FeedNotFound):
         return error_response(404, exc.code, str(exc))
+    if isinstance(exc, CursorAhead):
+        return error_response(400, exc.code, str(exc))
     if isinstance(exc, (FeedExists, FeedStateConflict)):
         return error_response(409, exc.code, str(exc))
     if isinstance(exc, BackfillError):

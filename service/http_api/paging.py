@@ -223,7 +223,7 @@ class _Reading:
         # A page below the head stays the same until retention trims under it: pages are shared
         # (``ReadAhead``) per trimmed position, the one the retention check uses too
         self.trimmed = reader.changelog.trimmed_lsn()
-        after = reader.resolve(request.after, head=head, trimmed=self.trimmed)
+        after = reader.resolve(request.after, head=head, trimmed=self.trimmed, start=True)
         if request.to is not None:
             self.to = Cursor(head) if request.to == "latest" else request.to
         return after, head

@@ -412,6 +412,8 @@ def test_discovery_and_every_error_status(make_served_feed: FeedFactory, pg_dsn:
         (lambda: first(feed=name, cursor="123456789/0"), invalid, EXPECTED_FORM),
         (lambda: first(feed=name, ops=["upsert"]), invalid, "upsert"),
         (lambda: first(feed=name, tables=["public.d", " "]), invalid, "public.orders"),
+        # a cursor past the head names nothing this log ever held
+        (lambda: first(feed=name, cursor="FFFF/0"), grpc.StatusCode.OUT_OF_RANGE, "past the feed's head"),
     ]:
         got_code, details = code_of(call)
         assert (got_code, text in details) == (code, True), (got_code, details)
