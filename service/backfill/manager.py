@@ -336,11 +336,11 @@ class BackfillManager:
         """The store says this feed's backfills changed (a replica that does not capture it
         started or cancelled one): while capture runs here, workers start for the new ones and
         stop for those no longer running, without a capture restart."""
-        records = self._changelog.backfills()
-        states = {r.id: r.state for r in records}
         with self._lock:
             if not self._running:
                 return
+            records = self._changelog.backfills()
+            states = {r.id: r.state for r in records}
             ended = [self._runs.pop(i) for i in list(self._runs)
                      if states.get(i, "running") != "running"]
             self._launch_stored(records)
@@ -611,13 +611,13 @@ class BackfillManager:
         """One table failed: it stops with its reason; the backfill goes on with the others
         and ends (``failed``) once they have."""
         log.error("backfill %s: table %s failed: %s", run.record.id, table, error)
-        self._stop_table(run, table, wait=False)
-        with self._lock:
+        with self._lock:  # saved, then stopped, under the lock ``refresh`` reads the store under
             record = self._durable(run.record.id)
-            if record is None or record.state != "running" or record.table_state(table) != "running":
-                return  # cancelled meanwhile: that stands
-            self._changelog.save_backfill(
-                record.with_table(TableStatus(table, "failed", error, time.time()), table))
+            if record is not None and record.state == "running" and \
+                    record.table_state(table) == "running":  # else: cancelled meanwhile, that stands
+                self._changelog.save_backfill(
+                    record.with_table(TableStatus(table, "failed", error, time.time()), table))
+            self._stop_table(run, table, wait=False)
         self._settle(run.record.id)
 
     @staticmethod
