@@ -69,16 +69,18 @@ def ended(client: FeedClient, feed: str, backfill_id: str, timeout: float = 120)
 
 def test_a_table_that_fails_mid_way_fails_alone_and_a_retry_finishes_it_without_duplicates(
         pg_dsn: str, pgfeed_service: Service, make_served_feed: FeedFactory) -> None:
-    make_tables(pg_dsn, {"fa": 30_000, "fb": 30_000})
-    feed = make_served_feed(pg_dsn, tables=("public.fa", "public.fb"))
+    make_tables(pg_dsn, {"fa": 30_000, "fb": 30_000, "fc": 3_000})
+    feed = make_served_feed(pg_dsn, tables=("public.fa", "public.fb", "public.fc"))
     with FeedClient(pgfeed_service.http_url) as client:
-        started = client.start_backfill(feed, ["public.fa", "public.fb"], chunk_rows=150, parallel=2)
+        started = client.start_backfill(feed, ["public.fa", "public.fb", "public.fc"],
+                                        chunk_rows=150, parallel=2)
         bid = started["id"]
         assert {t["state"] for t in started["tables"]} == {"running"}
         wait_until(lambda: table_of(client.backfill(feed, bid), "public.fa")["rows"] > 0, 60,
                    "fa's first chunks")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:  # mid-way: fa loses its key
             conn.execute("ALTER TABLE fa DROP CONSTRAINT fa_pkey")
+            conn.execute("DROP TABLE fc")  # read after fa and fb: gone by then
         failed = wait_until(lambda: (b := client.backfill(feed, bid)) and
                             table_of(b, "public.fa")["state"] == "failed" and b, 60, "fa to fail")
         fa = table_of(failed, "public.fa")
@@ -90,6 +92,9 @@ def test_a_table_that_fails_mid_way_fails_alone_and_a_retry_finishes_it_without_
         assert done["state"] == "failed" and fb["state"] == "done" and fb["done"], done
         assert fb["rows"] == 30_000 and not fb["error"]
         assert "public.fa" in done["last_error"] and "no primary key" in done["last_error"]
+        fc = table_of(done, "public.fc")
+        assert fc["state"] == "failed" and "does not exist" in fc["error"], fc
+        assert done["last_error"].startswith("2 of 3 tables failed")
         assert applied(client, feed, pg_dsn, "fb") == (source_table(pg_dsn, "fb"), 30_000)
 
         # still no key: the retry is refused with why, and nothing changes
@@ -111,9 +116,10 @@ def test_a_table_that_fails_mid_way_fails_alone_and_a_retry_finishes_it_without_
         retried = client.retry_backfill_table(feed, bid, "public.fa")
         assert retried["state"] == "running" and table_of(retried, "public.fa")["state"] == "running"
         assert table_of(retried, "public.fb")["state"] == "done"
+        assert table_of(retried, "public.fc")["state"] == "failed"
         done = ended(client, feed, bid)
-        assert done["state"] == "done" and done["last_error"] is None, done
-        assert {t["state"] for t in done["tables"]} == {"done"}
+        assert [t["state"] for t in done["tables"]] == ["done", "done", "failed"], done
+        assert done["state"] == "failed" and "public.fa" not in done["last_error"]  # fc still
         assert table_of(done, "public.fa")["rows"] == 30_000
         assert applied(client, feed, pg_dsn, "fa") == (source_table(pg_dsn, "fa"), 30_000)
 
