@@ -305,6 +305,21 @@ class FeedClient:
                                             retry=False)
         return result
 
+    def cancel_backfill_table(self, feed: str, backfill_id: str, table: str) -> dict[str, Any]:
+        """``DELETE /v1/feeds/{feed}/backfills/{id}/tables/{table}``: stop one table; the
+        backfill's other tables go on."""
+        result: dict[str, Any] = self._json(
+            "DELETE", base.feed_path(feed, "backfills", backfill_id, "tables", table), retry=False)
+        return result
+
+    def retry_backfill_table(self, feed: str, backfill_id: str, table: str) -> dict[str, Any]:
+        """``POST /v1/feeds/{feed}/backfills/{id}/tables/{table}/retry``: read a failed or
+        cancelled table again from its last stored key."""
+        result: dict[str, Any] = self._json(
+            "POST", base.feed_path(feed, "backfills", backfill_id, "tables", table, "retry"),
+            retry=False)
+        return result
+
 
 def _checked(answer: tuple[httpx.Response, memoryview]) -> tuple[httpx.Response, memoryview]:
     base.check(answer[0])

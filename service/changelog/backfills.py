@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 BackfillState = Literal["running", "done", "cancelled", "failed"]
 STATES: tuple[BackfillState, ...] = ("running", "done", "cancelled", "failed")
+# A table of a backfill: ``done`` is not stored (it is "running" with every part done).
+TableState = Literal["running", "done", "cancelled", "failed"]
 DEFAULT_CHUNK_ROWS = 10_000
 DEFAULT_PARALLEL = 2  # source connections reading at once: a sane default for 2 cores
 MAX_CHUNK_ROWS = 1_000_000
@@ -40,6 +42,30 @@ class BackfillPart:
 
 
 @dataclass(frozen=True, slots=True)
+class TableStatus:
+    """One table's own end (issue 28.3): a table fails or is cancelled alone, the others go on.
+    A table with no entry runs (or is done, when its parts are)."""
+
+    table: str
+    state: Literal["cancelled", "failed"]
+    error: str | None = None
+    finished_at: float | None = None
+
+
+def derive_state(table_states: dict[str, TableState]) -> BackfillState:
+    """A backfill's state from its tables': ``running`` while any runs; ``done`` when every
+    table is done; else ``failed`` when one failed, ``cancelled`` when one was cancelled."""
+    states = set(table_states.values())
+    if "running" in states:
+        return "running"
+    if "failed" in states:
+        return "failed"
+    if "cancelled" in states:
+        return "cancelled"
+    return "done"
+
+
+@dataclass(frozen=True, slots=True)
 class BackfillRecord:
     """A backfill as the change log keeps it (``ChangeLog.save_backfill`` / ``backfills``)."""
 
@@ -53,6 +79,33 @@ class BackfillRecord:
     finished_at: float | None = None
     initial: bool = False  # the feed's initial snapshot (option ``snapshot``)
     parts: tuple[BackfillPart, ...] = field(default_factory=tuple)
+    ended: tuple[TableStatus, ...] = ()  # tables failed or cancelled alone (kept in the header)
+
+    def ended_table(self, table: str) -> TableStatus | None:
+        return next((t for t in self.ended if t.table == table), None)
+
+    def table_state(self, table: str) -> TableState:
+        """``failed``/``cancelled`` as recorded; else ``done`` when every part of the table is
+        done (a table refused before any part was planned has an ``ended`` entry), or when
+        the whole backfill is done (stores may keep no parts then); else ``running``."""
+        ended = self.ended_table(table)
+        if ended is not None:
+            return ended.state
+        if self.state == "done":
+            return "done"
+        parts = [p for p in self.parts if p.table == table]
+        if parts and all(p.done for p in parts):
+            return "done"
+        return "cancelled" if self.state == "cancelled" else (
+            "failed" if self.state == "failed" else "running")
+
+    def table_states(self) -> dict[str, TableState]:
+        return {t: self.table_state(t) for t in self.tables}
+
+    def with_table(self, status: TableStatus | None, table: str) -> BackfillRecord:
+        """The record with ``table``'s own end replaced (None: the table runs again)."""
+        ended = tuple(t for t in self.ended if t.table != table)
+        return replace(self, ended=ended if status is None else (*ended, status))
 
     def header(self) -> str:
         """The record without its parts, as JSON (what stores keep in one column)."""
@@ -61,12 +114,16 @@ class BackfillRecord:
             "parallel": self.parallel, "state": self.state, "error": self.error,
             "created_at": self.created_at, "finished_at": self.finished_at,
             "initial": self.initial}
+        if self.ended:
+            data["ended"] = [{"table": t.table, "state": t.state, "error": t.error,
+                              "finished_at": t.finished_at} for t in self.ended]
         return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_header(cls, text: str, parts: tuple[BackfillPart, ...] = ()) -> BackfillRecord:
         data = json.loads(text)
         data["tables"] = tuple(data["tables"])
+        data["ended"] = tuple(TableStatus(**t) for t in data.get("ended", ()))
         return cls(**data, parts=parts)
 
     def with_state(self, state: BackfillState, error: str | None = None,

@@ -263,14 +263,17 @@ class Supervisor:
 
     def _initial_backfill(self, feed: _Feed) -> None:
         """Option ``snapshot``: backfill every table of the new feed's publication. A table that
-        cannot be backfilled (no key, ...) undoes the feed: nothing is left half made."""
+        cannot be backfilled (no key, ...) does not undo the feed (issue 28.3): the backfill
+        records it ``failed`` with the reason (the feed's status lists the initial backfill) and
+        reads the others; it can be retried alone once fixed. Only a backfill that cannot start
+        at all (the source refuses) undoes the feed: nothing is left half made."""
         assert feed.backfills is not None
         spec = feed.spec
         try:
             tables = source.published_tables(spec)
             if tables:
                 feed.backfills.start(tables, chunk_rows=DEFAULT_CHUNK_ROWS,
-                                     parallel=DEFAULT_PARALLEL, initial=True)
+                                     parallel=DEFAULT_PARALLEL, initial=True, skip_refused=True)
         except (BackfillError, SourceError) as exc:
             self.delete(spec.name, force=True)
             reason = str(exc).strip()  # both scrub the DSN's password

@@ -423,13 +423,21 @@ class BackfillTableOut(BaseModel):
     chunks: int
     estimate_left: int = Field(description="Rows still to read, estimated (pg_class.reltuples)")
     done: bool
+    state: Literal["running", "done", "cancelled", "failed"] = Field(
+        "running", description="The table's own state: a table fails or is cancelled alone "
+                               "while the others go on, and can be retried alone "
+                               "(`POST …/tables/{table}/retry`)")
+    error: str | None = Field(None, description="Why the table failed (`failed`)")
 
 
 class BackfillOut(BaseModel):
     """A backfill's state and progress (durable, with the chunks) plus this process's rate."""
 
     id: str
-    state: Literal["running", "done", "cancelled", "failed"]
+    state: Literal["running", "done", "cancelled", "failed"] = Field(
+        description="Derived from the tables' states: `running` while any table runs; `done` "
+                    "when every table is done; once none runs, `failed` if a table failed "
+                    "(the others may be done: see `tables[].state`), else `cancelled`")
     tables: list[BackfillTableOut]
     rows: int
     chunks: int
@@ -532,7 +540,10 @@ class FeedPublic(BaseModel):
                           "feed, else the replica that last reported them to the store")
     counters_at: str | None = Field(None, description="When `counters_from` reported them (ISO "
                                                       "8601 UTC); null: live, this replica's")
-    backfills: list[BackfillOut] = Field(default_factory=list, description="Running backfills")
+    backfills: list[BackfillOut] = Field(
+        default_factory=list, description="Running backfills, and the initial snapshot's (option "
+                                          "`snapshot`) until it is done: a table it could not "
+                                          "read is `failed` in its `tables` with why")
     slot_lost: SlotLostOut | None = Field(None, description="Set when the slot was dropped or "
                                                             "invalidated: changes were lost")
     gaps: list[GapOut] = Field(default_factory=list, description="Gaps resyncs marked, oldest first")

@@ -171,7 +171,9 @@ BACKFILLS = {"backfills": [  # the shape of GET /v1/feeds/{feed}/backfills (Back
     {"id": "bf0", "state": "failed", "rows": 0, "chunks": 0, "estimate_left": 10,
      "rows_per_second": 0.0, "eta_seconds": None, "chunk_rows": 1000, "parallel": 1,
      "initial": False, "redone_chunks": 0, "last_error": "table public.gone does not exist",
-     "created_at": 0, "finished_at": 1, "tables": []}]}
+     "created_at": 0, "finished_at": 1, "tables": [
+         {"table": "public.gone", "parts": 1, "rows": 0, "chunks": 0, "estimate_left": 0,
+          "done": False, "state": "failed", "error": "it does not exist"}]}]}
 
 
 def test_console_shows_backfill_progress_and_starts_one(console_feed,
@@ -202,6 +204,8 @@ def test_console_shows_backfill_progress_and_starts_one(console_feed,
     expect(items).to_have_attribute("value", "500")
     expect(card.locator("div[data-backfill=bf1]")).to_contain_text("1250 rows/s")
     expect(card.locator("div[data-backfill=bf0] pre")).to_have_text("table public.gone does not exist")
+    expect(card.locator("div[data-backfill=bf0]")).to_contain_text(  # a table's own end
+        "public.gone: 0 of ~0 rows, 0 chunks (failed: it does not exist)")
     card.locator(".backfill-tables").fill("public.orders")
     # Route handlers run only while Playwright is called (sync API): wait through Playwright.
     with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/backfills"),

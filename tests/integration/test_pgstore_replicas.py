@@ -142,6 +142,49 @@ def test_a_backfill_started_on_a_replica_that_does_not_capture_runs_on_the_leade
             assert b.supervisor.backfills("f").rows_stored == 0
 
 
+def test_one_table_cancelled_and_retried_on_a_replica_that_does_not_capture(tmp_path, store, source):
+    """Issue 28.3 across replicas: the leader's workers follow a table's cancel (the others go
+    on) and its retry, both asked of another replica."""
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("INSERT INTO t SELECT g, 'old' FROM generate_series(1, 3000) g")
+        conn.execute("CREATE TABLE t2 (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t2 SELECT g, 'two' FROM generate_series(1, 2000) g")
+    with replica(tmp_path, store, "a") as a:
+        r = httpx.post(f"{a.http_url}/v1/feeds", json={
+            "name": "g", "dsn": source, "tables": ["public.t", "public.t2"],
+            "options": {"heartbeat_seconds": 1}})
+        assert r.status_code == 201, r.text
+        with replica(tmp_path, store, "b") as b:
+            wait_until(lambda: leader_of(b, "g") == "a", 30, "a leading g")
+            base = f"{b.http_url}/v1/feeds/g/backfills"
+            r = httpx.post(base, json={"tables": ["public.t", "public.t2"], "chunk_rows": 100,
+                                       "parallel": 1})
+            assert r.status_code == 202, r.text
+            backfill = r.json()["id"]
+            r = httpx.delete(f"{base}/{backfill}/tables/public.t2")
+            assert r.status_code == 200, r.text
+            tables = {t["table"]: t for t in r.json()["tables"]}
+            assert tables["public.t2"]["state"] == "cancelled" and r.json()["state"] == "running"
+
+            def ended():
+                got = httpx.get(f"{base}/{backfill}").json()
+                return got if got["state"] != "running" else None
+
+            got = wait_until(ended, 30, "the leader to finish public.t")
+            tables = {t["table"]: t for t in got["tables"]}
+            assert got["state"] == "cancelled", got
+            assert tables["public.t"]["state"] == "done" and tables["public.t"]["rows"] == 3000
+            assert tables["public.t2"]["rows"] == 0  # the leader's worker skipped it
+            assert a.supervisor.backfills("g").rows_stored == 3000
+
+            r = httpx.post(f"{base}/{backfill}/tables/public.t2/retry")
+            assert r.status_code == 202, r.text
+            got = wait_until(ended, 30, "the leader to read public.t2")
+            assert got["state"] == "done" and [t["rows"] for t in got["tables"]] == [3000, 2000]
+            assert a.supervisor.backfills("g").rows_stored == 5000
+            assert b.supervisor.backfills("g").rows_stored == 0
+
+
 def test_serve_on_the_store_needs_no_data_dir(tmp_path, store, source):
     """``pgfeed serve --store`` as a process whose data dir cannot exist (under a regular file)
     and whose working directory must stay empty: it captures and serves, and leaves nothing

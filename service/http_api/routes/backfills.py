@@ -1,4 +1,5 @@
-"""Backfills of a feed: start, list, show, cancel (admin tokens only)."""
+"""Backfills of a feed: start, list, show, cancel; one table cancelled or retried alone (admin
+tokens only)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,13 @@ def backfill_out(manager: BackfillManager, record: BackfillRecord) -> BackfillOu
     for table in record.tables:
         parts = [p for p in record.parts if p.table == table]
         rows = sum(p.rows for p in parts)
+        state = record.table_state(table)
+        ended = record.ended_table(table)
         tables.append(BackfillTableOut(
             table=table, parts=len(parts), rows=rows, chunks=sum(p.chunks for p in parts),
-            estimate_left=sum(0 if p.done else max(0, p.estimate - p.rows) for p in parts),
-            done=all(p.done for p in parts)))
+            estimate_left=0 if state != "running" else sum(
+                0 if p.done else max(0, p.estimate - p.rows) for p in parts),
+            done=state == "done", state=state, error=None if ended is None else ended.error))
     rate, redone, problem = manager.live(record.id) if record.state == "running" else (0.0, 0, None)
     left = sum(t.estimate_left for t in tables)
     return BackfillOut(
@@ -48,7 +52,8 @@ def backfill_out(manager: BackfillManager, record: BackfillRecord) -> BackfillOu
 
 def running(supervisor: Supervisor, feed: str) -> list[BackfillOut]:
     manager = supervisor.backfills(feed)
-    return [backfill_out(manager, r) for r in manager.records() if r.state == "running"]
+    return [backfill_out(manager, r) for r in manager.records()
+            if r.state == "running" or (r.initial and r.state != "done")]
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=BackfillOut,
@@ -87,3 +92,38 @@ def cancel_backfill(feed: FeedName, backfill: str, supervisor: SupervisorDep) ->
     """Stop reading (what was stored stays in the feed); a finished backfill is left as it is."""
     manager = supervisor.backfills(feed)
     return backfill_out(manager, manager.cancel(backfill))
+
+
+@router.delete("/{backfill}/tables/{table}", response_model=BackfillOut,
+               summary="Cancel one table of a backfill", responses={
+                   404: {"model": ErrorBody,
+                         "description": "Unknown feed or backfill, or a table it does not read"}})
+def cancel_backfill_table(feed: FeedName, backfill: str, table: str,
+                          supervisor: SupervisorDep) -> BackfillOut:
+    """Stop reading `table` (`schema.table`; what was stored stays in the feed) while the
+    backfill's other tables go on; it can be retried later. A table that already ended is left
+    as it is. The backfill ends `cancelled` when no table runs and none failed."""
+    manager = supervisor.backfills(feed)
+    return backfill_out(manager, manager.cancel_table(backfill, table))
+
+
+@router.post("/{backfill}/tables/{table}/retry", status_code=status.HTTP_202_ACCEPTED,
+             response_model=BackfillOut, summary="Retry one table of a backfill", responses={
+                 400: {"model": ErrorBody, "description": "The table still cannot be backfilled "
+                                                          "(no key, not published, ...)"},
+                 404: {"model": ErrorBody, "description": "Unknown feed or backfill, a table it "
+                                                          "does not read, or a table gone from "
+                                                          "the source"},
+                 409: {"model": ErrorBody, "description": "The table is running or done, or "
+                                                          "another backfill reads it"},
+                 422: {"model": ErrorBody, "description": "The source refused the checks"}})
+def retry_backfill_table(feed: FeedName, backfill: str, table: str,
+                         supervisor: SupervisorDep) -> BackfillOut:
+    """Read a `failed` or `cancelled` table again, from the last key stored for it (rows already
+    in the feed are not read twice); the backfill is `running` again until its tables end. The
+    table is checked first: if it still cannot be backfilled, nothing changes and the answer
+    says why."""
+    manager = supervisor.backfills(feed)
+    record = manager.retry_table(backfill, table)
+    log.info("feed %s: backfill %s table %s retried", feed, backfill, table)
+    return backfill_out(manager, record)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -13,8 +14,8 @@ import pytest
 
 from pgfeed_client._cursor import EARLIEST, Cursor
 from pgfeed.assembler.model import BackfillProgress
-from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
 from pgfeed.changelog import KINDS, ChangeLogError, open_changelog
+from pgfeed.changelog.backfills import BackfillPart, BackfillRecord, TableStatus, derive_state
 from pgfeed.changelog.base import ChangeLog, ConsumerState, LogStats
 from pgfeed.errors import RetentionError
 from pgfeed.pgoutput.messages import pg_now_us
@@ -469,6 +470,28 @@ def test_save_backfill_replaces_the_header_and_keeps_progress(log: ChangeLog) ->
     assert (first.id, first.state, first.error, first.finished_at) == ("b1", "failed", "boom", 2.0)
     assert first.parts[0].done and first.parts[0].rows == 1
     assert second.id == "b2" and len(second.parts) == 1
+
+
+def test_a_tables_own_end_and_parts_planned_later_are_kept(log: ChangeLog) -> None:
+    """Issue 28.3: a table failed or cancelled alone is in the header; a table refused at the
+    start gets its parts when retried (parts are created once, by number)."""
+    record = replace(_backfill(parts=1), tables=("public.t", "public.u"), ended=(
+        TableStatus("public.u", "failed", "no key", 2.0),))
+    log.save_backfill(record)
+    (stored,) = log.backfills()
+    assert stored.ended == record.ended
+    assert stored.table_states() == {"public.t": "running", "public.u": "failed"}
+    chunk = txn(L, 1)
+    chunk.progress = BackfillProgress("b1", 0, '["1"]', rows=1, chunks=1, done=True)
+    log.append([chunk])
+    assert derive_state(log.backfills()[0].table_states()) == "failed"
+    retried = replace(log.backfills()[0].with_table(None, "public.u"), parts=(
+        *record.parts, BackfillPart(1, "public.u", estimate=3)))
+    log.save_backfill(retried)
+    (stored,) = log.backfills()
+    assert stored.ended == () and [p.table for p in stored.parts] == ["public.t", "public.u"]
+    assert stored.parts[0].done  # progress stays
+    assert stored.table_states() == {"public.t": "done", "public.u": "running"}
 
 
 def test_backfills_survive_a_reopen(tmp_path: Path) -> None:

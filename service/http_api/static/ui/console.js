@@ -271,7 +271,8 @@ function backfillRow(b) {
     bar.dataset.table = t.table;
     const label = document.createElement("span");
     label.textContent = ` ${t.table}: ${done} of ~${total} rows, ${t.chunks ?? 0} chunks`
-      + (t.done ? " (done)" : "");
+      + (t.done ? " (done)" : "")
+      + (t.state === "failed" || t.state === "cancelled" ? ` (${t.state}${t.error ? ": " + t.error : ""})` : "");
     const row = document.createElement("div");
     row.append(bar, label);
     div.appendChild(row);
