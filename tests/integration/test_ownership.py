@@ -98,7 +98,7 @@ def one_line(code: int, lines: list[str], *expected: str) -> str:
 
 
 def changes_of(url: str) -> list[int]:
-    page = httpx.get(f"{url}/v1/feeds/f/changes", params={"from": "earliest"}, timeout=10).json()
+    page = httpx.get(f"{url}/v1/feeds/f/changes", params={"after": "earliest"}, timeout=10).json()
     return [c["after"]["id"] for c in page["changes"] if c["op"] == "insert"]
 
 
