@@ -30,6 +30,12 @@ def _ok(run: subprocess.CompletedProcess[str]) -> str:
     return run.stdout
 
 
+def _ok_with_note(run: subprocess.CompletedProcess[str]) -> str:
+    """stdout of a command that also tells stderr what it started."""
+    assert run.returncode == 0, run
+    return run.stdout
+
+
 def _one_line(run: subprocess.CompletedProcess[str]) -> str:
     [line] = _ok(run).splitlines()
     return line
@@ -92,6 +98,15 @@ def test_feeds_print_for_people_and_json_for_scripts(pgfeed_service: Service, pg
                 f"deleted consumer app of feed {name}"
             resumed = _one_line(_cli(pgfeed_service, "feeds", "resume", name))
             assert resumed.startswith(f"resumed feed {name}: state "), resumed
+            started = _cli(pgfeed_service, "backfill", name, "--tables", "public.cli_out")
+            [line] = _ok_with_note(started).splitlines()
+            backfill_id = line.split()[0]
+            assert backfill_id.startswith("bf_") and "public.cli_out" in line and " rows " in line, line
+            listed_backfills = json.loads(_ok(_cli(pgfeed_service, "backfill", name, "--status", "--json")))
+            assert backfill_id in [b["id"] for b in listed_backfills["backfills"]]
+            trimmed = _one_line(_cli(pgfeed_service, "feeds", "trim", name, "--before", "latest"))
+            assert trimmed.startswith(f"trimmed feed {name}: dropped ") and \
+                "removed consumers none" in trimmed, trimmed
         finally:
             deleted = _cli(pgfeed_service, "feeds", "delete", name)
         assert _one_line(deleted) == f"deleted feed {name}"
