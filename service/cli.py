@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "retention)")
     consumers_sub = consumers.add_subparsers(dest="consumers_command", required=True)
     listed = add_json_flag(add_service_flags(consumers_sub.add_parser(
-        "list", help="every consumer with its cursor, lag, last ack and expiry")))
+        "list", help="every consumer with its cursor, lag, last ack and expiry"),
+        token="read or admin bearer token"))
     listed.add_argument("feed", help="the feed")
     listed.set_defaults(func=lambda a: _admin(a, "GET", f"/v1/feeds/{a.feed}/consumers",
                                               render=consumers_table))

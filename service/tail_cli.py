@@ -191,7 +191,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--table", action="append", help="only this schema.table (repeat or comma-separate)")
     p.add_argument("--op", action="append", help=f"only these ops ({', '.join(_OPS)})")
     p.add_argument("--json", action="store_true", help="one JSON change event per line")
-    p.add_argument("--count", type=int, default=0, help="stop after this many changes")
+    p.add_argument("--count", type=int, default=0, help="stop after this many changes (default: 0, never stop)")
     p.add_argument("--wait", type=float, default=10.0, help="long-poll seconds per request")
     add_service_flags(p, token="read or admin bearer token")
     p.set_defaults(func=run)
