@@ -6,11 +6,24 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import httpx
 
+from pgfeed.cli_output import (
+    Render,
+    action_line,
+    add_json_flag,
+    consumers_table,
+    describe_defaults,
+    emit,
+    error_line,
+    feed_block,
+    feeds_table,
+    sequences_table,
+)
 from pgfeed.cli_remote import add_service_flags, bearer_headers
 
 
@@ -51,7 +64,10 @@ def _run_service(args: argparse.Namespace) -> int:
     return 0
 
 
-def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
+def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None,
+           render: Render | None = None) -> int:
+    """One admin API call: ``render(answer)`` for people, the answer's JSON with ``--json``; an
+    error is one line ``pgfeed: <code>: <message>`` on stderr and exit 1 (2: unreachable)."""
     headers = bearer_headers(args)
     try:
         from pgfeed_client._tls import http_verify
@@ -59,17 +75,11 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
         response = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers,
                                  timeout=30, verify=http_verify(args.ca_bundle, None))
     except httpx.HTTPError as exc:
-        print(f"pgfeed: cannot reach the service at {args.url}: {exc}", file=sys.stderr)
+        error_line("unreachable", f"cannot reach the service at {args.url}: {exc}")
         return 2
     if response.status_code >= 400:
-        try:
-            error = response.json()["error"]
-            print(f"pgfeed: {error['code']}: {error['message']}", file=sys.stderr)
-        except (ValueError, KeyError, TypeError):
-            print(f"pgfeed: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
-        return 1
-    if response.content:
-        print(json.dumps(response.json(), indent=2))
+        return _admin_error(response)
+    emit(response.json() if response.content else None, render, as_json=getattr(args, "json", False))
     return 0
 
 
@@ -88,7 +98,9 @@ def _feeds_create(args: argparse.Namespace) -> int:
     body["options"] = options_from_args(args)
     if args.dry_run:
         return _dry_run(args, body)
-    return _admin(args, "POST", "/v1/feeds", body)
+    return _admin(args, "POST", "/v1/feeds", body, render=action_line(
+        "created feed {name}: slot {slot}, publication {publication}, tables {tables_text}; "
+        "state {state}"))
 
 
 def _dry_run(args: argparse.Namespace, body: dict[str, Any]) -> int:
@@ -102,21 +114,21 @@ def _dry_run(args: argparse.Namespace, body: dict[str, Any]) -> int:
                               json=body, headers=bearer_headers(args), timeout=30,
                               verify=http_verify(args.ca_bundle, None))
     except httpx.HTTPError as exc:
-        print(f"pgfeed: cannot reach the service at {args.url}: {exc}", file=sys.stderr)
+        error_line("unreachable", f"cannot reach the service at {args.url}: {exc}")
         return 2
     if response.status_code != 200:
         return _admin_error(response)
     answer = response.json()
-    print(render([Finding(**f) for f in answer["findings"]]))
+    emit(answer, lambda a: render([Finding(**f) for f in a["findings"]]), as_json=args.json)
     return 0 if answer["ok"] else 1
 
 
 def _admin_error(response: httpx.Response) -> int:
     try:
         error = response.json()["error"]
-        print(f"pgfeed: {error['code']}: {error['message']}", file=sys.stderr)
+        error_line(error["code"], error["message"])
     except (ValueError, KeyError, TypeError):
-        print(f"pgfeed: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
+        error_line(f"HTTP {response.status_code}", response.text[:500])
     return 1
 
 
@@ -152,117 +164,142 @@ def _demo(args: argparse.Namespace) -> int:
                     grpc_port=args.grpc_port)
 
 
+def _setting_flag(parser: argparse.ArgumentParser, flag: str, field: str, kind: type) -> None:
+    """A ``serve`` flag for a setting: help, choices and default from config.Settings (one
+    definition); the flag's own default stays None so Settings.load applies the usual order."""
+    import typing
+
+    from pgfeed.config import Settings
+
+    info = Settings.model_fields[field]
+    choices = list(typing.get_args(info.annotation)) if typing.get_origin(info.annotation) \
+        is typing.Literal else None
+    default = "" if info.default is None else f"; default: {info.default}"
+    help_text = f"{info.description} (or PGFEED_{field.upper()}{default})"
+    parser.add_argument(flag, type=kind, choices=choices, help=help_text.replace("%", "%%"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgfeed", description="Change data capture for PostgreSQL")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run captures, the HTTP API and the gRPC API")
-    serve.add_argument("--config", type=Path, help="TOML settings file")
-    serve.add_argument("--data-dir", type=Path, help="catalogue and change logs (default pgfeed-data); "
-                                                     "one pgfeed serve at a time (locked)")
-    serve.add_argument("--http-host")
-    serve.add_argument("--http-port", type=int)
-    serve.add_argument("--grpc-host")
-    serve.add_argument("--grpc-port", type=int)
+    serve = sub.add_parser("serve", help="run captures, the HTTP API and the gRPC API",
+                           description="Settings come from these flags, over PGFEED_* environment "
+                                       "variables, over the --config file.")
+    serve.add_argument("--config", type=Path, help="TOML settings file (keys as the settings' "
+                                                   "names: http_port = 8000); default: none")
+    for flag, field, kind in (("--data-dir", "data_dir", Path), ("--http-host", "http_host", str),
+                              ("--http-port", "http_port", int), ("--grpc-host", "grpc_host", str),
+                              ("--grpc-port", "grpc_port", int), ("--tls-cert", "tls_cert_file", Path),
+                              ("--tls-key", "tls_key_file", Path),
+                              ("--tls-client-ca", "tls_client_ca_file", Path),
+                              ("--log-format", "log_format", str), ("--store", "store", str),
+                              ("--store-schema", "store_schema", str), ("--replica-id", "replica_id", str),
+                              ("--metrics-auth", "metrics_auth", str)):
+        _setting_flag(serve, flag, field, kind)
     # "memory" loses every change at exit: kept for tests, not offered (runtime warns when used).
     serve.add_argument("--changelog", choices=["sqlite", "memory"], help=argparse.SUPPRESS)
-    serve.add_argument("--tls-cert", type=Path, help="PEM certificate: TLS on HTTP and gRPC")
-    serve.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
-    serve.add_argument("--tls-client-ca", type=Path,
-                       help="PEM CA bundle: require client certificates signed by it")
-    serve.add_argument("--log-format", choices=["text", "json"],
-                       help="text (default) or json: one object a line, for log collectors")
-    serve.add_argument("--store", help="PostgreSQL store shared by replicas (postgresql://…; or PGFEED_STORE) "
-                                       "instead of the data dir")
-    serve.add_argument("--store-schema", help="schema of the store (default pgfeed)")
-    serve.add_argument("--replica-id", help="this replica's id in leases (default host:http-port); "
-                                            "one live process per id on a store")
-    serve.add_argument("--metrics-auth", choices=["open", "read"],
-                       help="/metrics open to anyone (default) or behind the read tokens "
-                            "(or PGFEED_METRICS_AUTH)")
     serve.set_defaults(func=_serve)
 
     feeds = sub.add_parser("feeds", help="manage feeds of a running service (admin API)")
     feeds_sub = feeds.add_subparsers(dest="feeds_command", required=True)
 
     def admin_parser(name: str, help_text: str) -> argparse.ArgumentParser:
-        return add_service_flags(feeds_sub.add_parser(name, help=help_text))
+        return add_json_flag(add_service_flags(feeds_sub.add_parser(name, help=help_text)))
 
     create = admin_parser("create", "create a feed (same as POST /v1/feeds)")
     from pgfeed.cli_options import add_option_flags
 
-    create.add_argument("name")
-    create.add_argument("--dsn", required=True)
+    create.add_argument("name", help="the feed's name (lowercase letters, digits, underscores)")
+    create.add_argument("--dsn", required=True, help="the source (libpq DSN or URI; the password "
+                                                     "is never shown back)")
     group = create.add_mutually_exclusive_group()
     group.add_argument("--tables", help="comma-separated schema.table list")
-    group.add_argument("--all-tables", action="store_true")
+    group.add_argument("--all-tables", action="store_true",
+                       help="capture every table of the database (FOR ALL TABLES)")
     create.add_argument("--publication", help="adopt an existing publication")
     create.add_argument("--slot", help="adopt an existing slot")
     create.add_argument("--dry-run", action="store_true",
                         help="check the source and print what creating would find; create nothing")
     add_option_flags(create)
     create.set_defaults(func=_feeds_create)
-    admin_parser("list", "list feeds").set_defaults(func=lambda a: _admin(a, "GET", "/v1/feeds"))
-    for verb in ("show", "pause", "resume"):
+    admin_parser("list", "list feeds: name, state, positions, lag, rate, last error").set_defaults(
+        func=lambda a: _admin(a, "GET", "/v1/feeds", render=feeds_table))
+    for verb, method, suffix, render in (
+            ("show", "GET", "", feed_block),
+            ("pause", "POST", "/pause", action_line("paused feed {name}: state {state}, confirmed "
+                                                    "{confirmed_lsn}")),
+            ("resume", "POST", "/resume", action_line("resumed feed {name}: state {state}, "
+                                                      "confirmed {confirmed_lsn}"))):
         p = admin_parser(verb, f"{verb} a feed")
-        p.add_argument("name")
-        method, suffix = {"show": ("GET", ""), "pause": ("POST", "/pause"), "resume": ("POST", "/resume")}[verb]
-        p.set_defaults(func=lambda a, m=method, s=suffix: _admin(a, m, f"/v1/feeds/{a.name}{s}"))
+        p.add_argument("name", help="the feed")
+        p.set_defaults(func=lambda a, m=method, s=suffix, r=render: _admin(
+            a, m, f"/v1/feeds/{a.name}{s}", render=r))
     set_tables = admin_parser("set-tables", "replace a feed's table list (same as PATCH /v1/feeds/NAME)")
-    set_tables.add_argument("name")
+    set_tables.add_argument("name", help="the feed")
     set_tables.add_argument("--tables", required=True, help="comma-separated schema.table list")
     set_tables.add_argument("--backfill", action="store_true", help="backfill the tables this adds")
     set_tables.set_defaults(func=lambda a: _admin(
         a, "PATCH", f"/v1/feeds/{a.name}", {"tables": [t.strip() for t in a.tables.split(",") if t.strip()],
-                                            **({"backfill": True} if a.backfill else {})}))
+                                            **({"backfill": True} if a.backfill else {})},
+        render=action_line("feed {name} now captures {tables_text}")))
     delete = admin_parser("delete", "delete a feed, dropping the slot and publication it owns")
-    delete.add_argument("name")
+    delete.add_argument("name", help="the feed")
     delete.add_argument("--force", action="store_true",
                         help="delete even when the source cannot drop them (they are left behind)")
     delete.set_defaults(func=lambda a: _admin(
-        a, "DELETE", f"/v1/feeds/{a.name}" + ("?force=true" if a.force else "")))
+        a, "DELETE", f"/v1/feeds/{a.name}" + ("?force=true" if a.force else ""),
+        render=lambda _: f"deleted feed {a.name}"))
 
     seqs = admin_parser("sequences", "the feed's tables' sequences with the position they cover, "
                         "for a cutover to a mirror (GET /v1/feeds/NAME/sequences)")
-    seqs.add_argument("name")
+    seqs.add_argument("name", help="the feed")
     seqs.add_argument("--emit", action="store_true",
                       help="also write them into the feed as a pgfeed.sequences message")
     seqs.set_defaults(func=lambda a: _admin(a, "POST" if a.emit else "GET",
-                                            f"/v1/feeds/{a.name}/sequences"))
+                                            f"/v1/feeds/{a.name}/sequences", render=sequences_table))
     resync = admin_parser("resync", "recover a feed whose slot was lost: a new slot, a gap marker "
                           "in the feed, a backfill of its tables (same as POST /v1/feeds/NAME/resync)")
-    resync.add_argument("name")
+    resync.add_argument("name", help="the feed")
     resync.add_argument("--force", action="store_true",
                         help="resync even though the slot is not lost (drops a working slot)")
     resync.set_defaults(func=lambda a: _admin(
-        a, "POST", f"/v1/feeds/{a.name}/resync" + ("?force=true" if a.force else "")))
+        a, "POST", f"/v1/feeds/{a.name}/resync" + ("?force=true" if a.force else ""),
+        render=action_line("resynced feed {feed}: {message}")))
 
     trim = admin_parser("trim", "drop what a reader at a cursor has consumed, even what consumers "
                         "still hold (same as POST /v1/feeds/NAME/trim)")
-    trim.add_argument("name")
+    trim.add_argument("name", help="the feed")
     trim.add_argument("--before", required=True, help="cursor: drop everything a reader there has "
                                                       "consumed ('latest': everything)")
-    trim.set_defaults(func=lambda a: _admin(a, "POST", f"/v1/feeds/{a.name}/trim", {"before": a.before}))
+    trim.set_defaults(func=lambda a: _admin(
+        a, "POST", f"/v1/feeds/{a.name}/trim", {"before": a.before}, render=action_line(
+            f"trimmed feed {a.name}: " + "dropped {dropped} transactions; oldest {oldest_lsn}, "
+            "trimmed to {trimmed_lsn}; forced trims {forced_trims}; removed consumers "
+            "{removed_consumers}")))
 
     consumers = sub.add_parser("consumers", help="named consumers of a feed (their cursors hold "
                                                  "retention)")
     consumers_sub = consumers.add_subparsers(dest="consumers_command", required=True)
-    listed = add_service_flags(consumers_sub.add_parser(
-        "list", help="every consumer with its cursor, lag, last ack and expiry"))
-    listed.add_argument("feed")
-    listed.set_defaults(func=lambda a: _admin(a, "GET", f"/v1/feeds/{a.feed}/consumers"))
-    dropped = add_service_flags(consumers_sub.add_parser(
-        "delete", help="delete a consumer: retention stops waiting for it (admin token)"))
-    dropped.add_argument("feed")
-    dropped.add_argument("name")
-    dropped.set_defaults(func=lambda a: _admin(a, "DELETE", f"/v1/feeds/{a.feed}/consumers/{a.name}"))
+    listed = add_json_flag(add_service_flags(consumers_sub.add_parser(
+        "list", help="every consumer with its cursor, lag, last ack and expiry"),
+        token="read or admin bearer token"))
+    listed.add_argument("feed", help="the feed")
+    listed.set_defaults(func=lambda a: _admin(a, "GET", f"/v1/feeds/{a.feed}/consumers",
+                                              render=consumers_table))
+    dropped = add_json_flag(add_service_flags(consumers_sub.add_parser(
+        "delete", help="delete a consumer: retention stops waiting for it (admin token)")))
+    dropped.add_argument("feed", help="the feed")
+    dropped.add_argument("name", help="the consumer")
+    dropped.set_defaults(func=lambda a: _admin(a, "DELETE", f"/v1/feeds/{a.feed}/consumers/{a.name}",
+                                               render=lambda _: f"deleted consumer {a.name} of feed {a.feed}"))
 
     check = sub.add_parser("check", help="check a source before creating a feed on it (talks to "
                                          "it directly; exit 1 when a finding is an error)")
     check.add_argument("--dsn", required=True, help="the source (libpq DSN or URI)")
     what = check.add_mutually_exclusive_group()
     what.add_argument("--tables", help="comma-separated schema.table list")
-    what.add_argument("--all-tables", action="store_true")
+    what.add_argument("--all-tables", action="store_true", help="a feed of every table")
     what.add_argument("--publication", help="an existing publication to adopt")
     check.add_argument("--name", help="the feed's name: also check that its slot and publication "
                                       "names (pgfeed_NAME) are free")
@@ -277,8 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start a local PostgreSQL, a feed and a workload; watch changes flow")
     demo.add_argument("--pg", default=None, help="PostgreSQL major version (default: 18 if available, else 15)")
     demo.add_argument("--seconds", type=float, default=0, help="stop after this long (default: until Ctrl-C)")
-    demo.add_argument("--http-port", type=int, default=8000)
-    demo.add_argument("--grpc-port", type=int, default=50051)
+    demo.add_argument("--http-port", type=int, default=8000, help="port of the demo's HTTP API")
+    demo.add_argument("--grpc-port", type=int, default=50051, help="port of the demo's gRPC API")
     demo.set_defaults(func=_demo)
 
     from pgfeed import peek, tail_cli
@@ -287,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     peek.add_parser(sub)
     tail_cli.add_parser(sub)
     backfill_cli.add_parser(sub)
+    describe_defaults(parser)
     return parser
 
 

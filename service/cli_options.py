@@ -24,14 +24,19 @@ _PREFIX = "opt__"  # argparse dest of an option: opt__retention__hours
 
 
 def _fields(model: type[BaseModel], path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, str]]:
-    """(path, annotation, description) of every leaf field, nested models flattened."""
+    """(path, annotation, description) of every leaf field, nested models flattened; the
+    description ends with the server's default (``--help`` shows what leaving a flag out means)."""
     out = []
     for name, info in model.model_fields.items():
         annotation = info.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             out += _fields(annotation, (*path, name))
         else:
-            out.append(((*path, name), annotation, info.description or ""))
+            default = info.get_default(call_default_factory=True)
+            shown = "none" if default is None else str(default).lower() if isinstance(default, bool) \
+                else str(default)
+            described = info.description or name.replace("_", " ")
+            out.append(((*path, name), annotation, f"{described} (default: {shown})"))
     return out
 
 

@@ -33,33 +33,43 @@ class InvalidSettings(ValueError):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PGFEED_", extra="forbid", hide_input_in_errors=True)
 
-    data_dir: Path = Path("pgfeed-data")
+    # Descriptions are ``pgfeed serve --help``'s (cli.py adds the flag, variable and default).
+    data_dir: Path = Field(Path("pgfeed-data"), description="catalogue and change logs; one pgfeed "
+                                                            "serve at a time (locked)")
     # "memory" loses every change at exit: for tests, not offered in --help, warned about when used.
     changelog: Literal["sqlite", "memory"] = "sqlite"
     # A PostgreSQL store (``postgresql://…`` or ``key=value`` conninfo) shared by several replicas
     # instead of the data dir; a secret (it holds a password), never logged.
-    store: SecretStr | None = None
-    store_schema: str = Field("pgfeed", min_length=1, max_length=50)
-    replica_id: str | None = None  # default: host name and HTTP port
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(8000, ge=0, le=65535)
-    grpc_host: str = "127.0.0.1"
-    grpc_port: int = Field(50051, ge=0, le=65535)
+    store: SecretStr | None = Field(None, description="PostgreSQL store shared by replicas "
+                                                      "(postgresql://…) instead of the data dir; "
+                                                      "unset: the data dir")
+    store_schema: str = Field("pgfeed", min_length=1, max_length=50,
+                              description="schema of the store's tables")
+    replica_id: str | None = Field(None, description="this replica's id in the store's leases, one "
+                                                     "live process per id; unset: host:http-port")
+    http_host: str = Field("127.0.0.1", description="address the HTTP API listens on")
+    http_port: int = Field(8000, ge=0, le=65535, description="port of the HTTP API (0: any free one)")
+    grpc_host: str = Field("127.0.0.1", description="address the gRPC API listens on")
+    grpc_port: int = Field(50051, ge=0, le=65535, description="port of the gRPC API (0: any free one)")
     # Bearer tokens; none configured means the API is open. Admin tokens may also read.
     read_tokens: list[SecretStr] = Field(default_factory=list)
     admin_tokens: list[SecretStr] = Field(default_factory=list)
-    # /metrics: "open" (default: scrapers keep working without a token) or "read" (a read or
-    # admin token, when tokens are configured).
-    metrics_auth: Literal["open", "read"] = "open"
+    metrics_auth: Literal["open", "read"] = Field(
+        "open", description="/metrics open to anyone (scrapers keep working without a token) or "
+                            "behind the read tokens (read), when tokens are configured")
     retention_check_seconds: float = 60.0
     # uvloop when it is installed ("auto"): the event loop runs every HTTP answer and gRPC message.
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     # TLS on both listeners (PEM files; service/tls.py); a client CA also requires client certs.
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_client_ca_file: Path | None = None
+    tls_cert_file: Path | None = Field(None, description="PEM certificate: TLS on HTTP and gRPC; "
+                                                         "unset: plain text")
+    tls_key_file: Path | None = Field(None, description="PEM private key of the certificate")
+    tls_client_ca_file: Path | None = Field(None, description="PEM CA bundle: require client "
+                                                              "certificates signed by it; unset: none "
+                                                              "required")
     log_level: str = "INFO"
-    log_format: Literal["text", "json"] = "text"  # json: one object a line (service/logs.py)
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text, or json: one object a line, for log collectors")
 
     @field_validator("store")
     @classmethod

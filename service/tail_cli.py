@@ -22,8 +22,8 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from pgfeed_client._tls import http_verify
 from pgfeed.cli_remote import add_service_flags, bearer_headers
+from pgfeed_client._tls import http_verify
 
 __all__ = ["add_parser", "event_line", "follow", "run"]
 
@@ -182,7 +182,7 @@ def add_parser(subparsers: Any) -> None:
         description="Follow a feed's changes as they commit: one line per change, flushed at once "
                     "(pipes and files too). --json writes the contract's change events, one per "
                     "line, for jq.")
-    p.add_argument("feed")
+    p.add_argument("feed", help="the feed to follow")
     p.add_argument("--from", dest="start", metavar="CURSOR",
                    help="start after this cursor: LSN, LSN:seq, earliest or latest (default: latest, "
                         "or the cursor saved in --cursor-file)")
@@ -191,7 +191,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--table", action="append", help="only this schema.table (repeat or comma-separate)")
     p.add_argument("--op", action="append", help=f"only these ops ({', '.join(_OPS)})")
     p.add_argument("--json", action="store_true", help="one JSON change event per line")
-    p.add_argument("--count", type=int, default=0, help="stop after this many changes")
+    p.add_argument("--count", type=int, default=0, help="stop after this many changes (default: 0, never stop)")
     p.add_argument("--wait", type=float, default=10.0, help="long-poll seconds per request")
     add_service_flags(p, token="read or admin bearer token")
     p.set_defaults(func=run)

@@ -10,8 +10,9 @@ import sys
 import time
 from typing import Any
 
-from pgfeed_client import ClientError, FeedClient
+from pgfeed.cli_output import add_json_flag, backfill_lines, emit, error_line
 from pgfeed.cli_remote import add_service_flags, bearer_token
+from pgfeed_client import ClientError, FeedClient
 
 POLL_SECONDS = 0.5
 PLAIN_EVERY = 2.0  # seconds between plain progress lines
@@ -23,7 +24,7 @@ def add_parser(sub: Any) -> None:
                                    "backfills), or watch (--status) or cancel (--cancel) one, or "
                                    "cancel or retry one table of one (--cancel-table, "
                                    "--retry-table).")
-    p.add_argument("feed")
+    p.add_argument("feed", help="the feed")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--tables", help="comma-separated schema.table list to backfill")
     action.add_argument("--status", nargs="?", const="", metavar="ID",
@@ -37,7 +38,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--chunk-rows", type=int, help="rows per chunk (default 10000)")
     p.add_argument("--parallel", type=int, help="source connections reading at once (default 2)")
     p.add_argument("--follow", action="store_true", help="show progress until the backfill ends")
-    add_service_flags(p)
+    add_json_flag(add_service_flags(p))
     p.set_defaults(func=run)
 
 
@@ -45,9 +46,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with FeedClient(args.url, token=bearer_token(args), ca_bundle=args.ca_bundle) as client:
             if args.cancel:
-                return _print(client.cancel_backfill(args.feed, args.cancel))
+                return _print(client.cancel_backfill(args.feed, args.cancel), args)
             if args.cancel_table:
-                return _print(client.cancel_backfill_table(args.feed, *args.cancel_table))
+                return _print(client.cancel_backfill_table(args.feed, *args.cancel_table), args)
             if args.retry_table:
                 backfill = client.retry_backfill_table(args.feed, *args.retry_table)
                 print(f"backfill {backfill['id']}: {args.retry_table[1]} retried", file=sys.stderr)
@@ -59,14 +60,12 @@ def run(args: argparse.Namespace) -> int:
             elif args.status:
                 backfill = client.backfill(args.feed, args.status)
             elif not args.retry_table:
-                for b in client.backfills(args.feed):
-                    _plain(b)
-                return 0
+                return _print({"backfills": client.backfills(args.feed)}, args)
             if not args.follow:
-                return _print(backfill)
+                return _print(backfill, args)
             return follow(client, args.feed, backfill["id"], tty=sys.stdout.isatty())
     except ClientError as exc:
-        print(f"pgfeed: {exc}", file=sys.stderr)
+        error_line(exc.code, exc.message)
         return 1
 
 
@@ -130,8 +129,7 @@ def _plain(b: dict[str, Any]) -> None:
               f"left) chunks {t['chunks']} rate {b['rows_per_second']:.0f}/s eta {eta}", flush=True)
 
 
-def _print(b: dict[str, Any]) -> int:
-    import json
-
-    print(json.dumps(b, indent=2))
+def _print(answer: dict[str, Any], args: argparse.Namespace) -> int:
+    """One line a backfill; ``--json``: the API's answer."""
+    emit(answer, backfill_lines, as_json=args.json)
     return 0

@@ -152,7 +152,8 @@ def test_feeds_create_on_the_cli_takes_every_option_the_api_takes(pgfeed_service
                "--toast", "omit", "--snapshot", "never", "--no-messages", "--two-phase",
                "--no-streaming", "--no-partition-root", "--heartbeat-seconds", "2.5",
                "--retention-hours", "none", "--retention-bytes", "123456",
-               "--retention-consumer-max-idle-hours", "6", "--no-failover", "--keyless", "identity_full")
+               "--retention-consumer-max-idle-hours", "6", "--no-failover", "--keyless", "identity_full",
+               "--json")
     try:
         assert cli.returncode == 0, cli.stderr
         expected = {"toast": "omit", "snapshot": "never", "messages": False, "two_phase": True,

@@ -113,7 +113,7 @@ def test_forced_trim_and_consumer_delete_are_admin_and_no_reader_pins_what_was_d
                 assert _commits(client, name) == lsns
 
                 # An operator trims from the CLI: what a reader at the 3rd commit has consumed.
-                cli = _cli(service, "feeds", "trim", name, "--before", lsns[2])
+                cli = _cli(service, "feeds", "trim", name, "--before", lsns[2], "--json")
                 assert cli.returncode == 0, cli.stderr
                 out = json.loads(cli.stdout)
                 assert (out["dropped"], out["removed_consumers"], out["trimmed_lsn"]) == (3, [], lsns[2])
@@ -142,7 +142,7 @@ def test_forced_trim_and_consumer_delete_are_admin_and_no_reader_pins_what_was_d
 
                 # Delete from the CLI: read tokens are refused, admin tokens delete.
                 client.put(f"{consumer}/app", json={"cursor": lsns[7]}, headers=_as(READ))
-                listed = _cli(service, "consumers", "list", name, token=READ)
+                listed = _cli(service, "consumers", "list", name, "--json", token=READ)
                 assert listed.returncode == 0, listed.stderr
                 assert [c["name"] for c in json.loads(listed.stdout)["consumers"]] == ["app"]
                 refused = _cli(service, "consumers", "delete", name, "app", token=READ)

@@ -114,8 +114,8 @@ def test_a_cutover_sets_the_mirrors_sequences_and_inserts_without_a_key_conflict
             with FeedClient(pgfeed_service.http_url) as feed_client:
                 assert feed_client.sequences(name)["sequences"] == body["sequences"]
             cli = subprocess.run([sys.executable, "-m", "pgfeed", "feeds", "sequences", name,
-                                  "--url", pgfeed_service.http_url], capture_output=True, text=True,
-                                 timeout=60)
+                                  "--url", pgfeed_service.http_url, "--json"], capture_output=True, text=True,
+                                 timeout=60, check=False)
             assert cli.returncode == 0, cli.stderr
             assert json.loads(cli.stdout)["sequences"] == body["sequences"]
             read_at = _lsn(body["read_at"])

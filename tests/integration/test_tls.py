@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pgfeed.localpg import LocalCluster
 from pgfeed_client import (
     AsyncFeedClient,
     AsyncGrpcFeedClient,
@@ -28,7 +29,6 @@ from pgfeed_client import (
     GrpcFeedClient,
 )
 from pgfeed_client._tls import grpc_channel_credentials, http_verify
-from pgfeed.localpg import LocalCluster
 from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.fixtures.fix_service import Service, run_service, wait_until
 from tests.fixtures.fix_tls import Pki
@@ -187,7 +187,7 @@ def test_feed_over_tls_to_the_source(ssl_cluster: LocalCluster, tls_service: Ser
             assert [json.loads(line)["after"]["id"] for line in tail.stdout.splitlines()] == [1, 2]
             shown = subprocess.run(
                 [sys.executable, "-m", "pgfeed", "feeds", "show", "overtls", "--url",
-                 _https(tls_service)], env={**env, "PGFEED_CA_BUNDLE": str(pki.ca)},
+                 _https(tls_service), "--json"], env={**env, "PGFEED_CA_BUNDLE": str(pki.ca)},
                 capture_output=True, text=True, timeout=60, check=False)
             assert shown.returncode == 0 and json.loads(shown.stdout)["name"] == "overtls", shown.stderr
         finally:
