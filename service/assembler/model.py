@@ -83,9 +83,6 @@ class StoredTransaction:
     schema_frames: tuple[bytes, ...] = ()
     # A backfill chunk's transaction: the part's progress, stored atomically with it.
     progress: BackfillProgress | None = None
-    # Capture only, never stored: the content of a ``pgfeed.watermark`` message this transaction
-    # carried (the assembler takes the message out of the payload).
-    watermark: bytes | None = None
 
     def buffer(self) -> bytes | bytearray:
         """The payload in memory, as every change log reads it back. A spilled payload (only on

@@ -54,10 +54,6 @@ _SCHEMA = frozenset(b"RY")  # Relation / Type: framed and kept in schema_frames
 _CHANGE = frozenset(b"IUDTM")  # what change_count counts (transactional 'M' included)
 _DATA = _CHANGE | _SCHEMA  # carry a leading Int32 (sub)xid inside a stream block
 _M = ord("M")
-# pgfeed's backfill watermarks: transactional messages taken out of the payload (never stored or
-# served) and handed to capture as ``StoredTransaction.watermark`` (see service/backfill).
-WATERMARK_PREFIX = "pgfeed.watermark"
-_WATERMARK = WATERMARK_PREFIX.encode() + b"\0"
 # pgfeed's own heartbeats (non-transactional messages capture emits so an idle slot moves): they
 # advance the position and are never stored.
 HEARTBEAT_PREFIX = "pgfeed.heartbeat"
@@ -90,7 +86,6 @@ class _Txn:
         "schema",
         "schema_published",
         "spilled",
-        "watermark",
         "xid",
     )
 
@@ -109,7 +104,6 @@ class _Txn:
         self.aborted: set[int] | None = None
         self.gid: str | None = None
         self.schema_published = False
-        self.watermark: bytes | None = None
 
 
 class TransactionAssembler:
@@ -260,11 +254,6 @@ class TransactionAssembler:
                     raise _error(tag, lsn, "too short")
                 if not message[flags_at] & 1:
                     return self._non_transactional(lsn, message)
-                txn = block if block is not None else self._current
-                content = _watermark(message, flags_at)
-                if content is not None and txn is not None:
-                    txn.watermark = content
-                    return []
             if block is not None:
                 if len(message) < 5:
                     raise _error(tag, lsn, "too short for its stream xid")
@@ -335,12 +324,12 @@ class TransactionAssembler:
         else:
             payload, changes = self._spilled_payload(txn, tail)
         schema = () if txn.schema_published else tuple(txn.schema)
-        if not changes and not schema and txn.watermark is None:
+        if not changes and not schema:
             if isinstance(payload, SpilledPayload):
                 bytes(payload)  # reading it to the end releases its spill file
             return []
         return [StoredTransaction(txn.xid, commit_lsn, end_lsn, commit_ts, txn.origin, changes,
-                                  payload, schema, watermark=txn.watermark)]
+                                  payload, schema)]
 
     def _spilled_payload(self, txn: _Txn, tail: bytearray) -> tuple[SpilledPayload, int]:
         """The payload of a spilled transaction, left on disk for the change log to read in
@@ -528,16 +517,6 @@ class TransactionAssembler:
             self._drop(txn)
         self._advance(msg.rollback_end_lsn)
         return []
-
-
-def _watermark(message: bytes | memoryview, flags_at: int) -> bytes | None:
-    """The content of a ``pgfeed.watermark`` message (flags byte at ``flags_at``), else None."""
-    start = flags_at + 9  # flags, then the message's Int64 LSN, then the prefix
-    end = start + len(_WATERMARK)
-    if bytes(message[start:end]) != _WATERMARK or len(message) < end + 4:
-        return None
-    size = _u32(message, end)[0]
-    return bytes(message[end + 4:end + 4 + size])
 
 
 def _drop_aborted(segment: bytes | bytearray, base: int, runs: list[tuple[int, int]],

@@ -1,4 +1,4 @@
-"""Keys in pgoutput tuples and 32-bit xid order: the pure helpers of the watermark window."""
+"""Keys in pgoutput tuples and 32-bit xid order: the pure helpers of the chunk window."""
 
 from __future__ import annotations
 

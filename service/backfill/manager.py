@@ -102,12 +102,11 @@ class BackfillSource:
     feed: str
     dsn: str
     publication: str
-    messages: bool
 
 
 class BackfillManager:
     """The backfills of one feed. ``start_workers``/``stop_workers`` follow the feed's capture:
-    workers only run while capture does (a watermark needs someone to see it)."""
+    workers only run while capture does (a chunk is judged when capture's stream passes it)."""
 
     def __init__(self, feed: Callable[[], BackfillSource], changelog: ChangeLog,
                  tracker: WindowTracker) -> None:
@@ -137,9 +136,6 @@ class BackfillManager:
             raise BackfillError(f"chunk_rows must be between 1 and {MAX_CHUNK_ROWS}, got {chunk_rows}")
         if not 1 <= parallel <= MAX_PARALLEL:
             raise BackfillError(f"parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")
-        if not spec.messages:
-            raise BackfillError(f"feed {spec.feed!r} has option messages off: a backfill's "
-                                "watermarks are logical messages the feed must receive")
         names = [source.split_name(t) for t in tables]
         if len(set(names)) != len(names):
             raise BackfillError("'tables' names a table twice")
@@ -532,8 +528,8 @@ class BackfillManager:
                         tracker.cancel(token=c.token)
                     if stop.is_set():
                         return
-                    raise psycopg.OperationalError("capture did not see a chunk's high watermark "
-                                                   f"within {CHUNK_TIMEOUT:.0f} s")
+                    raise psycopg.OperationalError("capture's stream did not pass a chunk's "
+                                                   f"snapshot within {CHUNK_TIMEOUT:.0f} s")
                 pending.popleft()
                 if chunk.outcome == "cancelled":
                     return
@@ -573,8 +569,9 @@ class BackfillManager:
                plan: source.TablePlan, after: list[str] | None, upper: list[str] | None,
                pred: Chunk | None, stored: BackfillProgress,
                ) -> tuple[Chunk, list[str] | None, bool]:
-        """Register, bracket with watermarks and read one chunk; returns it, the last key read
-        (``after`` when none) and whether the range has no more rows."""
+        """Register and read one chunk (capture judges it once its stream passes the chunk's
+        snapshot); returns it, the last key read (``after`` when none) and whether the range
+        has no more rows."""
         tracker = self.tracker
         token = f"{run.record.id}.{part.part}.{secrets.token_hex(6)}"
         floor = int(conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
@@ -582,7 +579,6 @@ class BackfillManager:
         chunk = Chunk(token, run.record.id, part.part, plan.oid, floor, pred=pred)
         tracker.register(chunk)
         try:
-            source.emit_watermark(conn, token, "l")
             read = source.read_chunk(conn, spec.publication, part.table, after, upper,
                                      run.record.chunk_rows, self._plans.get(part.table),
                                      self._fingerprints.get(part.table))
@@ -591,8 +587,8 @@ class BackfillManager:
             progress = BackfillProgress(run.record.id, part.part,
                                         None if last is None else json.dumps(last),
                                         stored.rows, stored.chunks, read.exhausted)
-            tracker.read(token, read.rows, read.xip, progress, read.plan.messages)
-            source.emit_watermark(conn, token, "h")
+            tracker.read(token, read.rows, read.xmax, read.xip, read.lsn, progress,
+                         read.plan.messages)
         except BaseException:
             tracker.cancel(token=token)
             raise

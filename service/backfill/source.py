@@ -1,7 +1,9 @@
-"""The source side of a backfill: describe a table, split it, write watermarks, read a chunk.
+"""The source side of a backfill: describe a table, split it, read a chunk (nothing is written).
 
-Each chunk is one short REPEATABLE READ transaction that takes no lock stronger than
-``ACCESS SHARE`` (taken first, so the columns it describes stay those it reads) and reads
+Each chunk is one short REPEATABLE READ, READ ONLY transaction that takes no lock stronger than
+``ACCESS SHARE`` (taken first, so the columns it describes stay those it reads), reads its
+snapshot and the WAL insert position in its first query (``ChunkRead``: what capture judges it
+by, ``backfill/window.py``) and reads
 ``chunk_rows`` rows in key order after the last key read (keyset pagination on the primary key or
 replica-identity index), with ``COPY (SELECT …) TO STDOUT`` in text format: each value its
 type's output function in the replication session's settings, byte for byte what pgoutput
@@ -25,7 +27,6 @@ import psycopg
 from psycopg import errors as e
 from psycopg import pq, sql
 
-from pgfeed.assembler.transactions import WATERMARK_PREFIX
 from pgfeed.backfill.rows import Rows, copy_text_rows, read_copy
 from pgfeed.backfill.schema import _COLUMNS, relation_message, type_message
 from pgfeed.errors import BackfillError
@@ -94,10 +95,7 @@ def _unquote(part: str) -> str:
 def connect(dsn: str) -> psycopg.Connection:
     """A normal (not replication) autocommit connection with the replication session's settings
     (``replication.connect``'s policy). psycopg errors stay psycopg errors: the manager retries."""
-    # synchronous_commit on: a watermark's commit flushes WAL, so the stream gets it at once
-    # (FIELD-NOTES: with it off, decoding waits for a later flush)
-    return psycopg.connect(conninfo(dsn, "pgfeed-backfill", options="-c synchronous_commit=on"),
-                           autocommit=True)
+    return psycopg.connect(conninfo(dsn, "pgfeed-backfill"), autocommit=True)
 
 
 def describe(conn: psycopg.Connection, publication: str, table: str, *,
@@ -224,18 +222,6 @@ def _sampled_cuts(conn: psycopg.Connection, plan: TablePlan, parts: int) -> list
     return cuts
 
 
-def emit_watermark(conn: psycopg.Connection, token: str, kind: str) -> int:
-    """Write a watermark in a transaction of its own (its commit flushes WAL, so the stream gets
-    it at once). Returns the snapshot xmin (32-bit) of that statement: no snapshot taken later
-    has an older one."""
-    content = json.dumps({"t": token, "k": kind})
-    row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
-                       "pg_logical_emit_message(true, %s, %s)",
-                       (WATERMARK_PREFIX, content)).fetchone()
-    assert row is not None
-    return int(row[0]) & 0xFFFFFFFF
-
-
 def in_progress(conn: psycopg.Connection) -> tuple[set[int], set[int]]:
     """The xids (32-bit) in progress now, and those of them already committed in the commit log
     (a commit record written, the transaction not yet gone from the proc array)."""
@@ -251,14 +237,18 @@ def in_progress(conn: psycopg.Connection) -> tuple[set[int], set[int]]:
 class ChunkRead:
     plan: TablePlan
     rows: Rows
+    xmax: int  # the chunk's snapshot: xmax and in-progress xids (32-bit), ...
     xip: set[int]
+    lsn: int  # ... and the WAL insert position read after it was taken
     last_key: list[str] | None  # key of the last row read (None when no rows)
     exhausted: bool  # fewer rows than asked: the range has no more
     fingerprint: str | None = None  # digest of the catalog rows the plan was read from
 
 
 # Everything ``describe`` reads that can change under a running backfill, as one digest: a chunk
-# compares it (one query, with its snapshot's in-progress xids) instead of describing again.
+# compares it instead of describing again. The chunk's first query, so it also reads the snapshot
+# (taken at its start: xmax, in-progress xids) and then the WAL insert position, which is at or
+# after the end of the commit record of every transaction the snapshot sees.
 _FINGERPRINT = """
 SELECT md5(concat_ws('|',
     (SELECT string_agg(concat_ws(':', attnum, attname, atttypid, atttypmod, attisdropped,
@@ -270,7 +260,9 @@ SELECT md5(concat_ws('|',
                        ',' ORDER BY indexrelid) FROM pg_index WHERE indrelid = %(oid)s),
     (SELECT string_agg({published}, ',') FROM pg_publication_tables
      WHERE pubname = %(pub)s AND schemaname = %(schema)s AND tablename = %(name)s))),
-    ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) x)
+    pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+    ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) x),
+    (pg_current_wal_insert_lsn() - '0/0')::bigint
 """
 
 
@@ -293,7 +285,7 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
         row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
                            {"oid": oid, "pub": publication, "schema": schema, "name": name}).fetchone()
         assert row is not None
-        digest, xids = row
+        digest, xmax, xids, lsn = row
         xip = {int(x) & 0xFFFFFFFF for x in xids}
         plan = known
         if plan is None or digest != fingerprint:
@@ -305,7 +297,8 @@ def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: li
         text = copy_out(conn, _chunk_query(plan, after, upper, limit))
     rows = copy_text_rows(text, insert_head(plan.oid, len(plan.columns)), plan.key_index)
     last_key = [v.decode() for v in rows.key(len(rows) - 1)] if len(rows) else None
-    return ChunkRead(plan, rows, xip, last_key, len(rows) < limit, digest)
+    return ChunkRead(plan, rows, int(xmax) & 0xFFFFFFFF, xip, int(lsn), last_key,
+                     len(rows) < limit, digest)
 
 
 def copy_out(conn: psycopg.Connection, query: sql.Composable, *, native: bool = True) -> bytes:

@@ -1,34 +1,33 @@
-"""Watermark windows on the capture side (pure): which rows of a chunk may be stored, and where.
+"""Chunk windows on the capture side (pure): which rows of a chunk may be stored, and where.
 
-A chunk is read between a low and a high watermark, each a transactional logical message in a
-transaction of its own (``pgfeed.watermark``), so each has a commit position of its own in the
-stream. When the high watermark arrives, the chunk's rows are stored as one transaction of
-``read`` changes at that watermark's commit position (the watermark itself is never stored, so
-the position is free and cannot collide with anything), minus every key that may be newer in the
-stream than in the chunk's snapshot:
+A chunk is read in one REPEATABLE READ transaction whose first statement reads its snapshot S
+(``pg_current_snapshot()``: xmax and the in-progress xids) and the WAL insert position L. Every
+transaction visible in S committed before S was taken, so its commit record ends at or before L.
+Once capture's stream has passed L (a frame or a keepalive at or after it), every transaction
+visible in S has passed, and every transaction still to come is invisible in S. Nothing is
+written to the source: a role with SELECT and REPLICATION can backfill.
 
-- keys changed by transactions committed between the two watermarks (the window), and
-- keys changed by transactions that were in progress when the chunk's snapshot was taken
-  (its ``xip``) but committed before the low watermark (FIELD-NOTES: a commit record written
-  before the low watermark can still be invisible to a snapshot taken after it). For those the
-  tracker keeps, per xid, the keys recent transactions changed in watched tables, pruned below
-  the oldest snapshot ``xmin`` a chunk can still have.
+The chunk's rows are then held, and stored as one transaction of ``read`` changes after every unit
+passed on so far (``release``), minus every key that may be newer in the stream than in S: the
+keys changed by transactions passed on that S does not see (xid >= xmax, or in S's in-progress
+list). For those the tracker keeps, per xid, the keys recent transactions changed in watched
+tables, pruned below the oldest snapshot ``xmin`` a chunk can still have (read before the chunk is
+registered; xmin only grows). Held chunks keep collecting the keys of the units passed on after
+them (all invisible in S).
 
 A judged chunk is held until capture's log writer is idle (``release``), so live transactions
-never queue behind a chunk's append: it is then stored after everything passed on meanwhile,
-also minus the keys those transactions changed, at a free position inside the last one's commit
-record; while live transactions flow, in pieces of at most PIECE_BYTES, each with the part's
-progress up to its last row (a piece is a chunk of its own for resuming).
+never queue behind a chunk's append: it is then stored at a free position inside the last unit's
+commit record; while live transactions flow, in pieces of at most PIECE_BYTES, each with the
+part's progress up to its last row (a piece is a chunk of its own for resuming).
 
-A chunk is redone (outcome ``redo``) when it cannot be judged exactly: a TRUNCATE of its table
-in the window or by such an xip transaction, a transaction too large to scan (spilled), a key the
-stream did not send whole, a schema change in the window, or an xip transaction the tracker may
-have forgotten. Redoing is always safe: nothing of the chunk was stored.
+A chunk is redone (outcome ``redo``) when it cannot be judged exactly: a TRUNCATE of its table,
+a transaction too large to scan (spilled), a key the stream did not send whole or a schema change
+by a transaction S does not see, or an in-progress xid the tracker may have missed or forgotten.
+Redoing is always safe: nothing of the chunk was stored.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import struct
 import threading
@@ -84,23 +83,24 @@ _INSERT, _UPDATE = TAG_INSERT, TAG_UPDATE
 
 @dataclass(slots=True)
 class Chunk:
-    """One chunk of a backfill part, from registration (before its low watermark) to outcome."""
+    """One chunk of a backfill part, from registration (before its snapshot) to outcome."""
 
     token: str
     backfill_id: str
     part: int
     relation_id: int
-    floor: int  # snapshot xmin (32-bit) read before the low watermark: no xip member is older
+    floor: int  # snapshot xmin (32-bit) read before the chunk's: no xid it cannot see is older
     schema: tuple[bytes, ...] = ()  # Type/Relation messages for the read transaction (reader's)
     # The chunk of the same part read just before this one while it was not yet judged: this one
     # is stored only if that one was, and counts its rows and chunks from that one's result.
     pred: Chunk | None = None
-    # set by the reader once the chunk is read (before the high watermark is written)
+    # set by the reader once the chunk is read
     rows: Rows | None = None
-    xip: frozenset[int] = frozenset()
+    xmax: int = 0  # the snapshot's xmax (32-bit): it sees no xid at or after it
+    xip: frozenset[int] = frozenset()  # the snapshot's in-progress xids (32-bit)
+    lsn: int = 0  # WAL insert position read in the snapshot: judged once the stream passed it
     progress: BackfillProgress | None = None  # rows/chunks before this chunk; completed at store
-    # capture side
-    low_lsn: int | None = None
+    # capture side: keys changed by units passed on after it was judged
     changed: set[Key] = field(default_factory=set)
     problem: str | None = None
     outcome: str | None = None  # "stored", "redo", "cancelled"
@@ -119,12 +119,12 @@ class Chunk:
 
 @dataclass(slots=True)
 class _Held:
-    """A chunk judged at its high watermark and not yet (wholly) handed to the log: its rows
+    """A chunk judged and not yet (wholly) handed to the log: its rows
     ``rows[next:]`` wait for a gap between live commits (``WindowTracker.release``)."""
 
     chunk: Chunk
     rows: Rows
-    excluded: set[Key]  # keys of its snapshot's in-progress transactions (``chunk.changed`` grows)
+    excluded: set[Key]  # keys changed by units its snapshot does not see (``chunk.changed`` grows)
     progress: BackfillProgress  # the chunk's own: last key and done of its last row
     next: int = 0
     released: bool = False  # a piece of it is in the log already
@@ -136,6 +136,7 @@ class _Recent:
     keys: dict[int, set[Key]]  # relation id -> keys changed
     truncated: frozenset[int]
     unknown: bool  # not scanned (spilled) or a key not sent whole: may have changed anything
+    relations: tuple[RelationMessage, ...]  # Relation messages of watched tables it carried
 
 
 class WindowTracker:
@@ -154,8 +155,8 @@ class WindowTracker:
         self._floor: int | None = None
         self._held: deque[_Held] = deque()
         # The last unit capture passed on: (commit_lsn, end_lsn, commit_ts, first free offset).
-        # Positions from commit_lsn + offset up to end_lsn - 1 lie inside its commit record (or
-        # are a watermark's own, never stored): no other unit can have them, and they sort after
+        # Positions from commit_lsn + offset up to end_lsn - 1 lie inside its commit record: no
+        # other unit can have them, and they sort after
         # it and before the next. Held chunks are stored there.
         self._host: tuple[int, int, int, int] | None = None
         self._live_at = float("-inf")  # when a live transaction last passed (monotonic)
@@ -210,18 +211,20 @@ class WindowTracker:
         with self._lock:
             self._chunks[chunk.token] = chunk
 
-    def read(self, token: str, rows: Rows, xip: Iterable[int],
+    def read(self, token: str, rows: Rows, xmax: int, xip: Iterable[int], lsn: int,
              progress: BackfillProgress, schema: tuple[bytes, ...]) -> None:
-        """The chunk's rows (key order), its snapshot's in-progress xids (32-bit), the progress
-        it makes if stored (rows and chunks before it) and the table's Type/Relation messages."""
+        """The chunk's rows (key order), its snapshot's xmax and in-progress xids (32-bit), the
+        WAL insert position read in it, the progress it makes if stored (rows and chunks before
+        it) and the table's Type/Relation messages. Capture judges it once its stream passed
+        ``lsn``."""
         with self._lock:
             chunk = self._chunks.get(token)
             if chunk is not None:
                 chunk.rows, chunk.xip, chunk.progress = rows, frozenset(xip), progress
-                chunk.schema = schema
+                chunk.xmax, chunk.lsn, chunk.schema = xmax, lsn, schema
 
     def cancel(self, backfill_id: str | None = None, token: str | None = None) -> None:
-        """Forget chunks (all of a backfill, or one): their high watermarks will store nothing."""
+        """Forget chunks (all of a backfill, or one): nothing of them will be stored."""
         def hit(chunk: Chunk) -> bool:
             return chunk.token == token or (token is None and (
                 backfill_id is None or chunk.backfill_id == backfill_id))
@@ -243,25 +246,15 @@ class WindowTracker:
         """Capture's acknowledgement that it now remembers every watched table."""
         self.synced = self.generation
 
-    def process(self, units: list[StoredTransaction]) -> list[StoredTransaction]:
-        """Capture's hook, for every batch of units in commit order: watermark units go (a high
-        one judges its chunk and holds it for ``release``), everything else passes unchanged."""
+    def process(self, units: list[StoredTransaction], received: int) -> list[StoredTransaction]:
+        """Capture's hook, for every batch of units in commit order (all pass unchanged), with
+        the position its stream has passed (``received``, this batch included): chunks whose
+        snapshot's position it passed are judged and held for ``release``."""
         self.synced = self.generation
         if not self._watched and not self._chunks and not self._held:
-            if any(u.watermark is not None for u in units):
-                return [u for u in units if u.watermark is None or _keep(u)]
             return units
-        out: list[StoredTransaction] = []
         with self._lock:
             for unit in units:
-                if unit.watermark is not None:
-                    self._watermark(unit)
-                    if _keep(unit):
-                        unit.watermark = None
-                        out.append(unit)
-                    self._host = (unit.commit_lsn, unit.end_lsn, unit.commit_ts,
-                                  1 if _keep(unit) else 0)
-                    continue
                 if unit.xid:
                     if unit.change_count:
                         self._live_at = time.monotonic()
@@ -270,9 +263,10 @@ class WindowTracker:
                         self._received[unit.commit_lsn] = self._live_at
                     if self._watched:
                         self._observe(unit)
-                out.append(unit)
                 self._host = (unit.commit_lsn, unit.end_lsn, unit.commit_ts, 1)
-        return out
+            if self._chunks:
+                self._judge_passed(received)
+        return units
 
     def release(self) -> list[StoredTransaction]:
         """Capture's other hook, when the log's writer is idle, right after ``process``: the
@@ -383,19 +377,19 @@ class WindowTracker:
             unit.payload, touched, truncated, relations)
         for rel in relations:
             self._relation_seen(rel)
-        if not (touched or truncated or unknown):
+        if not (touched or truncated or unknown or relations):
             return
-        for chunk in self._open():
-            if chunk.low_lsn is None or chunk.outcome is not None:
-                continue
+        for held in self._held:  # passed on after the chunk was judged: newer than its snapshot
+            chunk = held.chunk
             if unknown:
-                chunk.problem = chunk.problem or "a transaction in its window could not be scanned"
+                chunk.problem = chunk.problem or "a transaction after its snapshot could not be scanned"
             elif chunk.relation_id in truncated:
-                chunk.problem = chunk.problem or "its table was truncated in its window"
+                chunk.problem = chunk.problem or "its table was truncated after its snapshot"
             keys = touched.get(chunk.relation_id)
             if keys:
                 chunk.changed |= keys
-        self._remember(unit.xid, _Recent(unit.commit_lsn, touched, frozenset(truncated), unknown))
+        self._remember(unit.xid, _Recent(unit.commit_lsn, touched, frozenset(truncated), unknown,
+                                         tuple(relations)))
 
     def _scan(self, payload: bytes | bytearray, touched: dict[int, set[Key]], truncated: set[int],
               relations: list[RelationMessage]) -> bool:
@@ -446,17 +440,13 @@ class WindowTracker:
                     relations.append(rel)
         return ok
 
-    def _open(self) -> Iterable[Chunk]:
-        """Chunks whose window is still open: registered, or judged and held."""
-        return itertools.chain(self._chunks.values(), (h.chunk for h in self._held))
-
     def _relation_seen(self, rel: RelationMessage) -> None:
         names, _, refs = self._watched[rel.relation_id]
         self._watched[rel.relation_id] = (names, key_positions(rel, names), refs)
-        for chunk in self._open():
-            if (chunk.relation_id == rel.relation_id and chunk.low_lsn is not None
-                    and chunk.outcome is None and not same_relation(chunk.schema, rel)):
-                chunk.problem = chunk.problem or "its table's schema changed in its window"
+        for held in self._held:
+            chunk = held.chunk
+            if chunk.relation_id == rel.relation_id and not same_relation(chunk.schema, rel):
+                chunk.problem = chunk.problem or "its table's schema changed after its snapshot"
 
     def _remember(self, xid: int, recent: _Recent) -> None:
         old = self._recent.pop(xid, None)
@@ -491,59 +481,50 @@ class WindowTracker:
             self._remembered -= _size(self._recent.pop(xid))
         self._suspects = {x for x in self._suspects if not precedes(x, floor)}
 
-    def _watermark(self, unit: StoredTransaction) -> None:
-        try:
-            data = json.loads(unit.watermark or b"")
-            token, kind = data["t"], data["k"]
-        except (ValueError, KeyError, TypeError):
-            return  # not one of ours (or from an older pgfeed): never stored
-        chunk = self._chunks.get(token)
-        if chunk is None:
-            return  # a replay from before a restart, or a cancelled chunk
-        if kind == "l":
-            chunk.low_lsn = unit.commit_lsn
-            chunk.changed = set()
-            chunk.problem = None
+    def _judge_passed(self, received: int) -> None:
+        """Judge the chunks read whose snapshot's position the stream has passed (in the order
+        they were registered: a part's chunks in order)."""
+        for token, chunk in list(self._chunks.items()):
+            if chunk.rows is None or chunk.lsn > received:
+                continue
+            del self._chunks[token]
             self._floor = chunk.floor
-            return
-        del self._chunks[token]
-        self._prune()
-        excluded = self._judge(chunk, unit)
-        if excluded is None:
-            chunk.finish("redo")
-            return
-        assert chunk.rows is not None and chunk.progress is not None
-        self._held.append(_Held(chunk, chunk.rows, excluded, chunk.progress))
-        chunk.rows = None
-        chunk.pred = None  # judged: no chain of chunks builds up
+            self._prune()
+            excluded = self._judge(chunk)
+            if excluded is None:
+                chunk.finish("redo")
+                continue
+            assert chunk.rows is not None and chunk.progress is not None
+            self._held.append(_Held(chunk, chunk.rows, excluded, chunk.progress))
+            chunk.rows = None
+            chunk.pred = None  # judged: no chain of chunks builds up
 
-    def _judge(self, chunk: Chunk, unit: StoredTransaction) -> set[Key] | None:
-        """The keys of the chunk's snapshot's in-progress transactions that committed before its
-        window (excluded as well as those its window changes); None when it must be redone."""
-        if chunk.low_lsn is None or chunk.rows is None or chunk.progress is None:
-            chunk.problem = "its low watermark or rows were missing"
-            return None
-        if _keep(unit):
-            chunk.problem = "its high watermark's transaction held other changes"
-            return None
+    def _judge(self, chunk: Chunk) -> set[Key] | None:
+        """The keys changed by units passed on that the chunk's snapshot does not see (xid at or
+        after its xmax, or in progress in it); None when it must be redone."""
         pred = chunk.pred
         if pred is not None and not any(h.chunk is pred for h in self._held) and (
                 pred.outcome != "stored" or pred.result is None):
             chunk.problem = "the chunk before it was not stored"
             return None
         excluded: set[Key] = set()
-        for xid in chunk.xip:
-            recent = self._recent.get(xid)
-            if recent is None:
-                if xid in self._suspects or (self._forgotten_below is not None
-                                             and precedes(xid, self._forgotten_below)):
-                    chunk.problem = f"transaction {xid} in its snapshot may have been missed"
-                continue
-            if recent.commit_lsn >= chunk.low_lsn:
-                continue  # in the window: counted as it came
-            if recent.unknown or chunk.relation_id in recent.truncated:
-                chunk.problem = f"transaction {xid} in its snapshot could not be judged"
-            excluded |= recent.keys.get(chunk.relation_id, set())
+        xmax, xip, relid = chunk.xmax, chunk.xip, chunk.relation_id
+        for xid, recent in self._recent.items():
+            if precedes(xid, xmax) and xid not in xip:
+                continue  # visible in the snapshot: the chunk's rows include it
+            if recent.unknown or relid in recent.truncated:
+                chunk.problem = f"transaction {xid}, which its snapshot does not see, could not be judged"
+            elif any(r.relation_id == relid and not same_relation(chunk.schema, r)
+                     for r in recent.relations):
+                chunk.problem = "its table's schema changed after its snapshot"
+            excluded |= recent.keys.get(relid, set())
+        forgotten = self._forgotten_below
+        if forgotten is not None and precedes(xmax, forgotten):
+            chunk.problem = "a transaction after its snapshot may have been forgotten"
+        for xid in xip:
+            if xid not in self._recent and (xid in self._suspects or (
+                    forgotten is not None and precedes(xid, forgotten))):
+                chunk.problem = f"transaction {xid} in its snapshot may have been missed"
         return None if chunk.problem is not None else excluded
 
 
@@ -556,11 +537,6 @@ def _runs(indexes: list[int]) -> list[tuple[int, int]]:
         else:
             runs.append((i, i + 1))
     return runs
-
-
-def _keep(unit: StoredTransaction) -> bool:
-    """A watermark's transaction that also holds something to store (not pgfeed's own)."""
-    return bool(unit.change_count or unit.schema_frames)
 
 
 def _size(recent: _Recent) -> int:

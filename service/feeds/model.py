@@ -30,7 +30,9 @@ class Retention:
 class FeedOptions:
     toast: ToastMode = "placeholder"
     snapshot: Literal["never", "backfill", "export"] = "never"  # export: older name of backfill
-    messages: bool = True
+    # Opt-in (issue 28.2): with messages on the walsender does not stream in-progress
+    # transactions (docs/design.md, "Logical messages turn streaming off").
+    messages: bool = False
     two_phase: bool = False
     streaming: bool = True
     partition_root: bool = True

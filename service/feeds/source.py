@@ -35,7 +35,7 @@ def capture_config(spec: FeedSpec) -> CaptureConfig:
 
 def backfill_source(spec: FeedSpec) -> BackfillSource:
     """What the feed's backfills need to know of it."""
-    return BackfillSource(spec.name, spec.dsn, spec.publication_name, spec.options.messages)
+    return BackfillSource(spec.name, spec.dsn, spec.publication_name)
 
 
 def request(spec: FeedSpec) -> preflight.Request:

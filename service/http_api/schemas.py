@@ -237,13 +237,19 @@ class FeedOptionsIn(BaseModel):
         "never", description="`backfill`: backfill every table of the feed when it is created "
                              "(a backfill like any other: resumable, with progress); `export` is "
                              "the older name of the same")
-    messages: bool = Field(True, description="Serve `pg_logical_emit_message` payloads "
-                                             "(transactional ones with their transaction)")
+    messages: bool = Field(False, description="Serve `pg_logical_emit_message` payloads "
+                           "(transactional ones with their transaction). Opt-in, and it costs: "
+                           "with it on, the source does not stream big transactions (a message "
+                           "rolled back with its savepoint must never be served, and a streamed "
+                           "one cannot be told apart), so a transaction past "
+                           "`logical_decoding_work_mem` is spilled to the source's disk by its "
+                           "walsender and sent only after its commit; status `streaming_in_use` "
+                           "is then false")
     two_phase: bool = Field(False, description="Decode prepared transactions at PREPARE "
                                                "(served at COMMIT PREPARED)")
     streaming: bool = Field(
         True, description="Let PostgreSQL stream a transaction past `logical_decoding_work_mem` "
-                          "before its commit. Used only when `messages` is false: PostgreSQL "
+                          "before its commit (the default). Used only when `messages` is false: PostgreSQL "
                           "cannot say which subtransaction a streamed message belongs to, so one "
                           "rolled back with `ROLLBACK TO SAVEPOINT` would be served. With "
                           "`messages` on, the source spills big transactions to its disk and "
@@ -280,7 +286,7 @@ class FeedCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
         "name": "shop", "dsn": "host=db.example dbname=shop user=cdc",
         "tables": ["public.orders", "public.items"], "publication": None, "slot": None,
-        "options": {"toast": "placeholder", "snapshot": "never", "messages": True,
+        "options": {"toast": "placeholder", "snapshot": "never", "messages": False,
                     "two_phase": False, "streaming": True, "partition_root": True,
                     "heartbeat_seconds": 10, "retention": {"hours": 168, "bytes": None}}}]})
 
@@ -526,8 +532,11 @@ class FeedPublic(BaseModel):
     proto_version: int | None = None
     streaming_in_use: bool | None = Field(
         None, description="Whether big transactions are streamed from the source before their "
-                          "commit; false with `messages` on, whatever `options.streaming` says "
-                          "(see the `streaming` option); null until capture has connected")
+                          "commit (true by default); false with `messages` on, whatever "
+                          "`options.streaming` says: the source's walsender then spills a "
+                          "transaction past `logical_decoding_work_mem` to its own disk and "
+                          "sends it at commit (see the `messages` option); null until capture "
+                          "has connected")
     slot_risk: SlotRiskOut
     failover: FailoverOut | None = Field(None, description="PostgreSQL 17+ sources, when probed")
     log: LogOut | None = None

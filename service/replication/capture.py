@@ -76,7 +76,8 @@ Batch = list[StoredTransaction]
 class BatchHook(Protocol):
     """What capture asks of the feed's batch hook (the feed's backfill ``WindowTracker``,
     service/backfill/window.py): ``process`` sees every assembled batch, in commit order, before
-    it is written (watermarks become chunks, held for later); while ``holding``, capture reads
+    it is written, with the position the stream has passed (chunks whose snapshot it passed are
+    judged and held for later); while ``holding``, capture reads
     its stream often and, whenever the log's writer is idle, appends what ``release`` hands back
     (positioned after everything passed on so far); ``restart`` begins a session; ``durable``
     hears of each batch once it is durable in the log (the backfill paces itself by how long
@@ -85,7 +86,7 @@ class BatchHook(Protocol):
     @property
     def holding(self) -> bool: ...
 
-    def process(self, batch: Batch) -> Batch: ...
+    def process(self, batch: Batch, received: int) -> Batch: ...
 
     def release(self) -> Batch: ...
 
@@ -297,13 +298,13 @@ class Capture:
                 # held backfill chunks go to the writer as soon as it is idle: look often
                 frames, keepalives = stream.read_batch(
                     self.batch_messages, timeout=HOLDING_POLL if hook.holding else 0.2)
-                stored = process(feed_batch(frames))
                 if frames:
                     received = max(received, frames[-1][0])
                 reply = False
                 for wal_end, reply_requested in keepalives:
                     received = max(received, wal_end)
                     reply = reply or reply_requested
+                stored = process(feed_batch(frames), received)
                 target = assembler.confirmable_lsn
                 if keepalives and protocol.keepalive_confirmable(
                         received, assembler.in_transaction, assembler.hold_lsn):
@@ -355,7 +356,7 @@ class Capture:
 class _NoHook:
     holding = False
 
-    def process(self, batch: Batch) -> Batch:
+    def process(self, batch: Batch, received: int) -> Batch:
         return batch
 
     def release(self) -> Batch:

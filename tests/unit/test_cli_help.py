@@ -79,5 +79,5 @@ def test_feed_option_flags_name_the_server_default() -> None:
     helps = {a.option_strings[0]: a.help or "" for a in create._actions if a.option_strings}
     assert "default: 10.0" in helps["--heartbeat-seconds"]
     assert "default: placeholder" in helps["--toast"]
-    assert "default: true" in helps["--messages"] and "default: false" in helps["--two-phase"]
+    assert "default: false" in helps["--messages"] and "default: false" in helps["--two-phase"]
     assert "default: 168.0" in helps["--retention-hours"] and "default: none" in helps["--retention-bytes"]

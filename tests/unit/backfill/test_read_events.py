@@ -16,7 +16,7 @@ from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps, transaction_json
 from pgfeed.encoding.to_proto import transaction_frames
-from tests.unit.backfill.test_window import read, start, watermark
+from tests.unit.backfill.test_window import other, read, start
 
 
 @pytest.fixture(autouse=True, params=["c", "reference"])
@@ -30,9 +30,8 @@ def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 def chunk_unit():  # type: ignore[no-untyped-def]
     tracker = WindowTracker()
     start(tracker)
-    tracker.process([watermark("c1", "l", 1000)])
     read(tracker, "c1", (1, 2))
-    (unit,) = tracker.process([watermark("c1", "h", 0x5000_0000)]) + tracker.release()
+    (_, unit) = tracker.process([other(150, 0x5000_0000 - 1)], 0x5000_0000) + tracker.release()
     return unit
 
 

@@ -1,4 +1,5 @@
-"""The watermark window logic on bytes alone: which rows of a chunk are stored, and where."""
+"""Chunk judging on bytes alone (no watermark: the snapshot and the stream's position): which
+rows of a chunk are stored, and where."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ def txn(xid: int, commit_lsn: int, *messages: object) -> StoredTransaction:
     return StoredTransaction(xid, commit_lsn, commit_lsn + 8, 0, None, len(messages), payload)
 
 
-def watermark(token: str, kind: str, commit_lsn: int) -> StoredTransaction:
-    return StoredTransaction(7, commit_lsn, commit_lsn + 8, 5, None, 0, b"",
-                             watermark=json.dumps({"t": token, "k": kind}).encode())
+def other(xid: int, commit_lsn: int) -> StoredTransaction:
+    """A live commit of another table: gives held chunks a position."""
+    return txn(xid, commit_lsn, InsertMessage(None, REL + 1, row(1)))
 
 
 def entries(*ids: int) -> Rows:
@@ -51,14 +52,18 @@ def start(tracker: WindowTracker, token: str = "c1", floor: int = 100) -> Chunk:
     return chunk
 
 
-def read(tracker: WindowTracker, token: str, ids: tuple[int, ...], xip: tuple[int, ...] = ()) -> None:
-    tracker.read(token, entries(*ids), xip, BackfillProgress("bf_1", 0, json.dumps([str(ids[-1])]),
-                                                            10, 1, False), SCHEMA)
+def read(tracker: WindowTracker, token: str, ids: tuple[int, ...], xip: tuple[int, ...] = (),
+         xmax: int = 200, lsn: int = 1000) -> None:
+    """The chunk's rows, read in a snapshot (``xmax``, ``xip``) at WAL insert position ``lsn``."""
+    tracker.read(token, entries(*ids), xmax, xip, lsn,
+                 BackfillProgress("bf_1", 0, json.dumps([str(ids[-1])]), 10, 1, False), SCHEMA)
 
 
-def step(tracker: WindowTracker, units: list[StoredTransaction]) -> list[StoredTransaction]:
-    """What capture does with a batch while its writer is idle: pass it on, then release."""
-    return tracker.process(units) + tracker.release()
+def step(tracker: WindowTracker, units: list[StoredTransaction],
+         received: int = 0) -> list[StoredTransaction]:
+    """What capture does with a batch while its writer is idle: pass it on (its stream past
+    ``received``), then release."""
+    return tracker.process(units, received) + tracker.release()
 
 
 def stored_ids(unit: StoredTransaction) -> list[int]:
@@ -70,110 +75,121 @@ def stored_ids(unit: StoredTransaction) -> list[int]:
     return [c.after["id"] for c in txn_.changes]  # type: ignore[index]
 
 
-def test_rows_changed_in_the_window_are_left_out_and_the_chunk_sits_at_the_high_watermark() -> None:
+def test_rows_changed_by_transactions_the_snapshot_does_not_see_are_left_out() -> None:
     tracker = WindowTracker()
     chunk = start(tracker)
+    read(tracker, "c1", (1, 2, 3, 4, 5, 6, 30), xip=(160,), xmax=200, lsn=1000)
     units = [
-        txn(200, 900, InsertMessage(None, REL, row(9))),  # before the low watermark: no effect
-        watermark("c1", "l", 1000),
-        txn(201, 1100, UpdateMessage(None, REL, None, None, row(2))),
-        txn(202, 1200, UpdateMessage(None, REL, ord("K"), TupleData(("3", None)), row(30))),  # key move
+        txn(150, 900, UpdateMessage(None, REL, None, None, row(1))),  # seen by the snapshot
+        txn(160, 950, UpdateMessage(None, REL, None, None, row(6))),  # in progress for it
+        txn(201, 990, UpdateMessage(None, REL, None, None, row(2))),  # began after it
+        txn(202, 1200, UpdateMessage(None, REL, ord("K"), TupleData(("3", None)), row(30))),
         txn(203, 1300, DeleteMessage(None, REL, ord("K"), TupleData(("4", None)))),
         txn(204, 1350, InsertMessage(None, REL + 1, row(5))),  # another table
     ]
-    out = step(tracker, units)
-    assert [u.commit_lsn for u in out] == [900, 1100, 1200, 1300, 1350]  # the low watermark goes
-    read(tracker, "c1", (1, 2, 3, 4, 5, 30))
-    (unit,) = step(tracker, [watermark("c1", "h", 2000)])
-    assert (unit.commit_lsn, unit.end_lsn, unit.commit_ts, unit.xid) == (2000, 2008, 5, 0)
+    out = step(tracker, units[:3], received=990)  # the stream has not passed the snapshot's position
+    assert out == units[:3] and not chunk.done.is_set()
+    (*passed, unit) = step(tracker, units[3:], received=1350)
+    assert passed == units[3:]
+    assert (unit.end_lsn, unit.xid) == (1358, 0) and 1350 < unit.commit_lsn < 1358
     assert unit.origin == "pgfeed.backfill:bf_1" and unit.change_count == 2
     assert stored_ids(unit) == [1, 5]
     assert unit.progress == BackfillProgress("bf_1", 0, '["30"]', 12, 2, False)
     assert chunk.outcome == "stored" and chunk.stored_rows == 2 and chunk.done.is_set()
-    assert not step(tracker, [watermark("c1", "h", 3000)])  # a replay: nothing stored twice
 
 
-def test_in_progress_transactions_committed_before_the_low_watermark_are_left_out() -> None:
-    """FIELD-NOTES: a commit before the low watermark can still be invisible to the snapshot."""
+def test_xids_compare_across_wraparound() -> None:
+    """pgoutput's 32-bit xids against the snapshot's xmax, modulo 2^32."""
     tracker = WindowTracker()
-    start(tracker, floor=150)
-    step(tracker, [txn(160, 900, UpdateMessage(None, REL, None, None, row(1, "new"))),
-                     txn(170, 950, UpdateMessage(None, REL, None, None, row(2, "new"))),
-                     watermark("c1", "l", 1000)])
-    read(tracker, "c1", (1, 2, 3), xip=(160,))  # 160 was in progress for the snapshot, 170 not
-    (unit,) = step(tracker, [watermark("c1", "h", 2000)])
-    assert stored_ids(unit) == [2, 3]
+    start(tracker, floor=0xFFFFFF00)
+    read(tracker, "c1", (1, 2, 3), xip=(0xFFFFFFF0,), xmax=5, lsn=1000)
+    units = [txn(0xFFFFFFE0, 900, UpdateMessage(None, REL, None, None, row(1))),  # seen
+             txn(0xFFFFFFF0, 950, UpdateMessage(None, REL, None, None, row(2))),  # in progress
+             txn(3, 960, UpdateMessage(None, REL, None, None, row(3, "seen")))]  # seen (< xmax)
+    assert stored_ids(step(tracker, units, received=1000)[-1]) == [1, 3]
 
 
-def test_a_truncate_or_an_unscannable_transaction_in_the_window_redoes_the_chunk() -> None:
+def test_a_keepalive_past_the_position_judges_the_chunk_without_a_unit() -> None:
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    step(tracker, [other(150, 500)], received=500)
+    read(tracker, "c1", (1,), lsn=1000)
+    assert step(tracker, [], received=999) == [] and not chunk.done.is_set()
+    (unit,) = step(tracker, [], received=1000)
+    assert stored_ids(unit) == [1] and 500 < unit.commit_lsn < 508
+
+
+def test_a_truncate_or_an_unscannable_transaction_the_snapshot_does_not_see_redoes_the_chunk() -> None:
     for middle in (txn(201, 1100, TruncateMessage(None, 0, (REL,))),
                    StoredTransaction(202, 1100, 1108, 0, None, 1,
                                      SpilledPayload(lambda: iter(()), 0, b""))):
         tracker = WindowTracker()
         chunk = start(tracker)
-        step(tracker, [watermark("c1", "l", 1000), middle])
         read(tracker, "c1", (1,))
-        assert step(tracker, [watermark("c1", "h", 2000)]) == []
+        assert step(tracker, [middle], received=1108) == [middle]
         assert chunk.outcome == "redo" and chunk.problem
+    tracker = WindowTracker()  # one the snapshot sees is in the chunk already
+    chunk = start(tracker)
+    read(tracker, "c1", (1,))
+    seen = txn(150, 900, TruncateMessage(None, 0, (REL,)))
+    assert len(step(tracker, [seen], received=1000)) == 2 and chunk.outcome == "stored"
 
 
-def test_a_truncate_by_an_xip_transaction_before_the_window_redoes_the_chunk() -> None:
+def test_a_truncate_by_an_in_progress_transaction_redoes_the_chunk() -> None:
     tracker = WindowTracker()
     chunk = start(tracker)
-    step(tracker, [txn(150, 900, TruncateMessage(None, 0, (REL,))), watermark("c1", "l", 1000)])
+    step(tracker, [txn(150, 900, TruncateMessage(None, 0, (REL,)))])
     read(tracker, "c1", (1,), xip=(150,))
-    assert step(tracker, [watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
+    step(tracker, [], received=1000)
+    assert chunk.outcome == "redo"
 
 
-def test_a_schema_change_in_the_window_redoes_the_chunk() -> None:
+def test_a_schema_change_the_snapshot_does_not_see_redoes_the_chunk() -> None:
     tracker = WindowTracker()
     chunk = start(tracker)
     wider = RelationMessage(None, REL, "public", "t", ord("d"), (
         RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1), RelationColumn(0, "w", 23, -1)))
-    step(tracker, [watermark("c1", "l", 1000),
-                     txn(201, 1100, wider, InsertMessage(None, REL, TupleData(("7", "a", "1"))))])
+    step(tracker, [txn(201, 1100, wider, InsertMessage(None, REL, TupleData(("7", "a", "1"))))])
     read(tracker, "c1", (1,))
-    assert step(tracker, [watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
-    assert "schema" in (chunk.problem or "")
+    step(tracker, [], received=1100)
+    assert chunk.outcome == "redo" and "schema" in (chunk.problem or "")
 
 
 def test_suspects_and_forgotten_xids_redo_the_chunk_until_they_are_gone() -> None:
     tracker = WindowTracker(max_keys=4)
     chunk = start(tracker)
     tracker.suspect([140])
-    step(tracker, [watermark("c1", "l", 1000)])
     read(tracker, "c1", (1,), xip=(140,))
-    assert step(tracker, [watermark("c1", "h", 2000)]) == [] and chunk.outcome == "redo"
+    step(tracker, [], received=1000)
+    assert chunk.outcome == "redo"
     # more remembered keys than allowed: the oldest xids are forgotten, and a snapshot naming one
     # of them can no longer be judged
     for xid in range(300, 306):
         step(tracker, [txn(xid, 2100 + xid, InsertMessage(None, REL, row(xid)))])
     second = Chunk("c2", "bf_1", 0, REL, 290)
     tracker.register(second)
-    step(tracker, [watermark("c2", "l", 3000)])
-    read(tracker, "c2", (1,), xip=(300,))
-    assert step(tracker, [watermark("c2", "h", 3100)]) == [] and second.outcome == "redo"
+    read(tracker, "c2", (1,), xip=(300,), xmax=306, lsn=3000)
+    step(tracker, [], received=3000)
+    assert second.outcome == "redo"
     third = Chunk("c3", "bf_1", 0, REL, 290)
     tracker.register(third)
-    step(tracker, [watermark("c3", "l", 3200)])
-    read(tracker, "c3", (1, 305), xip=(305,))  # remembered: judged exactly
-    (unit,) = step(tracker, [watermark("c3", "h", 3300)])
+    read(tracker, "c3", (1, 305), xip=(305,), xmax=306, lsn=3200)  # remembered: judged exactly
+    (unit,) = step(tracker, [], received=3200)
     assert stored_ids(unit) == [1]
+    fourth = Chunk("c4", "bf_1", 0, REL, 290)
+    tracker.register(fourth)
+    read(tracker, "c4", (1,), xmax=302, lsn=3300)  # 302.. not seen: may have been forgotten
+    step(tracker, [], received=3300)
+    assert fourth.outcome == "redo" and "forgotten" in (fourth.problem or "")
 
 
-def test_cancel_finishes_the_chunk_and_its_watermark_stores_nothing() -> None:
+def test_cancel_finishes_the_chunk_and_stores_nothing() -> None:
     tracker = WindowTracker()
     chunk = start(tracker)
-    step(tracker, [watermark("c1", "l", 1000)])
+    read(tracker, "c1", (1,))
     tracker.cancel(backfill_id="bf_1")
     assert chunk.outcome == "cancelled"
-    assert step(tracker, [watermark("c1", "h", 2000)]) == []
-
-
-def test_watermarks_are_never_stored_even_when_nothing_is_watched() -> None:
-    tracker = WindowTracker()
-    plain = txn(5, 500, InsertMessage(None, REL, row(1)))
-    assert step(tracker, [watermark("zz", "l", 400), plain, watermark("zz", "h", 600)]) == [plain]
+    assert step(tracker, [other(150, 900)], received=2000) == [other(150, 900)]
 
 
 def test_tuple_key_and_xid_order() -> None:
@@ -183,70 +199,56 @@ def test_tuple_key_and_xid_order() -> None:
     assert precedes(1, 2) and not precedes(2, 1) and precedes(0xFFFFFFF0, 5)
 
 
-def test_a_foreign_watermark_payload_is_dropped() -> None:
-    tracker = WindowTracker()
-    start(tracker)
-    bad = StoredTransaction(7, 1000, 1008, 0, None, 0, b"", watermark=b"not json")
-    assert step(tracker, [bad]) == []
-
-
-def test_the_assembler_takes_watermark_messages_out_of_their_transaction() -> None:
+def test_the_assembler_serves_a_users_message_with_its_transaction() -> None:
+    """No message is pgfeed's own any more: every transactional message stays in its unit."""
     from pgfeed.assembler.transactions import TransactionAssembler
     from pgfeed.pgoutput.messages import BeginMessage, CommitMessage, LogicalMessage
 
     assembler = TransactionAssembler()
-    content = b'{"t": "c1", "k": "h"}'
     units = [u for lsn, m in [
         (100, BeginMessage(200, 5, 77)),
-        (110, LogicalMessage(None, 1, 110, "pgfeed.watermark", content)),
+        (110, LogicalMessage(None, 1, 110, "pgfeed.watermark", b'{"t": "c1", "k": "h"}')),
         (200, CommitMessage(0, 200, 208, 5)),
-        (300, BeginMessage(400, 6, 78)),
-        (310, LogicalMessage(None, 1, 310, "pgfeed.watermarks", b"not ours")),
-        (400, CommitMessage(0, 400, 408, 6)),
     ] for u in assembler.feed(lsn, encode(m))]  # type: ignore[arg-type]
-    first, second = units
-    assert (first.commit_lsn, first.end_lsn, first.change_count, first.payload) == (200, 208, 0, b"")
-    assert first.watermark == content
-    assert second.watermark is None and second.change_count == 1  # a user's message stays
-    assert assembler.confirmable_lsn == 408
+    (first,) = units
+    assert (first.commit_lsn, first.end_lsn, first.change_count) == (200, 208, 1)
+    assert assembler.confirmable_lsn == 208
 
 
 def test_a_chunk_read_before_the_previous_was_judged_follows_its_fate() -> None:
     tracker = WindowTracker()
     first = start(tracker)
-    step(tracker, [watermark("c1", "l", 1000)])
+    step(tracker, [other(150, 900)])
     read(tracker, "c1", (1, 2))
     second = Chunk("c2", "bf_1", 0, REL, 100, pred=first)
     tracker.register(second)
-    step(tracker, [watermark("c1", "h", 1100), watermark("c2", "l", 1200)])
-    tracker.read("c2", entries(3, 4, 5), (), BackfillProgress("bf_1", 0, '["5"]', 0, 0, True), SCHEMA)
-    (unit,) = step(tracker, [watermark("c2", "h", 1300)])
-    assert stored_ids(unit) == [3, 4, 5]
-    assert unit.progress == BackfillProgress("bf_1", 0, '["5"]', 12 + 3, 2 + 1, True)
+    tracker.read("c2", entries(3, 4, 5), 200, (), 1100,
+                 BackfillProgress("bf_1", 0, '["5"]', 0, 0, True), SCHEMA)
+    units = step(tracker, [], received=1100) + tracker.release()  # live: a piece per release
+    assert [stored_ids(u) for u in units] == [[1, 2], [3, 4, 5]]
+    assert units[1].progress == BackfillProgress("bf_1", 0, '["5"]', 12 + 3, 2 + 1, True)
 
     redone = start(tracker, "c3")
-    step(tracker, [watermark("c3", "l", 2000), txn(300, 2050, TruncateMessage(None, 0, (REL,)))])
-    read(tracker, "c3", (6,))
+    step(tracker, [txn(300, 2050, TruncateMessage(None, 0, (REL,)))])
+    read(tracker, "c3", (6,), xmax=300, lsn=2000)
     after = Chunk("c4", "bf_1", 0, REL, 100, pred=redone)
     tracker.register(after)
-    step(tracker, [watermark("c3", "h", 2100), watermark("c4", "l", 2200)])
-    read(tracker, "c4", (7,))
-    assert step(tracker, [watermark("c4", "h", 2300)]) == []
+    read(tracker, "c4", (7,), xmax=301, lsn=2100)
+    assert step(tracker, [], received=2100) == []
     assert (redone.outcome, after.outcome) == ("redo", "redo")
     assert after.problem == "the chunk before it was not stored"
 
 
 def test_a_held_chunk_goes_after_the_live_commits_that_came_meanwhile_minus_their_keys() -> None:
-    """Capture's writer was busy at the high watermark: the chunk waits, and the live commits
+    """Capture's writer was busy when the chunk was judged: the chunk waits, and the live commits
     after it are stored first; the chunk then sits inside the last one's commit record."""
     tracker = WindowTracker()
     chunk = start(tracker)
-    step(tracker, [watermark("c1", "l", 1000)])
     read(tracker, "c1", (1, 2, 3))
-    assert tracker.process([watermark("c1", "h", 2000)]) == [] and tracker.holding
+    assert tracker.process([other(150, 900)], 1000) == [other(150, 900)] and tracker.holding
     live = [txn(300, 2100, UpdateMessage(None, REL, None, None, row(2, "live"))),
             txn(301, 2200, DeleteMessage(None, REL, ord("K"), TupleData(("3", None))))]
-    assert tracker.process(live) == live and not chunk.done.is_set()
+    assert tracker.process(live, 2200) == live and not chunk.done.is_set()
     (unit,) = tracker.release()
     assert 2200 < unit.commit_lsn < 2208 and unit.end_lsn == 2208  # after both, before anything next
     assert stored_ids(unit) == [1]  # 2 and 3 changed after the snapshot, before this position
@@ -257,12 +259,11 @@ def test_a_held_chunk_goes_after_the_live_commits_that_came_meanwhile_minus_thei
 def test_a_non_transactional_unit_leaves_no_position_free_until_the_next_commit() -> None:
     tracker = WindowTracker()
     start(tracker)
-    step(tracker, [watermark("c1", "l", 1000)])
     read(tracker, "c1", (1,))
     message = StoredTransaction(0, 2099, 2100, 0, None, 1, b"")  # end_position: end_lsn - 1
-    tracker.process([watermark("c1", "h", 2000), message])
+    tracker.process([message], 2100)
     assert tracker.release() == [] and tracker.holding
-    (unit,) = step(tracker, [txn(302, 2200, InsertMessage(None, REL + 1, row(9)))])[1:]
+    (unit,) = step(tracker, [other(302, 2200)])[1:]
     assert 2200 < unit.commit_lsn < 2208
 
 
@@ -271,16 +272,15 @@ def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progr
 
     tracker = WindowTracker()
     chunk = start(tracker)
-    step(tracker, [watermark("c1", "l", 1000)])
     ids = tuple(range(10, 40))  # rows of one size: ten to a piece
     read(tracker, "c1", ids)
     piece = len(entries(*ids).frames) // 3  # rows' frames: each its bytes and LSN
     original, window.PIECE_BYTES = window.PIECE_BYTES, piece
     try:
-        tracker.process([watermark("c1", "h", 2000), txn(303, 2100, InsertMessage(None, REL + 1, row(1)))])
+        tracker.process([other(303, 2100)], 2100)
         first = tracker.release()
         assert len(first) == 1 and not chunk.done.is_set()
-        tracker.process([txn(304, 2200, UpdateMessage(None, REL, None, None, row(39, "live")))])
+        tracker.process([txn(304, 2200, UpdateMessage(None, REL, None, None, row(39, "live")))], 2200)
         rest = tracker.release() + tracker.release() + tracker.release()
     finally:
         window.PIECE_BYTES = original
@@ -299,13 +299,12 @@ def test_a_truncate_while_a_chunk_is_held_redoes_it_from_its_last_stored_piece()
 
     tracker = WindowTracker()
     chunk = start(tracker)
-    step(tracker, [watermark("c1", "l", 1000)])
     read(tracker, "c1", tuple(range(1, 21)))
     original, window.PIECE_BYTES = window.PIECE_BYTES, 1  # one row a piece
     try:
-        tracker.process([watermark("c1", "h", 2000), txn(305, 2100, InsertMessage(None, REL + 1, row(1)))])
+        tracker.process([other(305, 2100)], 2100)
         (piece,) = tracker.release()
-        tracker.process([txn(306, 2200, TruncateMessage(None, 0, (REL,)))])
+        tracker.process([txn(306, 2200, TruncateMessage(None, 0, (REL,)))], 2200)
         assert tracker.release() == []
     finally:
         window.PIECE_BYTES = original
@@ -319,12 +318,12 @@ def test_a_new_capture_session_redoes_held_chunks() -> None:
     would sit below the log's head (and be skipped), so it is redone."""
     tracker = WindowTracker()
     chunk = start(tracker)
-    step(tracker, [watermark("c1", "l", 1000)])
     read(tracker, "c1", (1,))
-    tracker.process([watermark("c1", "h", 2000)])
+    tracker.process([], 1000)
+    assert tracker.holding
     tracker.restart()
     assert chunk.outcome == "redo" and chunk.result is None and not tracker.holding
-    assert step(tracker, [txn(300, 1500, InsertMessage(None, REL + 1, row(1)))])[1:] == []
+    assert step(tracker, [other(300, 1500)])[1:] == []
 
 
 def test_a_live_commit_slow_to_become_durable_holds_the_next_chunks_back() -> None:
@@ -338,7 +337,7 @@ def test_a_live_commit_slow_to_become_durable_holds_the_next_chunks_back() -> No
     stop = threading.Event()
     fast = txn(301, 2100, InsertMessage(None, REL + 1, row(1)))
     slow = txn(302, 2200, InsertMessage(None, REL + 1, row(2)))
-    tracker.process([fast, slow])
+    tracker.process([fast, slow], 0)
     tracker.durable([fast])  # at once: no pause
     t = time.monotonic()
     tracker.pace(stop)
@@ -351,7 +350,7 @@ def test_a_live_commit_slow_to_become_durable_holds_the_next_chunks_back() -> No
         t = time.monotonic()
         tracker.pace(stop)
         assert 0.15 < time.monotonic() - t < 1.0 and tracker.paused > 0.1
-        tracker.process([txn(303, 2300, InsertMessage(None, REL + 1, row(3)))])
+        tracker.process([txn(303, 2300, InsertMessage(None, REL + 1, row(3)))], 0)
         time.sleep(0.02)
         tracker.durable([txn(303, 2300)])
         stop.set()  # a stopping worker does not wait
@@ -365,6 +364,6 @@ def test_a_live_commit_slow_to_become_durable_holds_the_next_chunks_back() -> No
 def test_pacing_costs_nothing_while_no_backfill_is_watched() -> None:
     tracker = WindowTracker()
     unit = txn(301, 2100, InsertMessage(None, REL, row(1)))
-    assert tracker.process([unit]) == [unit]
+    assert tracker.process([unit], 0) == [unit]
     tracker.durable([unit])
     assert not tracker._received and tracker._slow_until == float("-inf")
