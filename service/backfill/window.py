@@ -154,11 +154,13 @@ class WindowTracker:
         self._suspects: set[int] = set()
         self._floor: int | None = None
         self._held: deque[_Held] = deque()
-        # The last unit capture passed on: (commit_lsn, end_lsn, commit_ts, first free offset).
-        # Positions from commit_lsn + offset up to end_lsn - 1 lie inside its commit record: no
-        # other unit can have them, and they sort after
-        # it and before the next. Held chunks are stored there.
-        self._host: tuple[int, int, int, int] | None = None
+        # Free positions [next, limit) for held chunks: after everything passed on (and stored:
+        # never below ``_low``) and before anything to come. Inside the last unit's commit record
+        # (commit_lsn + 1 up to end_lsn - 1: no other unit can have them), then up to the
+        # position the stream has passed (every commit record starting before it was sent).
+        self._free = (0, 0)
+        self._low = 0
+        self._commit_ts = 0
         self._live_at = float("-inf")  # when a live transaction last passed (monotonic)
         self._parts: dict[tuple[str, int], BackfillProgress] = {}  # last progress handed to the log
         self._received: dict[int, float] = {}  # live commit_lsn -> when capture received it
@@ -263,7 +265,10 @@ class WindowTracker:
                         self._received[unit.commit_lsn] = self._live_at
                     if self._watched:
                         self._observe(unit)
-                self._host = (unit.commit_lsn, unit.end_lsn, unit.commit_ts, 1)
+                self._free = (max(unit.commit_lsn + 1, self._low), unit.end_lsn)
+                self._commit_ts = unit.commit_ts or self._commit_ts
+            following, limit = self._free
+            self._free = (following, max(limit, received))
             if self._chunks:
                 self._judge_passed(received)
         return units
@@ -276,16 +281,16 @@ class WindowTracker:
         with self._lock:
             limit = PIECE_BYTES if time.monotonic() - self._live_at < LIVE_SECONDS else None
             out: list[StoredTransaction] = []
-            while self._held and self._host is not None:
+            while self._held:
                 held = self._held[0]
                 if held.chunk.problem is not None:
                     self._drop(held)
                     continue
-                commit_lsn, end_lsn, commit_ts, offset = self._host
-                if commit_lsn + offset >= end_lsn:
-                    break  # no free position until the next unit
-                self._host = (commit_lsn, end_lsn, commit_ts, offset + 1)
-                out.append(self._piece(held, commit_lsn + offset, end_lsn, commit_ts, limit))
+                position, end = self._free
+                if position >= end:
+                    break  # no free position until the stream moves on
+                self._free = (position + 1, end)
+                out.append(self._piece(held, position, position + 1, self._commit_ts, limit))
                 if limit is not None:
                     break
             return out
@@ -314,14 +319,16 @@ class WindowTracker:
             stop.wait(wait)
             self.paused += min(wait, time.monotonic() - now)
 
-    def restart(self) -> None:
-        """Capture starts a session: the stream replays from the confirmed position, so a held
-        chunk could be positioned among units the log already has (and would skip). Held chunks
-        are redone instead."""
+    def restart(self, head: int) -> None:
+        """Capture starts a session, the log's newest position being ``head``: the stream replays
+        from the confirmed position, so a held chunk could be positioned among units the log
+        already has (and would skip). Held chunks are redone, and no chunk goes at or below
+        ``head``."""
         with self._lock:
             while self._held:
                 self._drop(self._held[0])
-            self._host = None
+            self._low = head + 1
+            self._free = (self._low, self._low)
 
     def _piece(self, held: _Held, position: int, end_lsn: int, commit_ts: int,
                limit: int | None) -> StoredTransaction:

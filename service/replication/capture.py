@@ -79,7 +79,8 @@ class BatchHook(Protocol):
     it is written, with the position the stream has passed (chunks whose snapshot it passed are
     judged and held for later); while ``holding``, capture reads
     its stream often and, whenever the log's writer is idle, appends what ``release`` hands back
-    (positioned after everything passed on so far); ``restart`` begins a session; ``durable``
+    (positioned after everything passed on so far); ``restart`` begins a session (after the
+    log's head); ``durable``
     hears of each batch once it is durable in the log (the backfill paces itself by how long
     live commits take to get there)."""
 
@@ -90,7 +91,7 @@ class BatchHook(Protocol):
 
     def release(self) -> Batch: ...
 
-    def restart(self) -> None: ...
+    def restart(self, head: int) -> None: ...
 
     def durable(self, batch: Sequence[StoredTransaction]) -> None: ...
 
@@ -285,7 +286,7 @@ class Capture:
                                          memory_limit=ASSEMBLER_MEMORY)
         feed_batch = assembler.feed_batch
         hook = self.hook or _NO_HOOK
-        hook.restart()
+        hook.restart(self.changelog.head())
         process = hook.process
         writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.config.name}",
                            inline_bytes=INLINE_APPEND_BYTES)
@@ -362,7 +363,7 @@ class _NoHook:
     def release(self) -> Batch:
         return []
 
-    def restart(self) -> None:
+    def restart(self, head: int) -> None:
         return None
 
     def durable(self, batch: Sequence[StoredTransaction]) -> None:

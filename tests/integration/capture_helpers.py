@@ -62,7 +62,7 @@ def wait_for_marker(supervisor: Supervisor, feed: str, dsn: str, timeout: float 
 def make_feed(data_dir: Path, dsn: str, tables: tuple[str, ...], name: str = "f", **options: Any) -> Supervisor:
     supervisor = Supervisor(data_dir)
     supervisor.start()
-    opts = {"heartbeat_seconds": 1.0, **options}
+    opts = {"heartbeat_seconds": 1.0, "messages": True, **options}  # markers are messages
     supervisor.create(FeedSpec(name=name, dsn=dsn, tables=tables, options=FeedOptions(**opts)))
     wait_until(lambda: supervisor.status(name, probe_source=False).state == "running", 30, "feed running")
     return supervisor

@@ -153,6 +153,19 @@ def backfill_beside(service: Service, feed: str, table: str, writer: threading.T
     return done
 
 
+def wait_caught_up(service: Service, feed: str, dsn: str) -> None:
+    """Wait until the feed (messages off, the default: no marker can be sent) has confirmed the
+    source's current WAL position, read through the HTTP status: everything committed before
+    is in its log."""
+    from tests.fixtures.fix_service import current_lsn
+    target = current_lsn(dsn)
+    with FeedClient(service.http_url) as client:
+        def confirmed() -> bool:
+            high, low = client.get_feed(feed)["confirmed_lsn"].split("/")
+            return (int(high, 16) << 32 | int(low, 16)) >= target
+        wait_until(confirmed, 60, "the feed to catch up")
+
+
 def wait_marker(service: Service, feed: str, dsn: str) -> str:
     token = emit_marker(dsn)
     with FeedClient(service.http_url) as client:
@@ -282,7 +295,7 @@ def test_initial_snapshot_is_a_backfill_that_pause_stops_and_resume_finishes(
             assert client.get_feed(name)["state"] == "running"
             with psycopg.connect(pg_dsn, autocommit=True) as conn:
                 conn.execute(f"UPDATE {TABLE} SET v = 'after' WHERE id <= 10")
-            wait_marker(pgfeed_service, name, pg_dsn)
+            wait_caught_up(pgfeed_service, name, pg_dsn)  # the default feed: messages off
             built, reads = apply(list(client.iter_changes(name, "earliest", limit=5000)))
             assert reads == 20_000 and built == source_rows(pg_dsn)
 

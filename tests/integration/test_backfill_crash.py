@@ -53,7 +53,7 @@ def test_sigkill_during_a_backfill_resumes_and_stores_every_chunk_once(pg_dsn: s
     setup = Supervisor(data_dir, capture=False)  # creates the feed and the backfill, starts nothing
     setup.start()
     setup.create(FeedSpec(name="f", dsn=pg_dsn, tables=(f"public.{TABLE}",),
-                          options=FeedOptions(heartbeat_seconds=1)))
+                          options=FeedOptions(heartbeat_seconds=1, messages=True)))
     setup.backfills("f").start([f"public.{TABLE}"], chunk_rows=250, parallel=2)
     setup.stop()
 

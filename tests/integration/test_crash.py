@@ -59,7 +59,7 @@ def wait_marker_in_log(data_dir: Path, token: str, timeout: float = 90) -> list:
 def create_feed(data_dir: Path, dsn: str, tables: tuple[str, ...]) -> None:
     setup = Supervisor(data_dir, capture=False)
     setup.start()
-    setup.create(FeedSpec(name="f", dsn=dsn, tables=tables, options=FeedOptions(heartbeat_seconds=1)))
+    setup.create(FeedSpec(name="f", dsn=dsn, tables=tables, options=FeedOptions(heartbeat_seconds=1, messages=True)))
     setup.stop()
 
 

@@ -120,7 +120,7 @@ def test_leader_sigkill_and_sigstop_lose_duplicate_and_fence_nothing(pg_cluster,
         conn.execute("CREATE TABLE c (id int PRIMARY KEY, v int NOT NULL)")
     admin = Supervisor(store=PgStore(store, replica_id="admin", schema=SCHEMA), capture=False)
     admin.start()
-    admin.create(FeedSpec(name="f", dsn=source, tables=("public.c",), options=FeedOptions(heartbeat_seconds=1)))
+    admin.create(FeedSpec(name="f", dsn=source, tables=("public.c",), options=FeedOptions(heartbeat_seconds=1, messages=True)))
     replicas = {r: Replica(store, r, tmp_path) for r in ("a", "b")}
     stop = threading.Event()
     committed: list[int] = []
@@ -284,7 +284,7 @@ def test_three_replicas_five_sigkills_and_a_sigstop_against_test_decoding(pg_clu
         conn.execute("SELECT pg_create_logical_replication_slot('reference', 'test_decoding')")
     admin = Supervisor(store=PgStore(store, replica_id="admin", schema=SCHEMA), capture=False)
     admin.start()
-    admin.create(FeedSpec(name="f", dsn=source, tables=("public.c",), options=FeedOptions(heartbeat_seconds=1)))
+    admin.create(FeedSpec(name="f", dsn=source, tables=("public.c",), options=FeedOptions(heartbeat_seconds=1, messages=True)))
     replicas = {r: Replica(store, r, tmp_path) for r in ("r1", "r2", "r3")}
     readers = [Reader(replicas, grpc_api=False), Reader(replicas, grpc_api=True)]
     stop = threading.Event()

@@ -53,7 +53,7 @@ def test_partitions_spread_over_replicas_and_fail_over(
     admin = Supervisor(store=PgStore(store, replica_id="admin", schema=SCHEMA), capture=False)
     admin.start()
     admin.create(FeedSpec(name="f", dsn=source, tables=("public.r",),
-                          options=FeedOptions(heartbeat_seconds=1)))
+                          options=FeedOptions(heartbeat_seconds=1, messages=True)))
     replicas = [Replica(store, r, tmp_path) for r in ("a", "b")]
     urls = [f"http://127.0.0.1:{r.http_port}" for r in replicas]
     try:

@@ -91,7 +91,7 @@ def test_rows_changed_by_transactions_the_snapshot_does_not_see_are_left_out() -
     assert out == units[:3] and not chunk.done.is_set()
     (*passed, unit) = step(tracker, units[3:], received=1350)
     assert passed == units[3:]
-    assert (unit.end_lsn, unit.xid) == (1358, 0) and 1350 < unit.commit_lsn < 1358
+    assert unit.xid == 0 and 1350 < unit.commit_lsn < 1358
     assert unit.origin == "pgfeed.backfill:bf_1" and unit.change_count == 2
     assert stored_ids(unit) == [1, 5]
     assert unit.progress == BackfillProgress("bf_1", 0, '["30"]', 12, 2, False)
@@ -250,7 +250,7 @@ def test_a_held_chunk_goes_after_the_live_commits_that_came_meanwhile_minus_thei
             txn(301, 2200, DeleteMessage(None, REL, ord("K"), TupleData(("3", None))))]
     assert tracker.process(live, 2200) == live and not chunk.done.is_set()
     (unit,) = tracker.release()
-    assert 2200 < unit.commit_lsn < 2208 and unit.end_lsn == 2208  # after both, before anything next
+    assert 2200 < unit.commit_lsn < 2208 and unit.end_lsn == unit.commit_lsn + 1  # after both
     assert stored_ids(unit) == [1]  # 2 and 3 changed after the snapshot, before this position
     assert chunk.outcome == "stored" and chunk.stored_rows == 1 and not tracker.holding
     assert unit.progress == BackfillProgress("bf_1", 0, '["3"]', 11, 2, False)
@@ -313,6 +313,18 @@ def test_a_truncate_while_a_chunk_is_held_redoes_it_from_its_last_stored_piece()
     assert piece.progress == BackfillProgress("bf_1", 0, '["1"]', 11, 2, False)
 
 
+def test_a_chunk_goes_after_the_log_head_and_before_what_the_stream_has_not_passed() -> None:
+    """Idle source: the positions a keepalive passed are free; after a restart, never at or
+    below the log's head (replayed units are skipped by the log)."""
+    tracker = WindowTracker()
+    tracker.restart(5000)
+    start(tracker)
+    read(tracker, "c1", (1,), lsn=1000)
+    assert step(tracker, [other(150, 4000)], received=5000) == [other(150, 4000)]  # a replay
+    (unit,) = step(tracker, [], received=5003)
+    assert unit.commit_lsn == 5001
+
+
 def test_a_new_capture_session_redoes_held_chunks() -> None:
     """The stream replays from the confirmed position: a held chunk placed among replayed units
     would sit below the log's head (and be skipped), so it is redone."""
@@ -321,7 +333,7 @@ def test_a_new_capture_session_redoes_held_chunks() -> None:
     read(tracker, "c1", (1,))
     tracker.process([], 1000)
     assert tracker.holding
-    tracker.restart()
+    tracker.restart(0)
     assert chunk.outcome == "redo" and chunk.result is None and not tracker.holding
     assert step(tracker, [other(300, 1500)])[1:] == []
 
