@@ -1,5 +1,6 @@
 """A backfill survives SIGKILLs of the real service process: it resumes at its next chunk, the feed
-still builds exactly the table, and no chunk is stored twice."""
+still builds exactly the table, and no chunk is stored twice. The feed's role cannot write
+(issue 28.1: only SELECT and REPLICATION; an admin made the publication the feed adopts)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.localpg import free_port
 from tests.integration.capture_helpers import wait_until
 from tests.integration.test_backfill import TABLE, apply, create_table, source_rows, writers
+from tests.integration.test_backfill_readonly import read_only_role
 from tests.integration.test_crash import log_contents, start_service, wait_marker_in_log
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -50,9 +52,13 @@ def test_sigkill_during_a_backfill_resumes_and_stores_every_chunk_once(pg_dsn: s
     data_dir = tmp_path / "data"
     rows = 30_000
     create_table(pg_dsn, rows)
+    import psycopg
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE PUBLICATION crash_pub FOR TABLE {TABLE}")
+    dsn = read_only_role(pg_dsn, (TABLE,))
     setup = Supervisor(data_dir, capture=False)  # creates the feed and the backfill, starts nothing
     setup.start()
-    setup.create(FeedSpec(name="f", dsn=pg_dsn, tables=(f"public.{TABLE}",),
+    setup.create(FeedSpec(name="f", dsn=dsn, publication="crash_pub",  # markers are messages
                           options=FeedOptions(heartbeat_seconds=1, messages=True)))
     setup.backfills("f").start([f"public.{TABLE}"], chunk_rows=250, parallel=2)
     setup.stop()
