@@ -254,6 +254,8 @@ class WindowTracker:
         snapshot's position it passed are judged and held for ``release``."""
         self.synced = self.generation
         if not self._watched and not self._chunks and not self._held:
+            if units:  # only the free positions follow the stream (a chunk may come next)
+                self._passed(units[-1], received)
             return units
         with self._lock:
             for unit in units:
@@ -265,13 +267,20 @@ class WindowTracker:
                         self._received[unit.commit_lsn] = self._live_at
                     if self._watched:
                         self._observe(unit)
-                self._free = (max(unit.commit_lsn + 1, self._low), unit.end_lsn)
-                self._commit_ts = unit.commit_ts or self._commit_ts
-            following, limit = self._free
-            self._free = (following, max(limit, received))
+            if units:
+                self._passed(units[-1], received)
+            else:
+                following, limit = self._free
+                self._free = (following, max(limit, received))
             if self._chunks:
                 self._judge_passed(received)
         return units
+
+    def _passed(self, unit: StoredTransaction, received: int) -> None:
+        """``unit`` is the last passed on, the stream is past ``received``: the free positions
+        are those inside its commit record and then up to ``received``."""
+        self._free = (max(unit.commit_lsn + 1, self._low), max(unit.end_lsn, received))
+        self._commit_ts = unit.commit_ts or self._commit_ts
 
     def release(self) -> list[StoredTransaction]:
         """Capture's other hook, when the log's writer is idle, right after ``process``: the

@@ -286,11 +286,12 @@ class Capture:
                                          memory_limit=ASSEMBLER_MEMORY)
         feed_batch = assembler.feed_batch
         hook = self.hook or _NO_HOOK
-        hook.restart(self.changelog.head())
         process = hook.process
         writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.config.name}",
                            inline_bytes=INLINE_APPEND_BYTES)
         submitted = received = writer.durable_lsn  # highest position handed to the writer
+        # held chunks go after everything stored (and not below where the stream restarts)
+        hook.restart(max(self.changelog.head(), received - 1))
         reported = -1  # flush position last sent to PostgreSQL
         last_feedback = 0.0
         heartbeat = _Heartbeat(self.config)

@@ -325,6 +325,15 @@ def test_a_chunk_goes_after_the_log_head_and_before_what_the_stream_has_not_pass
     assert unit.commit_lsn == 5001
 
 
+def test_units_passed_while_nothing_is_watched_still_move_the_free_positions() -> None:
+    tracker = WindowTracker()
+    assert step(tracker, [other(150, 5000)], received=5008) == [other(150, 5000)]
+    start(tracker)
+    read(tracker, "c1", (1,), lsn=1000)
+    (unit,) = step(tracker, [], received=5010)
+    assert unit.commit_lsn == 5001
+
+
 def test_a_new_capture_session_redoes_held_chunks() -> None:
     """The stream replays from the confirmed position: a held chunk placed among replayed units
     would sit below the log's head (and be skipped), so it is redone."""
