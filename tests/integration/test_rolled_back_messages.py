@@ -110,7 +110,7 @@ def _message_text(event: dict[str, Any]) -> str:
 def test_rolled_back_message_is_never_served(make_served_feed: FeedFactory, pg_dsn: str,
                                               two_phase: bool) -> None:
     _setup(pg_dsn)
-    # What a user gets by default: messages and streaming both asked for.
+    # A feed that opts in to messages (off by default since issue 28.2), streaming asked for.
     name = make_served_feed(pg_dsn, tables=("public.t",), messages=True, streaming=True,
                             two_phase=two_phase)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
