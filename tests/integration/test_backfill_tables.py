@@ -17,8 +17,7 @@ import pytest
 
 from pgfeed_client import FeedClient
 from pgfeed_client.errors import ClientError
-from tests.fixtures.fix_service import FeedFactory, Service, wait_until
-from tests.integration.capture_helpers import emit_marker
+from tests.fixtures.fix_service import FeedFactory, Service, current_lsn, wait_until
 
 pytestmark = [pytest.mark.pg]
 
@@ -38,11 +37,14 @@ def source_table(dsn: str, table: str) -> dict[int, str]:
 
 
 def applied(client: FeedClient, feed: str, dsn: str, table: str) -> tuple[dict[int, str], int]:
-    """The table a reader builds from the whole feed (``read`` an upsert), once the feed holds a
-    marker emitted now; also how many ``read`` rows of it the feed holds."""
-    token = emit_marker(dsn)
-    wait_until(lambda: any(c.op == "message" and c.content == token.encode() for c in
-                           client.iter_changes(feed, "earliest", ops=["message"])), 60, "the marker")
+    """The table a reader builds from the whole feed (``read`` an upsert), once the feed has
+    confirmed the source's position now; also how many ``read`` rows of it the feed holds."""
+    target = current_lsn(dsn)  # the default feed has messages off: no marker, its position
+
+    def confirmed() -> bool:
+        high, low = client.get_feed(feed)["confirmed_lsn"].split("/")
+        return (int(high, 16) << 32 | int(low, 16)) >= target
+    wait_until(confirmed, 60, "the feed to catch up")
     rows: dict[int, str] = {}
     reads = 0
     for c in client.iter_changes(feed, "earliest", limit=5000):
