@@ -296,6 +296,9 @@ class WindowTracker:
                     self._drop(held)
                     continue
                 position, end = self._free
+                # not below its own snapshot's position: a free position before the feed's
+                # first unit would sit before where readers start ("earliest")
+                position = max(position, held.chunk.lsn - 1)
                 if position >= end:
                     break  # no free position until the stream moves on
                 self._free = (position + 1, end)
