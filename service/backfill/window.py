@@ -282,11 +282,12 @@ class WindowTracker:
         self._free = (max(unit.commit_lsn + 1, self._low), max(unit.end_lsn, received))
         self._commit_ts = unit.commit_ts or self._commit_ts
 
-    def release(self) -> list[StoredTransaction]:
+    def release(self, head: int = 0) -> list[StoredTransaction]:
         """Capture's other hook, when the log's writer is idle, right after ``process``: the
         held chunks as read transactions positioned after everything passed on so far, minus
         the keys changed since their windows. With live transactions flowing, one piece of at
-        most PIECE_BYTES; otherwise every held chunk, whole."""
+        most PIECE_BYTES; otherwise every held chunk, whole. Never at or below ``head``, the
+        log's newest position (a unit the log holds that capture did not pass on)."""
         with self._lock:
             limit = PIECE_BYTES if time.monotonic() - self._live_at < LIVE_SECONDS else None
             out: list[StoredTransaction] = []
@@ -298,7 +299,7 @@ class WindowTracker:
                 position, end = self._free
                 # not below its own snapshot's position: a free position before the feed's
                 # first unit would sit before where readers start ("earliest")
-                position = max(position, held.chunk.lsn - 1)
+                position = max(position, held.chunk.lsn - 1, head + 1)
                 if position >= end:
                     break  # no free position until the stream moves on
                 self._free = (position + 1, end)

@@ -89,7 +89,7 @@ class BatchHook(Protocol):
 
     def process(self, batch: Batch, received: int) -> Batch: ...
 
-    def release(self) -> Batch: ...
+    def release(self, head: int) -> Batch: ...
 
     def restart(self, head: int) -> None: ...
 
@@ -316,7 +316,8 @@ class Capture:
                     target = min(target, hold - 1)
                 # Backfill chunks judged and held: positioned after `stored`, appended in the gap
                 # a live commit does not need the writer (service/backfill/window.py).
-                pieces = hook.release() if hook.holding and writer.idle else []
+                # (above the log's head: the feed layer may have written a unit of its own)
+                pieces = hook.release(self.changelog.head()) if hook.holding and writer.idle else []
                 if stored or target > submitted:
                     # The writer stores the batch (fsync'd) before it records `target`: only then
                     # does durable_lsn, the one position ever reported as flushed, move.
@@ -361,7 +362,7 @@ class _NoHook:
     def process(self, batch: Batch, received: int) -> Batch:
         return batch
 
-    def release(self) -> Batch:
+    def release(self, head: int) -> Batch:
         return []
 
     def restart(self, head: int) -> None:
