@@ -180,9 +180,16 @@ def test_action_failures_stay_until_dismissed_and_a_wrong_token_is_rejected(
     # A slot the source does not report is "unknown", never "safe WAL unlimited".
     status = _get(svc.http_url, f"/v1/feeds/{feed}")
     status["slot_risk"] = {"wal_status": None, "safe_wal_size": None, "retained_bytes": None}
+    # (the rendering of what the API would answer during an outage, answered by the test)
+    status.update(state="reconnecting", last_error="connection to the source refused",
+                  next_attempt_at="2030-01-01T00:00:00+00:00")
     page.route(f"**/v1/feeds/{feed}", lambda route: route.fulfill(status=200, json=status))
     expect(card.locator(".safe-wal")).to_have_text("unknown", timeout=30_000)
     expect(card.locator(".wal-status")).to_have_text("unknown")
+    expect(card.locator(".state")).to_have_text("reconnecting")
+    expect(card.locator(".reconnect-box")).to_contain_text("connection to the source refused")
+    expect(card.locator(".next-attempt")).not_to_have_text("—")
+    browser_page.screenshot("console-reconnecting-unknown-slot")
 
 
 def test_create_form_checks_the_source_first(ops_feed, browser_page: BrowserPage) -> None:

@@ -188,7 +188,9 @@ function renderFeed(feed) {
     $(el, ".lost-at").textContent = lost.at;
     $(el, ".lost-lsn").textContent = lost.last_lsn;
   }
-  $(el, ".reconnect-box").hidden = feed.state !== "reconnecting";
+  // A source that stopped answering: reconnecting, with the reason and when it tries again.
+  $(el, ".reconnect-box").hidden = !(feed.state === "reconnecting"
+    || (feed.state === "starting" && feed.last_error));
   $(el, ".reconnect-reason").textContent = feed.last_error || "the source does not answer";
   $(el, ".next-attempt").textContent = feed.next_attempt_at
     ? new Date(feed.next_attempt_at).toLocaleTimeString() : "—";
