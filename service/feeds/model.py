@@ -175,6 +175,7 @@ class FeedStatus:
     changes_per_second: float = 0.0
     changes_captured: int = 0
     bytes_captured: int = 0
+    backfill_rows_captured: int = 0  # backfill rows stored (not in changes_*: issue 30.1)
     reconnects: int = 0  # times capture lost its source and connected again (this process)
     last_error: str | None = None
     proto_version: int | None = None

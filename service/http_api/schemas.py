@@ -519,9 +519,13 @@ class FeedPublic(BaseModel):
     server_lsn: str | None = None
     lag_bytes: int | None = None
     lag_seconds: float | None = None
-    changes_per_second: float
-    changes_captured: int
+    changes_per_second: float = Field(description="Live changes a second over the last ~10 s "
+                                                  "(backfill rows are not counted here)")
+    changes_captured: int = Field(description="Live changes stored since this process started "
+                                              "capturing (backfill rows apart)")
     bytes_captured: int
+    backfill_rows_captured: int = Field(0, description="Rows backfills stored through this "
+                                                       "process's capture (op `read`)")
     last_error: str | None = None
     proto_version: int | None = None
     streaming_in_use: bool | None = Field(

@@ -70,6 +70,7 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         lag_bytes=status_.lag_bytes, lag_seconds=status_.lag_seconds,
         changes_per_second=status_.changes_per_second, changes_captured=status_.changes_captured,
         bytes_captured=status_.bytes_captured,
+        backfill_rows_captured=status_.backfill_rows_captured,
         last_error=None if status_.last_error is None else scrub(status_.last_error, spec.dsn),
         proto_version=status_.proto_version, streaming_in_use=status_.streaming_in_use,
         slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,

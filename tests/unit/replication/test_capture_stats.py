@@ -33,3 +33,14 @@ def test_a_burst_then_a_slower_pace_shows_the_recent_rate(monkeypatch: pytest.Mo
         stats.count(10, 1)
         clock[0] += 0.1
     assert stats.rate() == pytest.approx(100, rel=0.05)
+
+
+def test_two_appends_milliseconds_apart_are_not_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30.1: 40 changes in two appends 10 ms apart read as 40/s at most, not 4,000/s."""
+    clock = [0.0]
+    monkeypatch.setattr(capture.time, "monotonic", lambda: clock[0])
+    stats = CaptureStats()
+    stats.count(1, 1)
+    clock[0] += 0.2
+    stats.count(40, 1)
+    assert stats.rate() <= 40.0
