@@ -73,14 +73,43 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
     return 0
 
 
+def _table_entries(tables: str | None, where: list[str] | None,
+                   columns: list[str] | None) -> list[str | dict[str, Any]]:
+    """``--tables`` names, with ``--where TABLE=EXPR`` and ``--columns TABLE=a,b`` turning a
+    table into a ``{table, where, columns}`` entry (a table named only there is added)."""
+    entries: dict[str, dict[str, Any]] = {}
+    for name in (t.strip() for t in (tables or "").split(",")):
+        if name:
+            entries.setdefault(name, {"table": name})
+    for flag, values in (("--where", where), ("--columns", columns)):
+        for value in values or ():
+            name, eq, rest = value.partition("=")
+            if not eq or not name.strip() or not rest.strip():
+                raise SystemExit(f"pgfeed: {flag} expects TABLE=..., got {value!r}")
+            entry = entries.setdefault(name.strip(), {"table": name.strip()})
+            if flag == "--where":
+                entry["where"] = rest.strip()
+            else:
+                entry["columns"] = [c.strip() for c in rest.split(",") if c.strip()]
+    return [e if len(e) > 1 else e["table"] for e in entries.values()]
+
+
+def add_filter_flags(parser: argparse.ArgumentParser) -> None:
+    """``--where``/``--columns``: a table's row filter and column list (PostgreSQL 15+)."""
+    parser.add_argument("--where", action="append", metavar="TABLE=EXPR",
+                        help="row filter of a table (repeatable), e.g. \"public.orders=region = 'eu'\"")
+    parser.add_argument("--columns", action="append", metavar="TABLE=COL,COL",
+                        help="column list of a table (repeatable), e.g. public.orders=id,region,total")
+
+
 def _feeds_create(args: argparse.Namespace) -> int:
     from pgfeed.cli_options import options_from_args
 
     body: dict[str, Any] = {"name": args.name, "dsn": args.dsn, "options": {}}
     if args.all_tables:
         body["all_tables"] = True
-    elif args.tables:
-        body["tables"] = [t.strip() for t in args.tables.split(",") if t.strip()]
+    elif args.tables or args.where or args.columns:
+        body["tables"] = _table_entries(args.tables, args.where, args.columns)
     if args.publication:
         body["publication"] = args.publication
     if args.slot:
@@ -196,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = create.add_mutually_exclusive_group()
     group.add_argument("--tables", help="comma-separated schema.table list")
     group.add_argument("--all-tables", action="store_true")
+    add_filter_flags(create)
     create.add_argument("--publication", help="adopt an existing publication")
     create.add_argument("--slot", help="adopt an existing slot")
     create.add_argument("--dry-run", action="store_true",
@@ -210,10 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=lambda a, m=method, s=suffix: _admin(a, m, f"/v1/feeds/{a.name}{s}"))
     set_tables = admin_parser("set-tables", "replace a feed's table list (same as PATCH /v1/feeds/NAME)")
     set_tables.add_argument("name")
-    set_tables.add_argument("--tables", required=True, help="comma-separated schema.table list")
+    set_tables.add_argument("--tables", help="comma-separated schema.table list")
+    add_filter_flags(set_tables)
     set_tables.add_argument("--backfill", action="store_true", help="backfill the tables this adds")
     set_tables.set_defaults(func=lambda a: _admin(
-        a, "PATCH", f"/v1/feeds/{a.name}", {"tables": [t.strip() for t in a.tables.split(",") if t.strip()],
+        a, "PATCH", f"/v1/feeds/{a.name}", {"tables": _table_entries(a.tables, a.where, a.columns),
                                             **({"backfill": True} if a.backfill else {})}))
     delete = admin_parser("delete", "delete a feed, dropping the slot and publication it owns")
     delete.add_argument("name")
