@@ -44,7 +44,8 @@ def request(spec: FeedSpec) -> preflight.Request:
                              publication=spec.publication, slot=spec.slot,
                              two_phase=spec.options.two_phase, failover=spec.options.failover,
                              keyless=spec.options.keyless, filters=spec.table_filters,
-                             generated_columns=spec.options.publish_generated_columns)
+                             generated_columns=spec.options.publish_generated_columns,
+                             partition_root=spec.options.partition_root)
 
 
 def check(spec: FeedSpec) -> list[preflight.Finding]:
@@ -164,7 +165,8 @@ def set_tables(spec: FeedSpec, tables: tuple[str, ...],
     transaction (returned)."""
     if filters:
         with admin_connection(spec.dsn, "checking the table filters failed") as conn:
-            asked = preflight.Request(tables=tables, filters=filters, keyless=spec.options.keyless)
+            asked = preflight.Request(tables=tables, filters=filters, keyless=spec.options.keyless,
+                                      partition_root=spec.options.partition_root)
             facts = preflight.Facts(server_version=conn.info.server_version, role="", database="",
                                     filters=preflight.gather_filters(conn, asked))
             errors = [f for f in preflight.filter_findings(facts, asked) if f.level == "error"]

@@ -63,6 +63,7 @@ class Request:
     # publish_generated_columns = stored (PostgreSQL 18+); for a publication pgfeed creates.
     filters: tuple[PublishedTable, ...] = ()
     generated_columns: bool = False
+    partition_root: bool = True  # publish_via_partition_root: a partitioned table's filter needs it
 
     @property
     def slot_name(self) -> str | None:
@@ -82,7 +83,6 @@ class LeafIdentity:
     identity: str  # default, index, full, nothing
     columns: tuple[str, ...]  # the identity's columns (every column when full)
     protected: bool
-    every: tuple[str, ...] = ()  # every column (what REPLICA IDENTITY FULL would need)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +218,8 @@ _LEAVES = (
 _IDENT = {"d": "default", "f": "full", "i": "index", "n": "nothing"}
 
 
-def _trial(conn: psycopg.Connection[Any], schema: str, table: str,
-           entry: PublishedTable) -> tuple[str | None, tuple[str, ...]]:
+def _trial(conn: psycopg.Connection[Any], schema: str, table: str, entry: PublishedTable,
+           partition_root: bool) -> tuple[str | None, tuple[str, ...]]:
     """Create the publication of this one table with its filter and column list inside a
     transaction that is rolled back: PostgreSQL's refusal (or None), and the columns the row
     filter reads (its recorded dependencies)."""
@@ -230,8 +230,9 @@ def _trial(conn: psycopg.Connection[Any], schema: str, table: str,
     columns: tuple[str, ...] = ()
     try:
         with conn.transaction() as tx:
-            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                sql.Identifier(TRIAL), what))
+            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH "
+                                 "(publish_via_partition_root = {})").format(
+                sql.Identifier(TRIAL), what, sql.SQL("true" if partition_root else "false")))
             if entry.where is not None:
                 conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
                     sql.Identifier(TRIAL), table_entry(schema, table, PublishedTable(entry.table, entry.where))))
@@ -267,12 +268,12 @@ def gather_filters(conn: psycopg.Connection[Any], request: Request,
                            (schema, table)).fetchone()
         if row is None:
             continue
-        error, columns = _trial(conn, schema, table, entry)
+        error, columns = _trial(conn, schema, table, entry, request.partition_root)
         leaves = []
         for name, ident, every, keyed in conn.execute(_LEAVES, {"oid": row[0]}).fetchall():
             identity = _IDENT.get(ident, "default")
             leaves.append(LeafIdentity(name, identity, tuple(every if identity == "full" else keyed),
-                                       identity == "full" or bool(keyed), tuple(every)))
+                                       identity == "full" or bool(keyed)))
         out.append(FilterFacts(entry.table, error, columns, tuple(leaves)))
     return tuple(out)
 
@@ -312,15 +313,20 @@ def filter_findings(facts: Facts, request: Request) -> list[Finding]:
                                        f"ALTER TABLE {_qualified(leaf.name)} REPLICA IDENTITY FULL; "
                                        "or filter on replica identity columns only"))
             if entry is not None and entry.columns is not None:
-                needed = leaf.every if full else leaf.columns
-                uncovered = [c for c in needed if c not in entry.columns]
-                if uncovered:
-                    ident = "REPLICA IDENTITY FULL" if full else "replica identity"
-                    out.append(Finding("column_list", "error", f"{leaf.name}{on}: the column list "
-                                       f"leaves out {', '.join(uncovered)} of its {ident}: once "
+                # PostgreSQL (15-18) refuses UPDATE/DELETE of a REPLICA IDENTITY FULL table under
+                # any column list, even one naming every column (tested).
+                uncovered = [c for c in leaf.columns if c not in entry.columns]
+                if full:
+                    out.append(Finding("column_list", "error", f"{leaf.name}{on} has (or gets) "
+                                       "REPLICA IDENTITY FULL, which no column list covers: once "
                                        "published, PostgreSQL refuses every UPDATE and DELETE on it",
-                                       f"add {', '.join(uncovered)} to the column list" if not full
-                                       else "list every column, or give the table a primary key"))
+                                       "leave the column list out, or give the table a primary key "
+                                       "(or a REPLICA IDENTITY USING INDEX) whose columns it lists"))
+                elif uncovered:
+                    out.append(Finding("column_list", "error", f"{leaf.name}{on}: the column list "
+                                       f"leaves out {', '.join(uncovered)} of its replica identity: "
+                                       "once published, PostgreSQL refuses every UPDATE and DELETE "
+                                       "on it", f"add {', '.join(uncovered)} to the column list"))
     return out
 
 

@@ -158,7 +158,11 @@ def test_row_filter_and_column_list_equal_postgresqls_own_subscriber(
 
 def test_refusals_name_the_table_and_leave_nothing(pgfeed_service: Service, pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(ORDERS + "; CREATE TABLE items (id int PRIMARY KEY, name text, price int)")
+        conn.execute(ORDERS + "; CREATE TABLE items (id int PRIMARY KEY, name text, price int); "
+                     "CREATE TABLE notes (id int, body text); ALTER TABLE notes REPLICA IDENTITY FULL; "
+                     "CREATE TABLE parts (id int, region text, qty int, PRIMARY KEY (id, region)) "
+                     "PARTITION BY LIST (region); CREATE TABLE parts_eu PARTITION OF parts "
+                     "FOR VALUES IN ('eu')")
     name = f"bad_{_db(pg_dsn)}"
     before = _source(pg_dsn)
     cases = [
@@ -174,6 +178,11 @@ def test_refusals_name_the_table_and_leave_nothing(pgfeed_service: Service, pg_d
          ["public.orders: PostgreSQL refused its column list", '"nope"']),
         ({"table": "public.orders", "where": "true) , public.items WHERE (true"}, "invalid_table_filter",
          ["public.orders: PostgreSQL refused its row filter: unbalanced parentheses"]),
+        ({"table": "public.notes", "columns": ["id", "body"]}, "invalid_table_filter",
+         ["public.notes has (or gets) REPLICA IDENTITY FULL, which no column list covers"]),
+        ({"table": "public.parts", "where": "qty > 1"}, "invalid_table_filter",
+         [("public.parts_eu (as public.parts's partition): the row filter reads qty, outside its "
+           "replica identity (id, region)")]),
     ]
     with _client(pgfeed_service) as client:
         for entry, code, parts in cases:
@@ -190,7 +199,9 @@ def test_refusals_name_the_table_and_leave_nothing(pgfeed_service: Service, pg_d
             "name": name, "dsn": pg_dsn, "tables": [cases[0][0]]}).json()
         assert dry["ok"] is False and any("regon" in f["message"] for f in dry["findings"])
     with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the application's writes still work
-        conn.execute("INSERT INTO orders VALUES (1, 'eu', 1); UPDATE orders SET total = 2; DELETE FROM orders")
+        conn.execute("INSERT INTO orders VALUES (1, 'eu', 1); UPDATE orders SET total = 2; DELETE FROM orders; "
+                     "INSERT INTO notes VALUES (1, 'a'); UPDATE notes SET body = 'b'; DELETE FROM notes; "
+                     "INSERT INTO parts VALUES (1, 'eu', 1); UPDATE parts SET qty = 2; DELETE FROM parts")
 
 
 def test_publish_generated_columns_on_18_refused_before(pgfeed_service: Service, pg_dsn: str) -> None:

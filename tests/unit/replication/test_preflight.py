@@ -126,7 +126,7 @@ def test_render_shows_fixes_and_a_count() -> None:
 
 # -- issue 27.5: row filters, column lists, publish_generated_columns -----------------------------
 
-ORDERS_KEYED = LeafIdentity("public.orders", "default", ("id",), True, ("id", "region", "total"))
+ORDERS_KEYED = LeafIdentity("public.orders", "default", ("id",), True)
 FILTERED = Request(name="shop", tables=("public.orders",),
                    filters=(PublishedTable("public.orders", "region = 'eu'", ("id", "region")),))
 
@@ -156,7 +156,7 @@ def test_a_filter_outside_the_replica_identity_would_break_updates() -> None:
     assert found.fix == ("ALTER TABLE public.orders REPLICA IDENTITY FULL; or filter on replica "
                          "identity columns only")
     # REPLICA IDENTITY FULL covers every column the filter may read
-    full = LeafIdentity("public.orders", "full", ("id", "region", "total"), True, ("id", "region", "total"))
+    full = LeafIdentity("public.orders", "full", ("id", "region", "total"), True)
     facts = replace(GOOD, filters=(FilterFacts("public.orders", None, ("region",), (full,)),))
     assert [f for f in judge(facts, replace(FILTERED, filters=(PublishedTable("public.orders", "region = 'eu'"),)))
             if f.level == "error"] == []
@@ -168,6 +168,15 @@ def test_a_column_list_must_cover_the_replica_identity() -> None:
     found = _one(facts, "column_list", asked)
     assert found.level == "error" and "leaves out id of its replica identity" in found.message
     assert found.fix == "add id to the column list"
+    # PostgreSQL refuses UPDATE/DELETE of a REPLICA IDENTITY FULL table under any column list
+    full = LeafIdentity("public.orders", "full", ("id", "region", "total"), True)
+    every = replace(ASK, filters=(PublishedTable("public.orders", None, ("id", "region", "total")),))
+    facts = replace(GOOD, filters=(FilterFacts("public.orders", None, (), (full,)),))
+    assert "REPLICA IDENTITY FULL, which no column list covers" in _one(facts, "column_list", every).message
+    # a key-less table that option keyless identity_full makes FULL is judged as FULL
+    keyless = LeafIdentity("public.orders", "default", (), False)
+    facts = replace(GOOD, filters=(FilterFacts("public.orders", None, (), (keyless,)),))
+    assert _one(facts, "column_list", replace(every, keyless="identity_full")).level == "error"
 
 
 def test_postgresqls_refusal_of_a_filter_names_the_table() -> None:
