@@ -157,10 +157,16 @@ def _check(args: argparse.Namespace) -> int:
     from pgfeed.replication.connect import admin_connection
     from pgfeed.replication.preflight import Finding, Request, render, run
 
-    tables = tuple(t.strip() for t in (args.tables or "").split(",") if t.strip())
+    from pgfeed.replication.slots import PublishedTable
+
+    entries = _table_entries(args.tables, args.where, args.columns)
+    tables = tuple(e if isinstance(e, str) else e["table"] for e in entries)
+    filters = tuple(PublishedTable(e["table"], e.get("where"), None if e.get("columns") is None
+                                   else tuple(e["columns"])) for e in entries if isinstance(e, dict))
     request = Request(name=args.name, tables=tables, all_tables=args.all_tables,
                       publication=args.publication, slot=args.slot, two_phase=args.two_phase,
-                      failover=args.failover, keyless=args.keyless)
+                      failover=args.failover, keyless=args.keyless, filters=filters,
+                      generated_columns=args.publish_generated_columns)
     try:
         with admin_connection(args.dsn, "cannot check the source", "pgfeed-check") as conn:
             findings = run(conn, request)
@@ -302,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--failover", action="store_true", help="option failover")
     check.add_argument("--keyless", choices=["refuse", "identity_full"], default="refuse",
                        help="option keyless (default refuse)")
+    check.add_argument("--publish-generated-columns", action="store_true",
+                       help="option publish_generated_columns (PostgreSQL 18+)")
+    add_filter_flags(check)
     check.add_argument("--json", action="store_true", help="findings as JSON")
     check.set_defaults(func=_check)
 

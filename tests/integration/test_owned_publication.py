@@ -198,6 +198,13 @@ def test_refusals_name_the_table_and_leave_nothing(pgfeed_service: Service, pg_d
         dry = client.post("/v1/feeds", params={"dry_run": "true"}, json={
             "name": name, "dsn": pg_dsn, "tables": [cases[0][0]]}).json()
         assert dry["ok"] is False and any("regon" in f["message"] for f in dry["findings"])
+    checked = subprocess.run([sys.executable, "-m", "pgfeed", "check", "--dsn", pg_dsn, "--tables",
+                              "public.items", "--where", "public.orders=total > 10", "--columns",
+                              "public.items=name", "--json"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, check=False)
+    assert checked.returncode == 1, checked.stderr
+    errors = [f for f in json.loads(checked.stdout)["findings"] if f["level"] == "error"]
+    assert sorted(f["check"] for f in errors) == ["column_list", "row_filter"], errors
     with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the application's writes still work
         conn.execute("INSERT INTO orders VALUES (1, 'eu', 1); UPDATE orders SET total = 2; DELETE FROM orders; "
                      "INSERT INTO notes VALUES (1, 'a'); UPDATE notes SET body = 'b'; DELETE FROM notes; "
