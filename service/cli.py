@@ -156,7 +156,6 @@ def _check(args: argparse.Namespace) -> int:
     from pgfeed.errors import SourceError
     from pgfeed.replication.connect import admin_connection
     from pgfeed.replication.preflight import Finding, Request, render, run
-
     from pgfeed.replication.slots import PublishedTable
 
     entries = _table_entries(args.tables, args.where, args.columns)
