@@ -278,7 +278,7 @@ def table_names(tables: list[str | TableEntry]) -> tuple[tuple[str, ...], tuple[
                                           None if t.columns is None else tuple(t.columns)))
     if len({f.table for f in filters}) < len(filters):
         raise ValueError("a table may be given once with 'where'/'columns'")
-    return tuple(names), tuple(filters)
+    return tuple(dict.fromkeys(names)), tuple(filters)
 
 
 class FeedCreate(BaseModel):

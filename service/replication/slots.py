@@ -164,16 +164,8 @@ def _table_list(conn: psycopg.Connection, tables: Sequence[str],
     if missing:
         raise SourceError(f"unknown table{'s' if len(missing) > 1 else ''} on the source: "
                           f"{', '.join(missing)}")
-    filters = filters or {}
-    entries = dict.fromkeys(zip(pairs, tables))
-    seen: set[tuple[str, str]] = set()
-    out = []
-    for (schema, table), name in entries:
-        if (schema, table) in seen:
-            continue
-        seen.add((schema, table))
-        out.append(table_entry(schema, table, filters.get(name)))
-    return sql.SQL(", ").join(out)
+    by_pair = {split_table_name(name): entry for name, entry in (filters or {}).items()}
+    return sql.SQL(", ").join(table_entry(s, t, by_pair.get((s, t))) for s, t in dict.fromkeys(pairs))
 
 
 def publication_exists(conn: psycopg.Connection, name: str) -> bool:
