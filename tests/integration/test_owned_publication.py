@@ -277,7 +277,7 @@ def test_cli_and_patch_set_filters(pgfeed_service: Service, pg_dsn: str) -> None
                 "--heartbeat-seconds", "1")
     assert made.returncode == 0, made.stderr
     try:
-        shown = json.loads(_cli(pgfeed_service, "feeds", "show", name).stdout)
+        shown = json.loads(_cli(pgfeed_service, "feeds", "show", name, "--json").stdout)
         assert shown["tables"] == ["public.items", "public.orders"]
         assert shown["published"] == [
             {"table": "public.items", "where": None, "columns": ["id", "name", "price"]},
