@@ -117,10 +117,15 @@ class CaptureStats:
     _window: deque[tuple[float, int]] = field(default_factory=deque)
 
     def count(self, changes: int, nbytes: int) -> None:
+        before = self.changes
         self.changes += changes
         self.bytes += nbytes
         now = time.monotonic()
         window = self._window
+        if window and now - window[-1][0] > 10:  # after a pause: a new window, not one diluted by it
+            window.clear()
+        if not window:  # where this batch started from: a first batch alone is a rate too
+            window.append((now, before))
         if len(window) > 1 and now - window[-2][0] < 0.1:
             window[-1] = (now, self.changes)
         else:
