@@ -83,14 +83,43 @@ def _admin(args: argparse.Namespace, method: str, path: str, body: dict[str, Any
     return 0
 
 
+def _table_entries(tables: str | None, where: list[str] | None,
+                   columns: list[str] | None) -> list[str | dict[str, Any]]:
+    """``--tables`` names, with ``--where TABLE=EXPR`` and ``--columns TABLE=a,b`` turning a
+    table into a ``{table, where, columns}`` entry (a table named only there is added)."""
+    entries: dict[str, dict[str, Any]] = {}
+    for name in (t.strip() for t in (tables or "").split(",")):
+        if name:
+            entries.setdefault(name, {"table": name})
+    for flag, values in (("--where", where), ("--columns", columns)):
+        for value in values or ():
+            name, eq, rest = value.partition("=")
+            if not eq or not name.strip() or not rest.strip():
+                raise SystemExit(f"pgfeed: {flag} expects TABLE=..., got {value!r}")
+            entry = entries.setdefault(name.strip(), {"table": name.strip()})
+            if flag == "--where":
+                entry["where"] = rest.strip()
+            else:
+                entry["columns"] = [c.strip() for c in rest.split(",") if c.strip()]
+    return [e if len(e) > 1 else e["table"] for e in entries.values()]
+
+
+def add_filter_flags(parser: argparse.ArgumentParser) -> None:
+    """``--where``/``--columns``: a table's row filter and column list (PostgreSQL 15+)."""
+    parser.add_argument("--where", action="append", metavar="TABLE=EXPR",
+                        help="row filter of a table (repeatable), e.g. \"public.orders=region = 'eu'\"")
+    parser.add_argument("--columns", action="append", metavar="TABLE=COL,COL",
+                        help="column list of a table (repeatable), e.g. public.orders=id,region,total")
+
+
 def _feeds_create(args: argparse.Namespace) -> int:
     from pgfeed.cli_options import options_from_args
 
     body: dict[str, Any] = {"name": args.name, "dsn": args.dsn, "options": {}}
     if args.all_tables:
         body["all_tables"] = True
-    elif args.tables:
-        body["tables"] = [t.strip() for t in args.tables.split(",") if t.strip()]
+    elif args.tables or args.where or args.columns:
+        body["tables"] = _table_entries(args.tables, args.where, args.columns)
     if args.publication:
         body["publication"] = args.publication
     if args.slot:
@@ -139,11 +168,16 @@ def _check(args: argparse.Namespace) -> int:
     from pgfeed.errors import SourceError
     from pgfeed.replication.connect import admin_connection
     from pgfeed.replication.preflight import Finding, Request, render, run
+    from pgfeed.replication.slots import PublishedTable
 
-    tables = tuple(t.strip() for t in (args.tables or "").split(",") if t.strip())
+    entries = _table_entries(args.tables, args.where, args.columns)
+    tables = tuple(e if isinstance(e, str) else e["table"] for e in entries)
+    filters = tuple(PublishedTable(e["table"], e.get("where"), None if e.get("columns") is None
+                                   else tuple(e["columns"])) for e in entries if isinstance(e, dict))
     request = Request(name=args.name, tables=tables, all_tables=args.all_tables,
                       publication=args.publication, slot=args.slot, two_phase=args.two_phase,
-                      failover=args.failover, keyless=args.keyless)
+                      failover=args.failover, keyless=args.keyless, filters=filters,
+                      generated_columns=args.publish_generated_columns)
     try:
         with admin_connection(args.dsn, "cannot check the source", "pgfeed-check") as conn:
             findings = run(conn, request)
@@ -217,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--tables", help="comma-separated schema.table list")
     group.add_argument("--all-tables", action="store_true",
                        help="capture every table of the database (FOR ALL TABLES)")
+    add_filter_flags(create)
     create.add_argument("--publication", help="adopt an existing publication")
     create.add_argument("--slot", help="adopt an existing slot")
     create.add_argument("--dry-run", action="store_true",
@@ -237,10 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
             a, m, f"/v1/feeds/{a.name}{s}", render=r))
     set_tables = admin_parser("set-tables", "replace a feed's table list (same as PATCH /v1/feeds/NAME)")
     set_tables.add_argument("name", help="the feed")
-    set_tables.add_argument("--tables", required=True, help="comma-separated schema.table list")
+    set_tables.add_argument("--tables", help="comma-separated schema.table list")
+    add_filter_flags(set_tables)
     set_tables.add_argument("--backfill", action="store_true", help="backfill the tables this adds")
     set_tables.set_defaults(func=lambda a: _admin(
-        a, "PATCH", f"/v1/feeds/{a.name}", {"tables": [t.strip() for t in a.tables.split(",") if t.strip()],
+        a, "PATCH", f"/v1/feeds/{a.name}", {"tables": _table_entries(a.tables, a.where, a.columns),
                                             **({"backfill": True} if a.backfill else {})},
         render=action_line("feed {name} now captures {tables_text}")))
     delete = admin_parser("delete", "delete a feed, dropping the slot and publication it owns")
@@ -308,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--failover", action="store_true", help="option failover")
     check.add_argument("--keyless", choices=["refuse", "identity_full"], default="refuse",
                        help="option keyless (default refuse)")
+    check.add_argument("--publish-generated-columns", action="store_true",
+                       help="option publish_generated_columns (PostgreSQL 18+)")
+    add_filter_flags(check)
     check.add_argument("--json", action="store_true", help="findings as JSON")
     check.set_defaults(func=_check)
 

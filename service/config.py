@@ -58,6 +58,11 @@ class Settings(BaseSettings):
         "open", description="/metrics open to anyone (scrapers keep working without a token) or "
                             "behind the read tokens (read), when tokens are configured")
     retention_check_seconds: float = 60.0
+    # The console's history (issue 30.1): one sample a feed every history_seconds, kept in memory
+    # for history_hours (GET /v1/feeds/{feed}/history).
+    history_seconds: float = Field(10.0, gt=0, description="Seconds between two history samples "
+                                                           "of a feed")
+    history_hours: float = Field(6.0, gt=0, le=168, description="Hours of history kept (in memory)")
     # uvloop when it is installed ("auto"): the event loop runs every HTTP answer and gRPC message.
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     # TLS on both listeners (PEM files; service/tls.py); a client CA also requires client certs.

@@ -110,6 +110,11 @@ class Metrics:
             self.feeds = FeedCollector(supervisor, probe_ttl=probe_ttl)
             self.registry.register(self.feeds)
 
+    def served_total(self, feed: str) -> float:
+        """Changes served to readers of ``feed`` so far, every surface (the console's history)."""
+        return sum(s.value for metric in self.served_changes.collect() for s in metric.samples
+                   if s.name.endswith("_total") and s.labels.get("feed") == feed)
+
     def render(self) -> bytes:
         """The text exposition format of everything in the registry (blocking: reads the logs and
         may probe sources; call it from a worker thread)."""

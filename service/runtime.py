@@ -126,6 +126,9 @@ class Runtime:
         self.stop_signal = StopSignal()  # long-polls answer at once once shutdown begins
         self.grpc_port: int | None = None
         self.started = asyncio.Event()
+        from pgfeed.feeds.history import History
+
+        self.history = History(settings.history_seconds, settings.history_hours)
 
     async def serve(self) -> None:
         """Bind both listeners (StartupError, before anything starts, when a port is taken), start
@@ -149,12 +152,14 @@ class Runtime:
         await asyncio.to_thread(self.supervisor.start)
         app = create_app(self.supervisor, settings, self.metrics)
         app.state.stop = self.stop_signal
+        app.state.history = self.history
         self.http = _HttpServer(uvicorn.Config(app, host=settings.http_host, port=settings.http_port,
                                                   log_level=settings.log_level.lower(), access_log=False,
                                                   lifespan="on", log_config=None,  # our handlers
                                                   **uvicorn_options(tls)))
         await grpc_server.start()
         retention = asyncio.create_task(self._retention_loop())
+        history = asyncio.create_task(self._history_loop())
         from pgfeed.feeds.watch import StateWatcher
 
         watcher = asyncio.create_task(StateWatcher(self.supervisor).run())  # state-change lines
@@ -168,7 +173,7 @@ class Runtime:
             self.started.set()
             await http_task
         finally:
-            for task in (retention, watcher):
+            for task in (retention, history, watcher):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -249,6 +254,13 @@ class Runtime:
         if self.http is None or not self.http.servers:
             return None
         return int(self.http.servers[0].sockets[0].getsockname()[1])
+
+    async def _history_loop(self) -> None:
+        """The console's history: a sample of every feed each history_seconds, on a worker thread
+        (never a capture thread)."""
+        while True:
+            await asyncio.to_thread(self.history.sample, self.supervisor, self.metrics.served_total)
+            await asyncio.sleep(self.settings.history_seconds)
 
     async def _retention_loop(self) -> None:
         while True:

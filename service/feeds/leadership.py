@@ -304,6 +304,7 @@ def merge_report(status: FeedStatus, report: dict[str, Any] | None, *, live: boo
     status.counters_from, status.counters_at = report.get("replica"), report.get("at")
     status.changes_captured = int(report.get("changes_captured") or 0)
     status.bytes_captured = int(report.get("bytes_captured") or 0)
+    status.backfill_rows_captured = int(report.get("backfill_rows") or 0)
     status.proto_version = report.get("proto_version")
     status.streaming_in_use = report.get("streaming_in_use")
     fresh = live and time.time() - float(report.get("at") or 0) < REPLICA_ALIVE_SECONDS

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pgfeed.decoding.changes import ToastMode
-from pgfeed.replication.slots import SlotFailover
+from pgfeed.replication.slots import PublishedTable, SlotFailover
 
 # reconnecting: the source (or a shared store) does not answer; capture retries about every second.
 FeedState = Literal["starting", "snapshotting", "running", "reconnecting", "paused", "failed"]
@@ -45,6 +45,9 @@ class FeedOptions:
     # identity): "refuse" the feed, or "identity_full": pgfeed gives it REPLICA IDENTITY FULL
     # (and, for a feed of all tables, installs an event trigger doing so for tables created later).
     keyless: Literal["refuse", "identity_full"] = "refuse"
+    # PostgreSQL 18+: the publication pgfeed creates publishes stored generated columns
+    # (WITH (publish_generated_columns = stored)); refused on older sources (issue 27.5).
+    publish_generated_columns: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeedOptions:
@@ -110,6 +113,13 @@ class FeedSpec:
     # pgfeed_<name>_keyless (dropped with the feed).
     identity_full: tuple[str, ...] = ()
     keyless_guard: bool = False
+    # Issue 27.5: the row filter and column list of each table of ``tables`` that has one
+    # (PostgreSQL 15+), for the publication pgfeed creates. ``tables`` stays the list of names.
+    table_filters: tuple[PublishedTable, ...] = ()
+
+    @property
+    def filters_by_name(self) -> dict[str, PublishedTable]:
+        return {f.table: f for f in self.table_filters}
 
     @property
     def slot_name(self) -> str:
@@ -128,7 +138,8 @@ class FeedSpec:
         options = FeedOptions.from_dict(data.pop("options", None) or {})
         lost = data.pop("slot_lost", None)
         gaps = tuple(Gap.from_dict(g) for g in data.pop("gaps", None) or ())
-        return cls(**{**data, "tables": tuple(data.get("tables") or ()),
+        filters = tuple(PublishedTable.from_dict(f) for f in data.pop("table_filters", None) or ())
+        return cls(**{**data, "tables": tuple(data.get("tables") or ()), "table_filters": filters,
                       "identity_full": tuple(data.get("identity_full") or ())}, options=options,
                    slot_lost=SlotLost.from_dict(lost) if lost else None, gaps=gaps)
 
@@ -177,6 +188,7 @@ class FeedStatus:
     changes_per_second: float = 0.0
     changes_captured: int = 0
     bytes_captured: int = 0
+    backfill_rows_captured: int = 0  # backfill rows stored (not in changes_*: issue 30.1)
     reconnects: int = 0  # times capture lost its source and connected again (this process)
     last_error: str | None = None
     proto_version: int | None = None
@@ -196,3 +208,7 @@ class FeedStatus:
     # Leaf tables of the publication on which PostgreSQL refuses UPDATE/DELETE now (no usable
     # replica identity), when probed; None: not probed.
     unprotected_tables: list[str] | None = None
+    # What the publication publishes, as the source reports it (issue 27.5): per table its row
+    # filter and column list, and publish_generated_columns (PostgreSQL 18+); None: not probed.
+    published: list[PublishedTable] | None = None
+    publish_generated_columns: bool | None = None

@@ -43,7 +43,9 @@ def request(spec: FeedSpec) -> preflight.Request:
     return preflight.Request(name=spec.name, tables=spec.tables, all_tables=spec.all_tables,
                              publication=spec.publication, slot=spec.slot,
                              two_phase=spec.options.two_phase, failover=spec.options.failover,
-                             keyless=spec.options.keyless)
+                             keyless=spec.options.keyless, filters=spec.table_filters,
+                             generated_columns=spec.options.publish_generated_columns,
+                             partition_root=spec.options.partition_root)
 
 
 def check(spec: FeedSpec) -> list[preflight.Finding]:
@@ -59,6 +61,7 @@ def refusal(spec: FeedSpec, findings: list[preflight.Finding]) -> SourceRefused 
     if not errors:
         return None
     code = ("table_without_replica_identity" if any(f.check == "replica_identity" for f in errors)
+            else "invalid_table_filter" if any(f.check in ("row_filter", "column_list") for f in errors)
             else "source_error")
     detail = "; ".join(f"{f.message} (fix: {f.fix})" if f.fix else f.message for f in errors)
     return SourceRefused(f"feed {spec.name!r} not created, nothing changed on the source: {detail}",
@@ -111,7 +114,9 @@ def _publish(spec: FeedSpec) -> None:
             step = f"creating publication {spec.publication_name!r}"
             if not slots.ensure_publication(conn, spec.publication_name, tables=list(spec.tables),
                                             all_tables=spec.all_tables,
-                                            partition_root=spec.options.partition_root):
+                                            partition_root=spec.options.partition_root,
+                                            filters=spec.filters_by_name,
+                                            generated_columns=spec.options.publish_generated_columns):
                 raise SourceError("it exists already (made meanwhile by someone else)")
             if spec.keyless_guard:
                 step = f"installing event trigger {identity.guard_name(spec.name)!r}"
@@ -151,10 +156,24 @@ def drop(spec: FeedSpec) -> None:
             identity.drop_guard(conn, spec.name)
 
 
-def set_tables(spec: FeedSpec, tables: tuple[str, ...]) -> tuple[str, ...]:
-    """``ALTER PUBLICATION ... SET TABLE`` on the publication the feed owns. A table PostgreSQL
-    would then refuse UPDATE/DELETE on is refused as at creation, or with option keyless
-    ``identity_full`` given REPLICA IDENTITY FULL in the same transaction (returned)."""
+def set_tables(spec: FeedSpec, tables: tuple[str, ...],
+               filters: tuple[slots.PublishedTable, ...] = ()) -> tuple[str, ...]:
+    """``ALTER PUBLICATION ... SET TABLE`` on the publication the feed owns, with each table's
+    row filter and column list (``filters``). A table PostgreSQL would then refuse UPDATE/DELETE
+    on (no identity, or a filter or column list its identity does not cover) is refused as at
+    creation, or with option keyless ``identity_full`` given REPLICA IDENTITY FULL in the same
+    transaction (returned)."""
+    if filters:
+        with admin_connection(spec.dsn, "checking the table filters failed") as conn:
+            asked = preflight.Request(tables=tables, filters=filters, keyless=spec.options.keyless,
+                                      partition_root=spec.options.partition_root)
+            facts = preflight.Facts(server_version=conn.info.server_version, role="", database="",
+                                    filters=preflight.gather_filters(conn, asked))
+            errors = [f for f in preflight.filter_findings(facts, asked) if f.level == "error"]
+        if errors:
+            raise SourceRefused("table list not changed, nothing changed on the source: " + "; ".join(
+                f"{f.message} (fix: {f.fix})" if f.fix else f.message for f in errors),
+                code="invalid_table_filter", findings=[asdict(f) for f in errors])
     with admin_connection(spec.dsn, "source refused the table list") as conn, conn.transaction():
         pairs = [slots.split_table_name(t) for t in tables]
         unprotected = tuple(t.name for t in identity.named_tables(conn, pairs)[0]
@@ -167,7 +186,8 @@ def set_tables(spec: FeedSpec, tables: tuple[str, ...]) -> tuple[str, ...]:
                 f"writes would fail; fix: {fixes}; or add a primary key; or create the feed with "
                 "option keyless: identity_full", code="table_without_replica_identity")
         identity.set_full(conn, unprotected)
-        slots.set_publication_tables(conn, spec.publication_name, tables)
+        slots.set_publication_tables(conn, spec.publication_name, tables,
+                                     {f.table: f for f in filters})
     return unprotected
 
 
@@ -183,18 +203,23 @@ def free_slot(spec: FeedSpec) -> None:
         slots.free_slot(conn, spec.slot_name)
 
 
+Published = tuple[list[slots.PublishedTable], bool | None] | None
+
+
 def probe(spec: FeedSpec) -> tuple[dict[str, Any] | None, tuple[bool, tuple[str, ...]] | None,
-                                   slots.SlotFailover | None, list[str]]:
+                                   slots.SlotFailover | None, list[str], Published]:
     """The slot's position and risk (``slots.slot_info``), for an adopted publication what it
     publishes now (``(all_tables, tables)``; None for one pgfeed owns), the slot's failover
     state (PostgreSQL 17+; ``slots.failover_info``) and the published tables on which
-    PostgreSQL refuses UPDATE/DELETE (``identity.unprotected_in_publication``)."""
+    PostgreSQL refuses UPDATE/DELETE (``identity.unprotected_in_publication``), and what the
+    publication publishes (``slots.published``: row filters, column lists, generated columns)."""
     with admin_connection(spec.dsn, "source unreachable") as conn:
         info = slots.slot_info(conn, spec.slot_name)
         held = None if spec.owns_publication else slots.publication_tables(conn, spec.publication_name)
         failover = slots.failover_info(conn, spec.slot_name)
         unprotected = identity.unprotected_in_publication(conn, spec.publication_name)
-    return info, held, failover, unprotected
+        detail = slots.published(conn, spec.publication_name)
+    return info, held, failover, unprotected, detail
 
 
 def sequences(spec: FeedSpec, *, emit: bool = False) -> tuple[seqs.SequenceSnapshot, int | None]:

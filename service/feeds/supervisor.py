@@ -50,6 +50,7 @@ from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.replication.capture import Capture, CaptureStats
 from pgfeed.replication.lost import LostSlot, describe
 from pgfeed.replication.preflight import Finding
+from pgfeed.replication.slots import PublishedTable
 from pgfeed.replication.sequences import SequenceSnapshot
 from pgfeed_client._cursor import format_lsn
 
@@ -335,7 +336,8 @@ class Supervisor:
             self._store.discard_log(name, feed.changelog)
             feed.notifier.close()  # long-polls and live streams on it answer "not found" now
 
-    def set_tables(self, name: str, tables: Sequence[str], *, backfill: bool = False) -> FeedStatus:
+    def set_tables(self, name: str, tables: Sequence[str], *, backfill: bool = False,
+                   filters: Sequence[PublishedTable] = ()) -> FeedStatus:
         """Replace what a feed captures (``ALTER PUBLICATION ... SET TABLE`` on the publication it
         owns). Changes committed after the ALTER follow the new list; capture goes on. With
         ``backfill``, the tables it adds are backfilled."""
@@ -349,9 +351,10 @@ class Supervisor:
         names = tuple(dict.fromkeys(t.strip() for t in tables))
         if not names:
             raise ValueError("a feed needs at least one table")
-        full = source.set_tables(spec, names)
+        kept = tuple(f for f in filters if f.table.strip() in names)
+        full = source.set_tables(spec, names, kept)
         with self._lock:
-            feed.spec = replace(spec, tables=names,
+            feed.spec = replace(spec, tables=names, table_filters=kept,
                                 identity_full=tuple(dict.fromkeys(spec.identity_full + full)))
             self._store.put(feed.spec, feed.paused)
         added = [t for t in names if t not in spec.tables]
@@ -623,7 +626,8 @@ class Supervisor:
             tables=list(spec.tables), all_tables=spec.all_tables,
             confirmed_lsn=feed.changelog.confirmed_lsn(), head_lsn=feed.changelog.head(),
             changes_per_second=round(stats.rate(), 1), changes_captured=stats.changes,
-            bytes_captured=stats.bytes, reconnects=stats.reconnects, last_error=stats.last_error,
+            bytes_captured=stats.bytes, backfill_rows_captured=stats.backfill_rows,
+            reconnects=stats.reconnects, last_error=stats.last_error,
             proto_version=stats.proto_version, streaming_in_use=stats.streaming_in_use,
             source=mask_dsn(spec.dsn), slot_lost=spec.slot_lost, gaps=spec.gaps,
             next_attempt_at=stats.next_attempt if state == "reconnecting" else None,
@@ -645,7 +649,9 @@ class Supervisor:
             status.state, status.last_error, status.next_attempt_at = "failed", lost_message(spec), None
         if probe_source:
             try:
-                info, held, status.failover, status.unprotected_tables = source.probe(spec)
+                info, held, status.failover, status.unprotected_tables, detail = source.probe(spec)
+                if detail is not None:
+                    status.published, status.publish_generated_columns = detail
             except SourceError as exc:
                 info = held = None
                 status.last_error = status.last_error or str(exc)

@@ -285,5 +285,16 @@ def feed_message(status: FeedStatus) -> feed_pb2.Feed:
         msg.failover.standby_slots.extend(s.name for s in failover.standby_slots)
         if failover.note is not None:
             msg.failover.note = failover.note
+    msg.unprotected_tables.extend(status.unprotected_tables or ())
+    lost = status.slot_lost
+    if lost is not None:
+        msg.slot_lost.at = datetime.fromtimestamp(lost.at, UTC).isoformat()
+        msg.slot_lost.slot, msg.slot_lost.reason = lost.slot, lost.reason
+        msg.slot_lost.last_lsn = lost.last_lsn
+    for gap in status.gaps:
+        msg.gaps.add(lost_after=gap.lost_after, resumed_at=gap.resumed_at, marker_lsn=gap.marker_lsn,
+                     reason=gap.reason, at=datetime.fromtimestamp(gap.at, UTC).isoformat())
+    if status.next_attempt_at is not None:
+        msg.next_attempt_at = datetime.fromtimestamp(status.next_attempt_at, UTC).isoformat()
     return msg
 

@@ -13,6 +13,7 @@ from pgfeed_client._headers import MAX_LIMIT
 import pgfeed
 from pgfeed.config import Settings
 from pgfeed.encoding import JSON_MEDIA_TYPE
+from pgfeed.feeds.history import History
 from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.auth import TokenAuth
@@ -26,6 +27,7 @@ from pgfeed.http_api.routes import (
     changes,
     consumers,
     feeds,
+    history,
     ops,
     replicas,
     retention,
@@ -94,10 +96,12 @@ def create_app(supervisor: Supervisor, settings: Settings, metrics: Metrics | No
     app.state.auth = TokenAuth(settings)
     app.state.read_ahead = ReadAhead()
     app.state.query_params = {}  # id(route) -> its query parameters (http_api.params)
+    app.state.history = History()  # the runtime's, sampled by its task, replaces this empty one
     app.state.stop = StopSignal()  # set by the runtime when shutdown begins: long-polls answer
     app.include_router(changes.router, responses=_READ_ERRORS)
     app.include_router(consumers.router, responses=_READ_ERRORS)  # PUT's 422: see _openapi
     app.include_router(feeds.router, responses=_ADMIN_ERRORS)
+    app.include_router(history.router, responses=_ADMIN_ERRORS)
     app.include_router(retention.router, responses=_ADMIN_ERRORS)
     app.include_router(replicas.router, responses={k: _ADMIN_ERRORS[k] for k in (401, 403)})
     app.include_router(backfills.router, responses=_ADMIN_ERRORS)

@@ -19,13 +19,13 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import DEFAULT_LIMIT
 from pgfeed.errors import PgfeedError
 from pgfeed.http_api.errors import ApiError, answer_for
-from pgfeed.http_api.middleware import RouteLatency, answer_unexpected
+from pgfeed.http_api.middleware import RouteLatency, SentStatus, answer_unexpected
 from pgfeed.http_api.paging import MAX_CURSOR_LENGTH, Answer, PageRequest, serve_page
 from pgfeed.metrics import Metrics
 
@@ -57,24 +57,17 @@ class TailFastPath:
         if match is None:
             return False
         start = time.perf_counter()
-        status = 0  # no answer began
-
-        async def send_tracking(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        sent = SentStatus(send)
         try:
             answer = await self._page(scope, match[1])
             if answer is None:
                 return False
-            await answer(scope, receive, send_tracking)
+            await answer(scope, receive, sent)
         except Exception:
-            await answer_unexpected(scope, receive, send, started=status != 0)
-            status = status or 500
+            await answer_unexpected(scope, receive, send, started=sent.status != 0)
+            sent.status = sent.status or 500
         scope["route"] = self.route
-        self._latency.observe(scope, time.perf_counter() - start, status)
+        self._latency.observe(scope, time.perf_counter() - start, sent.status)
         return True
 
     async def _page(self, scope: Scope, feed: str) -> ASGIApp | None:

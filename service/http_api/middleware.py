@@ -39,6 +39,21 @@ class RouteLatency:
         answers.inc()
 
 
+class SentStatus:
+    """``send``, remembering the status of the answer it began (0: none yet)."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status = 0
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
+
+
 async def answer_unexpected(scope: Scope, receive: Receive, send: Send, *, started: bool) -> None:
     """(In an ``except`` block.) Log the exception; answer 500 unless the answer has begun."""
     log.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
@@ -58,18 +73,11 @@ class ObserveMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 0  # no answer began
-
-        async def send_tracking(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        sent = SentStatus(send)
         try:
-            await self.app(scope, receive, send_tracking)
+            await self.app(scope, receive, sent)
         except Exception:
-            await answer_unexpected(scope, receive, send, started=status != 0)
-            status = status or 500
+            await answer_unexpected(scope, receive, send, started=sent.status != 0)
+            sent.status = sent.status or 500
         finally:
-            self.latency.observe(scope, time.perf_counter() - start, status)
+            self.latency.observe(scope, time.perf_counter() - start, sent.status)

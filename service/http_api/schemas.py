@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pgfeed_client._cursor import CURSOR_PATTERN
 from pgfeed.decoding.changes import ToastMode
 from pgfeed.feeds.model import ADOPTED_TABLES, NAME_RE
+from pgfeed.replication.slots import PublishedTable
 
 # -- errors ---------------------------------------------------------------------------------------
 
@@ -272,12 +273,52 @@ class FeedOptionsIn(BaseModel):
                               "sets REPLICA IDENTITY FULL on it (whole old rows in WAL) and, for "
                               "a feed of all tables, installs an event trigger doing so for tables "
                               "created later (superuser only)")
+    publish_generated_columns: bool = Field(
+        False, description="PostgreSQL 18+: the publication pgfeed creates publishes stored "
+                           "generated columns (`WITH (publish_generated_columns = stored)`); "
+                           "refused (422) on older sources")
 
 
 # A `schema.table` name (a bare name means public): non-blank, at most 200 characters. The pattern
 # is a search, as in JSON Schema: some non-space character.
 TableName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S",
                                  description="`schema.table` (a bare name is in `public`)")]
+
+
+class TableEntry(BaseModel):
+    """A table of a publication pgfeed creates, with what of it to publish (PostgreSQL 15+)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "table": "public.orders", "where": "region = 'eu'", "columns": ["id", "region", "total"]}]})
+
+    table: TableName
+    where: str | None = Field(None, min_length=1, max_length=10_000,
+                              description="Row filter: a boolean SQL expression over the table's "
+                                          "columns (`CREATE PUBLICATION ... WHERE (expr)`), "
+                                          "validated by PostgreSQL; for UPDATE and DELETE to keep "
+                                          "working it may read only replica identity columns "
+                                          "(or the table is REPLICA IDENTITY FULL)")
+    columns: list[Annotated[str, Field(min_length=1, max_length=63)]] | None = Field(
+        None, min_length=1, max_length=1600,
+        description="Column list: only these columns are published (exact names); it must "
+                    "include the replica identity's columns")
+
+
+def table_names(tables: list[str | TableEntry]) -> tuple[tuple[str, ...], tuple[PublishedTable, ...]]:
+    """``tables`` as given (names or entries): the names, and the filters of those that have one."""
+    names, filters = [], []
+    for t in tables:
+        if isinstance(t, str):
+            names.append(t.strip())
+            continue
+        name = t.table.strip()
+        names.append(name)
+        if t.where is not None or t.columns is not None:
+            filters.append(PublishedTable(name, t.where,
+                                          None if t.columns is None else tuple(t.columns)))
+    if len({f.table for f in filters}) < len(filters):
+        raise ValueError("a table may be given once with 'where'/'columns'")
+    return tuple(dict.fromkeys(names)), tuple(filters)
 
 
 class FeedCreate(BaseModel):
@@ -296,9 +337,11 @@ class FeedCreate(BaseModel):
                                                                         "writeOnly": True},
                      description="libpq connection string or URI of the source (never echoed back; "
                                  "status shows it with the password masked)")
-    tables: list[TableName] = Field(default_factory=list, max_length=10_000,
-                                    description="`schema.table` names to capture (a publication "
-                                                "pgfeed creates; not with `publication`)")
+    tables: list[TableName | TableEntry] = Field(
+        default_factory=list, max_length=10_000,
+        description="`schema.table` names to capture (a publication pgfeed creates; not with "
+                    "`publication`), or objects `{table, where, columns}` giving a table's row "
+                    "filter and column list (PostgreSQL 15+)")
     all_tables: bool = False
     publication: str | None = Field(None, min_length=1, max_length=63,
                                     description="Adopt this existing publication as it is, without "
@@ -325,8 +368,11 @@ class FeedUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
         "tables": ["public.orders", "public.items", "public.refunds"]}]})
 
-    tables: list[TableName] = Field(min_length=1, max_length=10_000,
-                                    description="`schema.table` names: replaces the feed's list")
+    tables: list[TableName | TableEntry] = Field(
+        min_length=1, max_length=10_000,
+        description="`schema.table` names or `{table, where, columns}` objects: replaces the "
+                    "feed's list (a table given without `where`/`columns` publishes every row "
+                    "and column)")
     backfill: bool = Field(False, description="Backfill the tables this adds to the list")
 
 
@@ -406,6 +452,16 @@ class FeedOptionsOut(BaseModel):
     retention: RetentionOut
     failover: bool = False
     keyless: str = "refuse"
+    publish_generated_columns: bool = False
+
+
+class PublishedOut(BaseModel):
+    table: str
+    where: str | None = Field(None, description="The row filter as the source reports it "
+                                                "(`pg_publication_tables.rowfilter`)")
+    columns: list[str] | None = Field(None, description="The published columns "
+                                                        "(`pg_publication_tables.attnames`, "
+                                                        "PostgreSQL 15+)")
 
 
 class BackfillCreate(BaseModel):
@@ -525,9 +581,13 @@ class FeedPublic(BaseModel):
     server_lsn: str | None = None
     lag_bytes: int | None = None
     lag_seconds: float | None = None
-    changes_per_second: float
-    changes_captured: int
+    changes_per_second: float = Field(description="Live changes a second over the last ~10 s "
+                                                  "(backfill rows are not counted here)")
+    changes_captured: int = Field(description="Live changes stored since this process started "
+                                              "capturing (backfill rows apart)")
     bytes_captured: int
+    backfill_rows_captured: int = Field(0, description="Rows backfills stored through this "
+                                                       "process's capture (op `read`)")
     last_error: str | None = None
     proto_version: int | None = None
     streaming_in_use: bool | None = Field(
@@ -566,6 +626,13 @@ class FeedPublic(BaseModel):
         default_factory=list, description="Tables pgfeed gave REPLICA IDENTITY FULL when it created "
                                           "the feed (option `keyless`: `identity_full`); kept when "
                                           "the feed is deleted")
+    published: list[PublishedOut] | None = Field(
+        None, description="What the publication publishes, as the source reports it: per table "
+                          "its row filter and column list (PostgreSQL 15+); null when the source "
+                          "was not probed")
+    publish_generated_columns: bool | None = Field(
+        None, description="The publication's `publish_generated_columns` (PostgreSQL 18+; null "
+                          "before, or when not probed)")
     keyless_guard: bool = Field(False, description="pgfeed installed the event trigger "
                                                    "`pgfeed_<name>_keyless` that gives tables created "
                                                    "later without a key REPLICA IDENTITY FULL "

@@ -106,8 +106,9 @@ class CaptureStats:
 
     state: CaptureState = "starting"
     last_error: str | None = None
-    changes: int = 0
+    changes: int = 0  # live changes only (issue 30.1): a backfill's rows count in backfill_rows
     bytes: int = 0
+    backfill_rows: int = 0  # rows backfill chunks stored through this capture's writer
     proto_version: int | None = None
     streaming_in_use: bool | None = None  # what the walsender was asked for (None: not yet)
     last_commit_ts: int = 0  # microseconds since 2000-01-01 of the newest stored commit
@@ -118,10 +119,15 @@ class CaptureStats:
     _window: deque[tuple[float, int]] = field(default_factory=deque)
 
     def count(self, changes: int, nbytes: int) -> None:
+        before = self.changes
         self.changes += changes
         self.bytes += nbytes
         now = time.monotonic()
         window = self._window
+        if window and now - window[-1][0] > 10:  # after a pause: a new window, not one diluted by it
+            window.clear()
+        if not window:  # where this batch started from: a first batch alone is a rate too
+            window.append((now, before))
         if len(window) > 1 and now - window[-2][0] < 0.1:
             window[-1] = (now, self.changes)
         else:
@@ -134,7 +140,9 @@ class CaptureStats:
         if len(self._window) < 2 or time.monotonic() - self._window[-1][0] > 10:
             return 0.0
         (t0, c0), (t1, c1) = self._window[0], self._window[-1]
-        return (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0
+        # Over at least a second: two appends milliseconds apart are not a rate (the console
+        # showed thousands of changes/s for a few dozen changes just after a start).
+        return (c1 - c0) / max(t1 - t0, 1.0)
 
     def last_commit_unix(self) -> float:
         return PG_EPOCH_UNIX + self.last_commit_ts / 1e6
@@ -144,7 +152,8 @@ class CaptureStats:
         feed read them (``feeds.leadership.merge_report``)."""
         return {"replica": replica, "at": time.time(), "state": self.state,
                 "changes_per_second": round(self.rate(), 1), "changes_captured": self.changes,
-                "bytes_captured": self.bytes, "last_error": self.last_error,
+                "bytes_captured": self.bytes, "backfill_rows": self.backfill_rows,
+                "last_error": self.last_error,
                 "proto_version": self.proto_version, "streaming_in_use": self.streaming_in_use,
                 "last_commit_unix": self.last_commit_unix() if self.last_commit_ts else None,
                 "next_attempt": self.next_attempt}
@@ -348,8 +357,14 @@ class Capture:
         """Once ``stored`` is durable (on the writer's or the capture thread): counters, and wake the
         readers (``on_durable``). The new head is the batch's last commit (batches come in commit
         order; replays the log skipped do not move it), so no read of the log is needed."""
-        self.stats.last_commit_ts = stored[-1].commit_ts or self.stats.last_commit_ts
-        self.stats.count(sum(t.change_count for t in stored), sum(len(t.payload) for t in stored))
+        # Backfill pieces (``progress`` set) go through the same writer: their rows are counted
+        # apart, so throughput and changes_captured stay live changes (issue 30.1).
+        live = [t for t in stored if t.progress is None]
+        if len(live) < len(stored):
+            self.stats.backfill_rows += sum(t.change_count for t in stored if t.progress is not None)
+        if live:
+            self.stats.last_commit_ts = live[-1].commit_ts or self.stats.last_commit_ts
+            self.stats.count(sum(t.change_count for t in live), sum(len(t.payload) for t in live))
         if self.hook is not None:
             self.hook.durable(stored)
         if self.on_durable is not None:

@@ -18,9 +18,16 @@ from psycopg import sql
 from pgfeed.replication import identity
 from pgfeed.replication.commands import FAILOVER_SERVER, OLDEST_SERVER, source_refusal
 from pgfeed.replication.identity import TableIdentity
-from pgfeed.replication.slots import split_table_name
+from pgfeed.replication.slots import (
+    FILTER_SERVER,
+    GENERATED_SERVER,
+    PublishedTable,
+    split_table_name,
+    table_entry,
+)
 
-__all__ = ["Facts", "Finding", "Request", "gather", "judge", "render", "run"]
+__all__ = ["Facts", "FilterFacts", "Finding", "LeafIdentity", "Request", "filter_findings", "gather",
+           "gather_filters", "judge", "render", "run"]
 
 Level = Literal["ok", "warning", "error"]
 Keyless = Literal["refuse", "identity_full"]
@@ -52,6 +59,11 @@ class Request:
     two_phase: bool = False
     failover: bool = False
     keyless: Keyless = "refuse"
+    # Issue 27.5: row filters and column lists of the tables that have one (PostgreSQL 15+), and
+    # publish_generated_columns = stored (PostgreSQL 18+); for a publication pgfeed creates.
+    filters: tuple[PublishedTable, ...] = ()
+    generated_columns: bool = False
+    partition_root: bool = True  # publish_via_partition_root: a partitioned table's filter needs it
 
     @property
     def slot_name(self) -> str | None:
@@ -60,6 +72,29 @@ class Request:
     @property
     def publication_name(self) -> str | None:
         return self.publication or (f"pgfeed_{self.name}" if self.name else None)
+
+
+@dataclass(frozen=True, slots=True)
+class LeafIdentity:
+    """A table PostgreSQL checks UPDATE/DELETE on (a partition of a partitioned one): its
+    replica identity's columns (``full``: every column) and whether it has a usable one."""
+
+    name: str
+    identity: str  # default, index, full, nothing
+    columns: tuple[str, ...]  # the identity's columns (every column when full)
+    protected: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FilterFacts:
+    """What the source says of one table's row filter and column list: ``error`` is
+    PostgreSQL's refusal of them (a trial ``CREATE PUBLICATION`` rolled back), ``where_columns``
+    the columns the filter reads (the trial's dependencies)."""
+
+    table: str
+    error: str | None = None
+    where_columns: tuple[str, ...] = ()
+    leaves: tuple[LeafIdentity, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +127,7 @@ class Facts:
     publication_exists: bool = False
     publication_writes: bool = True  # the (adopted) publication publishes updates or deletes
     unprotected_published: tuple[str, ...] = field(default=())  # adopted publication
+    filters: tuple[FilterFacts, ...] = ()
 
 
 def _setting(conn: psycopg.Connection[Any], name: str) -> tuple[str | None, str | None]:
@@ -152,8 +188,9 @@ def gather(conn: psycopg.Connection[Any], request: Request) -> Facts:
                            (request.publication_name,)).fetchone()
         if pub is not None and request.publication:
             unprotected = identity.unprotected_in_publication(conn, request.publication)
+    filters = gather_filters(conn, request, missing + not_tables)
     return Facts(
-        server_version=conn.info.server_version, role=role, database=database, wal_level=wal_level,
+        filters=filters, server_version=conn.info.server_version, role=role, database=database, wal_level=wal_level,
         in_recovery=bool(recovery), superuser=bool(superuser), replication=bool(replication),
         managed_roles=tuple(name for name, member in managed if member),
         managed_available=tuple(name for name, _ in managed), create_on_database=bool(create),
@@ -164,6 +201,133 @@ def gather(conn: psycopg.Connection[Any], request: Request) -> Facts:
         slot_plugin=slot[0] if slot else None, slot_database=slot[1] if slot else None,
         slot_failover=slot[2] if slot else None, publication_exists=pub is not None,
         publication_writes=bool(pub[0]) if pub else True, unprotected_published=tuple(unprotected))
+
+
+TRIAL = "pgfeed_preflight_trial"
+_LEAVES = (
+    "SELECT n.nspname || '.' || c.relname, c.relreplident, "
+    "ARRAY(SELECT a.attname::text FROM pg_attribute a "
+    "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum), "
+    "ARRAY(SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+    "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = c.oid AND CASE c.relreplident "
+    "WHEN 'd' THEN i.indisprimary AND i.indimmediate WHEN 'i' THEN i.indisreplident ELSE false END "
+    "ORDER BY a.attnum) "
+    "FROM (SELECT relid FROM pg_partition_tree(%(oid)s::oid) WHERE isleaf UNION "
+    "SELECT %(oid)s::oid) leaf JOIN pg_class c ON c.oid = leaf.relid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' ORDER BY 1")
+_IDENT = {"d": "default", "f": "full", "i": "index", "n": "nothing"}
+
+
+def _trial(conn: psycopg.Connection[Any], schema: str, table: str, entry: PublishedTable,
+           partition_root: bool) -> tuple[str | None, tuple[str, ...]]:
+    """Create the publication of this one table with its filter and column list inside a
+    transaction that is rolled back: PostgreSQL's refusal (or None), and the columns the row
+    filter reads (its recorded dependencies)."""
+    try:
+        what = table_entry(schema, table, entry)
+    except ValueError as exc:
+        return str(exc), ()
+    columns: tuple[str, ...] = ()
+    try:
+        with conn.transaction() as tx:
+            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH "
+                                 "(publish_via_partition_root = {})").format(
+                sql.Identifier(TRIAL), what, sql.SQL("true" if partition_root else "false")))
+            if entry.where is not None:
+                conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
+                    sql.Identifier(TRIAL), table_entry(schema, table, PublishedTable(entry.table, entry.where))))
+                columns = tuple(r[0] for r in conn.execute(
+                    "SELECT a.attname::text FROM pg_publication p JOIN pg_publication_rel r "
+                    "ON r.prpubid = p.oid JOIN pg_depend d ON d.classid = 'pg_publication_rel'::regclass "
+                    "AND d.objid = r.oid AND d.refclassid = 'pg_class'::regclass AND d.refobjsubid > 0 "
+                    "JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid "
+                    "WHERE p.pubname = %s ORDER BY a.attnum", (TRIAL,)))
+            raise psycopg.Rollback(tx)
+    except psycopg.Error as exc:
+        return " ".join(str(exc).split("\n")[0].split()), ()
+    return None, columns
+
+
+def gather_filters(conn: psycopg.Connection[Any], request: Request,
+                   unknown: list[str] | tuple[str, ...] = ()) -> tuple[FilterFacts, ...]:
+    """For each table with a row filter or column list (a publication pgfeed creates, on
+    PostgreSQL 15+): PostgreSQL's verdict on them and the replica identity of the tables it
+    checks UPDATE/DELETE on. Nothing stays on the source."""
+    if request.publication is not None or conn.info.server_version < FILTER_SERVER:
+        return ()
+    out = []
+    for entry in request.filters:
+        if entry.table in unknown:
+            continue
+        try:
+            schema, table = split_table_name(entry.table)
+        except ValueError:
+            continue
+        row = conn.execute("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                           "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+                           (schema, table)).fetchone()
+        if row is None:
+            continue
+        error, columns = _trial(conn, schema, table, entry, request.partition_root)
+        leaves = []
+        for name, ident, every, keyed in conn.execute(_LEAVES, {"oid": row[0]}).fetchall():
+            identity = _IDENT.get(ident, "default")
+            leaves.append(LeafIdentity(name, identity, tuple(every if identity == "full" else keyed),
+                                       identity == "full" or bool(keyed)))
+        out.append(FilterFacts(entry.table, error, columns, tuple(leaves)))
+    return tuple(out)
+
+
+def filter_findings(facts: Facts, request: Request) -> list[Finding]:
+    """Row filters and column lists PostgreSQL cannot take, or that would make it refuse the
+    application's UPDATE/DELETE (issue 27.5): (pure)."""
+    v = facts.server_version
+    out = []
+    if request.filters and request.publication is None and v < FILTER_SERVER:
+        names = ", ".join(f.table for f in request.filters)
+        out.append(Finding("row_filter", "error", f"row filters and column lists need PostgreSQL 15 "
+                           f"or later; the source runs PostgreSQL {_release(v)} ({names})",
+                           "leave 'where' and 'columns' out, or upgrade the source"))
+    consent = request.keyless == "identity_full"
+    entries = {e.table: e for e in request.filters}
+    for f in facts.filters:
+        entry = entries.get(f.table)
+        if f.error is not None:
+            what = " and ".join(x for x in ("row filter" if entry and entry.where is not None else "",
+                                            "column list" if entry and entry.columns is not None else "") if x)
+            out.append(Finding("row_filter", "error", f"{f.table}: PostgreSQL refused its {what or 'entry'}: "
+                               f"{f.error}", "correct the expression or the column names"))
+            continue
+        for leaf in f.leaves:
+            full = leaf.identity == "full" or (not leaf.protected and consent)
+            if not leaf.protected and not consent:
+                continue  # the replica_identity check refuses it already
+            on = f" (as {f.table}'s partition)" if leaf.name != f.table else ""
+            if not full and f.where_columns:
+                outside = [c for c in f.where_columns if c not in leaf.columns]
+                if outside:
+                    out.append(Finding("row_filter", "error", f"{leaf.name}{on}: the row filter reads "
+                                       f"{', '.join(outside)}, outside its replica identity "
+                                       f"({', '.join(leaf.columns)}): once published, PostgreSQL "
+                                       "refuses every UPDATE and DELETE on it",
+                                       f"ALTER TABLE {_qualified(leaf.name)} REPLICA IDENTITY FULL; "
+                                       "or filter on replica identity columns only"))
+            if entry is not None and entry.columns is not None:
+                # PostgreSQL (15-18) refuses UPDATE/DELETE of a REPLICA IDENTITY FULL table under
+                # any column list, even one naming every column (tested).
+                uncovered = [c for c in leaf.columns if c not in entry.columns]
+                if full:
+                    out.append(Finding("column_list", "error", f"{leaf.name}{on} has (or gets) "
+                                       "REPLICA IDENTITY FULL, which no column list covers: once "
+                                       "published, PostgreSQL refuses every UPDATE and DELETE on it",
+                                       "leave the column list out, or give the table a primary key "
+                                       "(or a REPLICA IDENTITY USING INDEX) whose columns it lists"))
+                elif uncovered:
+                    out.append(Finding("column_list", "error", f"{leaf.name}{on}: the column list "
+                                       f"leaves out {', '.join(uncovered)} of its replica identity: "
+                                       "once published, PostgreSQL refuses every UPDATE and DELETE "
+                                       "on it", f"add {', '.join(uncovered)} to the column list"))
+    return out
 
 
 def _ident(name: str) -> str:
@@ -185,9 +349,13 @@ def judge(facts: Facts, request: Request) -> list[Finding]:
     out: list[Finding] = []
     v = facts.server_version
     refusal = source_refusal(v, two_phase=request.two_phase, failover=request.failover)
+    if refusal is None and request.generated_columns and v < GENERATED_SERVER:
+        refusal = (f"publish_generated_columns needs PostgreSQL 18 or later; the source runs "
+                   f"PostgreSQL {_release(v)}")
     allows = (f"two_phase {'yes' if v >= 150000 else 'no (15+)'}, failover "
               f"{'yes' if v >= FAILOVER_SERVER else 'no (17+)'}, row filters and column lists "
-              f"{'yes' if v >= 150000 else 'no (15+)'}")
+              f"{'yes' if v >= FILTER_SERVER else 'no (15+)'}, publish_generated_columns "
+              f"{'yes' if v >= GENERATED_SERVER else 'no (18+)'}")
     if refusal:
         fix = (f"upgrade to PostgreSQL {OLDEST_SERVER // 10000} or later" if v < OLDEST_SERVER
                else "leave the option off, or upgrade the source")
@@ -207,6 +375,7 @@ def judge(facts: Facts, request: Request) -> list[Finding]:
     out.append(_replication(facts))
     out += _publication_rights(facts, request)
     out += _tables(facts, request)
+    out += filter_findings(facts, request)
     out += _headroom(facts)
     out += _slot_risk(facts)
     out += _names(facts, request)

@@ -7,7 +7,7 @@ an open ``psycopg.Connection`` (autocommit or not: writes run in their own trans
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +19,15 @@ from pgfeed.errors import SourceError
 from pgfeed.replication.commands import FAILOVER_SERVER
 
 __all__ = [
+    "PublishedTable",
     "drop_publication",
     "drop_slot",
     "emit_heartbeat",
     "ensure_publication",
     "failover_info",
     "publication_exists",
+    "published",
+    "row_filter_sql",
     "set_publication_tables",
     "slot_exists",
     "slot_info",
@@ -62,6 +65,69 @@ class SlotFailover:
     note: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PublishedTable:
+    """One table of a publication pgfeed creates, with what PostgreSQL 15+ may publish of it:
+    ``where`` is the row filter (SQL the user writes for their own source), ``columns`` the
+    column list (None: every column). In status: as the source reports them."""
+
+    table: str
+    where: str | None = None
+    columns: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PublishedTable:
+        columns = data.get("columns")
+        return cls(data["table"], data.get("where"), None if columns is None else tuple(columns))
+
+
+GENERATED_SERVER = 180000  # publish_generated_columns
+FILTER_SERVER = 150000  # row filters and column lists
+
+
+def row_filter_sql(expr: str) -> sql.Composable:
+    """A row filter as ``(expr)``. PostgreSQL validates the expression itself when the
+    publication is created; this only makes sure it is one expression that cannot close the
+    parentheses around it or end the statement (balanced outside quotes, no ``;``, no comments).
+    ValueError says what is wrong."""
+    depth, quote, i = 0, "", 0
+    if not expr.strip():
+        raise ValueError("a row filter cannot be empty")
+    while i < len(expr):
+        ch = expr[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "$":
+            raise ValueError("dollar quoting is not accepted in a row filter: use '...'")
+        elif ch == ";" or expr.startswith("--", i) or expr.startswith("/*", i):
+            raise ValueError("a row filter is one expression: no ';' and no comments")
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise ValueError("unbalanced parentheses in the row filter")
+        i += 1
+    if quote or depth:
+        raise ValueError("unbalanced quotes or parentheses in the row filter")
+    return sql.SQL("({})").format(sql.SQL(expr))  # validated above; PostgreSQL checks it
+
+
+def table_entry(schema: str, table: str, entry: PublishedTable | None) -> sql.Composable:
+    """``schema.table [(columns)] [WHERE (expr)]``: one entry of a ``FOR TABLE`` list."""
+    parts: list[sql.Composable] = [sql.Identifier(schema, table)]
+    if entry is not None and entry.columns is not None:
+        if not entry.columns:
+            raise ValueError(f"{schema}.{table}: a column list needs at least one column")
+        parts.append(sql.SQL(" ({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in entry.columns)))
+    if entry is not None and entry.where is not None:
+        parts.append(sql.SQL(" WHERE {}").format(row_filter_sql(entry.where)))
+    return sql.Composed(parts)
+
+
 DROP_WAIT = 5.0  # seconds drop_slot waits for a terminated walsender to let go of its slot
 
 
@@ -76,8 +142,10 @@ def split_table_name(name: str) -> tuple[str, str]:
     return schema, table
 
 
-def _table_list(conn: psycopg.Connection, tables: Sequence[str]) -> sql.Composable:
-    """Quoted ``schema.table`` list; every table must exist (a clear error names the missing)."""
+def _table_list(conn: psycopg.Connection, tables: Sequence[str],
+                filters: Mapping[str, PublishedTable] | None = None) -> sql.Composable:
+    """Quoted ``schema.table`` list, each with its column list and row filter from ``filters``
+    (keyed by the name as given); every table must exist (a clear error names the missing)."""
     if isinstance(tables, str):
         raise TypeError("tables must be a list of names, not one string")
     if not tables:
@@ -96,7 +164,8 @@ def _table_list(conn: psycopg.Connection, tables: Sequence[str]) -> sql.Composab
     if missing:
         raise SourceError(f"unknown table{'s' if len(missing) > 1 else ''} on the source: "
                           f"{', '.join(missing)}")
-    return sql.SQL(", ").join(sql.Identifier(s, t) for s, t in dict.fromkeys(pairs))
+    by_pair = {split_table_name(name): entry for name, entry in (filters or {}).items()}
+    return sql.SQL(", ").join(table_entry(s, t, by_pair.get((s, t))) for s, t in dict.fromkeys(pairs))
 
 
 def publication_exists(conn: psycopg.Connection, name: str) -> bool:
@@ -117,10 +186,14 @@ def publication_tables(conn: psycopg.Connection, name: str) -> tuple[bool, tuple
 
 
 def ensure_publication(conn: psycopg.Connection, name: str, *, tables: Sequence[str],
-                       all_tables: bool, partition_root: bool = True) -> bool:
+                       all_tables: bool, partition_root: bool = True,
+                       filters: Mapping[str, PublishedTable] | None = None,
+                       generated_columns: bool = False) -> bool:
     """Create the publication if absent (``FOR ALL TABLES``, ``FOR TABLE ...`` or empty) with
     ``publish_via_partition_root``; if present, bring its option and, when ``tables`` is given,
     its table list in line (``ALTER PUBLICATION ... SET TABLE``). Returns True if it was created.
+    ``filters``: per table name its row filter and column list (PostgreSQL 15+);
+    ``generated_columns``: ``publish_generated_columns = stored`` (PostgreSQL 18+).
 
     Raises SourceError for an unknown table, or for a table list asked of an existing
     ``FOR ALL TABLES`` publication (which cannot hold one).
@@ -130,13 +203,15 @@ def ensure_publication(conn: psycopg.Connection, name: str, *, tables: Sequence[
     with conn.transaction():
         row = conn.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s",
                            (name,)).fetchone()
-        via_root = sql.SQL("publish_via_partition_root = {}").format(
+        via_root: sql.Composable = sql.SQL("publish_via_partition_root = {}").format(
             sql.SQL("true" if partition_root else "false"))
+        if generated_columns:
+            via_root = sql.SQL("{}, publish_generated_columns = stored").format(via_root)
         if row is None:
             if all_tables:
                 what: sql.Composable = sql.SQL(" FOR ALL TABLES")
             elif tables:
-                what = sql.SQL(" FOR TABLE {}").format(_table_list(conn, tables))
+                what = sql.SQL(" FOR TABLE {}").format(_table_list(conn, tables, filters))
             else:
                 what = sql.SQL("")
             conn.execute(sql.SQL("CREATE PUBLICATION {}{} WITH ({})").format(
@@ -147,21 +222,44 @@ def ensure_publication(conn: psycopg.Connection, name: str, *, tables: Sequence[
             if row[0]:
                 raise SourceError(f"publication {name!r} is FOR ALL TABLES: it cannot be given a "
                                   "table list")
-            _set_tables(conn, name, tables)
+            _set_tables(conn, name, tables, filters)
         return False
 
 
-def set_publication_tables(conn: psycopg.Connection, name: str, tables: Sequence[str]) -> None:
-    """Replace the publication's table list (``ALTER PUBLICATION ... SET TABLE``)."""
+def set_publication_tables(conn: psycopg.Connection, name: str, tables: Sequence[str],
+                           filters: Mapping[str, PublishedTable] | None = None) -> None:
+    """Replace the publication's table list (``ALTER PUBLICATION ... SET TABLE``), with each
+    table's row filter and column list from ``filters``."""
     with conn.transaction():
         if not publication_exists(conn, name):
             raise SourceError(f"publication {name!r} does not exist on the source")
-        _set_tables(conn, name, tables)
+        _set_tables(conn, name, tables, filters)
 
 
-def _set_tables(conn: psycopg.Connection, name: str, tables: Sequence[str]) -> None:
+def _set_tables(conn: psycopg.Connection, name: str, tables: Sequence[str],
+                filters: Mapping[str, PublishedTable] | None = None) -> None:
     conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
-        sql.Identifier(name), _table_list(conn, tables)))
+        sql.Identifier(name), _table_list(conn, tables, filters)))
+
+
+def published(conn: psycopg.Connection, name: str) -> tuple[list[PublishedTable], bool | None] | None:
+    """What the publication publishes, as the source reports it: per table its row filter and
+    column list (``pg_publication_tables.rowfilter``/``attnames``, PostgreSQL 15+; before 15
+    every column, no filter), and ``publish_generated_columns`` (PostgreSQL 18+; else None).
+    None when the publication does not exist."""
+    v = conn.info.server_version
+    gen = "p.pubgencols = 's'" if v >= GENERATED_SERVER else "NULL::bool"
+    row = conn.execute(sql.SQL("SELECT {} FROM pg_publication p WHERE p.pubname = %s").format(
+        sql.SQL(gen)), (name,)).fetchone()
+    if row is None:
+        return None
+    detail = "rowfilter, attnames" if v >= FILTER_SERVER else "NULL::text, NULL::text[]"
+    rows = conn.execute(sql.SQL("SELECT schemaname, tablename, {} FROM pg_publication_tables "
+                                "WHERE pubname = %s ORDER BY 1, 2").format(sql.SQL(detail)),
+                        (name,)).fetchall()
+    tables = [PublishedTable(f"{schema}.{table}", where, tuple(cols) if cols is not None else None)
+              for schema, table, where, cols in rows]
+    return tables, row[0]
 
 
 def drop_publication(conn: psycopg.Connection, name: str) -> None:

@@ -211,7 +211,7 @@ def test_console_shows_backfill_progress_and_starts_one(console_feed,
     with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/backfills"),
                              timeout=30_000):
         card.locator(".start-backfill button").click()
-    expect(page.locator("#banner")).to_contain_text("backfills: done", timeout=30_000)
+    expect(page.locator("#results .result.info")).to_contain_text("backfills: done", timeout=30_000)
     assert posted == [{"tables": ["public.orders"]}]
     browser_page.screenshot("console-backfills")
 
@@ -241,7 +241,7 @@ def test_console_shows_a_lost_slot_and_resyncs_it(console_feed, browser_page: Br
 
     page.once("dialog", lambda dialog: dialog.accept())
     card.locator("button.resync").click()
-    expect(page.locator("#banner")).to_contain_text("truncate", timeout=30_000)
+    expect(page.locator("#results .result.info")).to_contain_text("truncate", timeout=30_000)
     card.locator(".state", has_text="running").wait_for(timeout=30_000)
     expect(card.locator(".lost-box")).to_be_hidden()
     expect(card.locator(".gaps")).to_contain_text("gap: changes after")

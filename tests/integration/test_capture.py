@@ -57,7 +57,7 @@ def test_values_survive_exactly(any_pg_dsn, feed_dir):
     assert rows[1]["b"] == b"\x00\xff" and rows[2]["b"] == b""
     assert rows[1]["arr"] == [1, None, 3] and rows[4]["arr"] == [[1, 2], [3, 4]] and rows[2]["arr"] == []
     assert rows[1]["j"] == JsonText('{"k": [1, 2]}') and rows[4]["j"] == JsonText('"s"')
-    assert rows[2]["j"] is None  # the document null
+    assert rows[2]["j"] == JsonText("null")  # the document null, not SQL NULL (issue 27.4)
     assert rows[1]["ts"] == "infinity" and rows[2]["ts"] == "-infinity"  # text form kept
     assert rows[3]["ts"].isoformat() == "2026-11-22T10:00:00.123456+00:00"
     assert rows[3]["t"] is None and rows[4]["t"] == "é"

@@ -15,10 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import psycopg
 import pytest
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from psycopg import sql
+
+from pgfeed_client import format_lsn
 
 from pgfeed.localpg import LocalCluster
 from pgfeed.replication import slots
@@ -41,6 +45,12 @@ def _metric(client: httpx.Client, line_start: str) -> float | None:
         if line.startswith(line_start + " "):
             return float(line.split()[-1])
     return None
+
+
+def _grpc_feed(service: Service, name: str) -> Any:
+    with grpc.insecure_channel(service.grpc_target) as channel:
+        return feed_pb2_grpc.ChangeFeedStub(channel).GetFeed(feed_pb2.GetFeedRequest(name=name),
+                                                             timeout=10)
 
 
 def _slot_count(dsn: str, slot: str) -> int:
@@ -159,6 +169,10 @@ def test_a_slot_dropped_under_a_running_feed_fails_it_and_resync_marks_the_gap(
         feed = _feed(client, name)
         assert feed["state"] == "running" and feed["slot_lost"] is None
         assert [g["marker"] for g in feed["gaps"]] == [done["gap"]["marker"]]
+        over_grpc = _grpc_feed(pgfeed_service, name)
+        assert not over_grpc.HasField("slot_lost")
+        assert [(format_lsn(g.lost_after), format_lsn(g.marker_lsn)) for g in over_grpc.gaps] == \
+            [(done["gap"]["lost_after"], done["gap"]["marker"])]
         assert _metric(client, f'pgfeed_feed_slot_lost{{feed="{name}"}}') == 0.0
         assert _metric(client, f'pgfeed_feed_gaps{{feed="{name}"}}') == 1.0
         changes = _changes(client, name)
@@ -246,6 +260,10 @@ def test_a_slot_invalidated_under_a_paused_feed_fails_it_and_stays_failed_after_
     with run_service(data) as service, httpx.Client(base_url=service.http_url, timeout=60) as client:
         again = _feed(client, name)  # found before the restart: still failed, same reason
         assert again["state"] == "failed" and again["slot_lost"] == lost["slot_lost"]
+        over_grpc = _grpc_feed(service, name)  # gRPC's status says the same
+        assert over_grpc.state == "failed" and over_grpc.HasField("slot_lost")
+        assert (over_grpc.slot_lost.slot, over_grpc.slot_lost.reason, format_lsn(over_grpc.slot_lost.last_lsn)) \
+            == (lost["slot_lost"]["slot"], lost["slot_lost"]["reason"], lost["slot_lost"]["last_lsn"])
         assert _metric(client, f'pgfeed_feed_slot_lost{{feed="{name}"}}') == 1.0
         done = client.post(f"/v1/feeds/{name}/resync")
         assert done.status_code == 200 and done.json()["dropped_slot"] is True  # the dead one

@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import psycopg
 import pytest
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -147,6 +149,9 @@ def test_a_feed_of_all_tables_protects_tables_created_later_with_consent(
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE late (a int, b text)")
         assert _get(pgfeed_service, plain).json()["unprotected_tables"] == ["public.late"]
+        with grpc.insecure_channel(pgfeed_service.grpc_target) as channel:  # gRPC says the same
+            assert list(feed_pb2_grpc.ChangeFeedStub(channel).GetFeed(
+                feed_pb2.GetFeedRequest(name=plain), timeout=10).unprotected_tables) == ["public.late"]
         before = _source(pg_dsn)
         refused = _post(pgfeed_service, {"name": f"{plain}_2", "dsn": pg_dsn, "all_tables": True})
         assert refused.status_code == 422 and "public.late" in refused.json()["error"]["message"]

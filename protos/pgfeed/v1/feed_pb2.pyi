@@ -181,7 +181,7 @@ class GetFeedRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class Feed(_message.Message):
-    __slots__ = ("name", "state", "slot", "publication", "tables", "all_tables", "source", "confirmed_lsn", "head_lsn", "server_lsn", "lag_bytes", "lag_seconds", "changes_per_second", "changes_captured", "bytes_captured", "last_error", "proto_version", "slot_risk", "leader", "counters_from", "failover")
+    __slots__ = ("name", "state", "slot", "publication", "tables", "all_tables", "source", "confirmed_lsn", "head_lsn", "server_lsn", "lag_bytes", "lag_seconds", "changes_per_second", "changes_captured", "bytes_captured", "last_error", "proto_version", "slot_risk", "leader", "counters_from", "failover", "unprotected_tables", "slot_lost", "gaps", "next_attempt_at")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +203,10 @@ class Feed(_message.Message):
     LEADER_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FROM_FIELD_NUMBER: _ClassVar[int]
     FAILOVER_FIELD_NUMBER: _ClassVar[int]
+    UNPROTECTED_TABLES_FIELD_NUMBER: _ClassVar[int]
+    SLOT_LOST_FIELD_NUMBER: _ClassVar[int]
+    GAPS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: str
     slot: str
@@ -224,7 +228,37 @@ class Feed(_message.Message):
     leader: Leader
     counters_from: str
     failover: Failover
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., slot: _Optional[str] = ..., publication: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., all_tables: _Optional[bool] = ..., source: _Optional[str] = ..., confirmed_lsn: _Optional[int] = ..., head_lsn: _Optional[int] = ..., server_lsn: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., changes_per_second: _Optional[float] = ..., changes_captured: _Optional[int] = ..., bytes_captured: _Optional[int] = ..., last_error: _Optional[str] = ..., proto_version: _Optional[int] = ..., slot_risk: _Optional[_Union[SlotRisk, _Mapping]] = ..., leader: _Optional[_Union[Leader, _Mapping]] = ..., counters_from: _Optional[str] = ..., failover: _Optional[_Union[Failover, _Mapping]] = ...) -> None: ...
+    unprotected_tables: _containers.RepeatedScalarFieldContainer[str]
+    slot_lost: SlotLost
+    gaps: _containers.RepeatedCompositeFieldContainer[Gap]
+    next_attempt_at: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., slot: _Optional[str] = ..., publication: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., all_tables: _Optional[bool] = ..., source: _Optional[str] = ..., confirmed_lsn: _Optional[int] = ..., head_lsn: _Optional[int] = ..., server_lsn: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., changes_per_second: _Optional[float] = ..., changes_captured: _Optional[int] = ..., bytes_captured: _Optional[int] = ..., last_error: _Optional[str] = ..., proto_version: _Optional[int] = ..., slot_risk: _Optional[_Union[SlotRisk, _Mapping]] = ..., leader: _Optional[_Union[Leader, _Mapping]] = ..., counters_from: _Optional[str] = ..., failover: _Optional[_Union[Failover, _Mapping]] = ..., unprotected_tables: _Optional[_Iterable[str]] = ..., slot_lost: _Optional[_Union[SlotLost, _Mapping]] = ..., gaps: _Optional[_Iterable[_Union[Gap, _Mapping]]] = ..., next_attempt_at: _Optional[str] = ...) -> None: ...
+
+class SlotLost(_message.Message):
+    __slots__ = ("at", "slot", "reason", "last_lsn")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_LSN_FIELD_NUMBER: _ClassVar[int]
+    at: str
+    slot: str
+    reason: str
+    last_lsn: int
+    def __init__(self, at: _Optional[str] = ..., slot: _Optional[str] = ..., reason: _Optional[str] = ..., last_lsn: _Optional[int] = ...) -> None: ...
+
+class Gap(_message.Message):
+    __slots__ = ("lost_after", "resumed_at", "marker_lsn", "reason", "at")
+    LOST_AFTER_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_AT_FIELD_NUMBER: _ClassVar[int]
+    MARKER_LSN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    lost_after: int
+    resumed_at: int
+    marker_lsn: int
+    reason: str
+    at: str
+    def __init__(self, lost_after: _Optional[int] = ..., resumed_at: _Optional[int] = ..., marker_lsn: _Optional[int] = ..., reason: _Optional[str] = ..., at: _Optional[str] = ...) -> None: ...
 
 class Leader(_message.Message):
     __slots__ = ("replica", "epoch", "since")

@@ -33,10 +33,12 @@ from pgfeed.http_api.schemas import (
     GapOut,
     LeaderOut,
     LogOut,
+    PublishedOut,
     ResyncOut,
     SlotLostOut,
     SlotRiskOut,
     StandbySlotOut,
+    table_names,
 )
 from pgfeed.replication.slots import SlotFailover
 
@@ -70,6 +72,7 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         lag_bytes=status_.lag_bytes, lag_seconds=status_.lag_seconds,
         changes_per_second=status_.changes_per_second, changes_captured=status_.changes_captured,
         bytes_captured=status_.bytes_captured,
+        backfill_rows_captured=status_.backfill_rows_captured,
         last_error=None if status_.last_error is None else scrub(status_.last_error, spec.dsn),
         proto_version=status_.proto_version, streaming_in_use=status_.streaming_in_use,
         slot_risk=SlotRiskOut(wal_status=risk.wal_status, safe_wal_size=risk.safe_wal_size,
@@ -79,6 +82,11 @@ def feed_public(supervisor: Supervisor, status_: FeedStatus) -> FeedPublic:
         log=log_out, consumers=consumers, backfills=_running_backfills(supervisor, status_.name),
         unprotected_tables=status_.unprotected_tables, identity_full=list(spec.identity_full),
         keyless_guard=spec.keyless_guard,
+        published=None if status_.published is None else [
+            PublishedOut(table=p.table, where=p.where,
+                         columns=None if p.columns is None else list(p.columns))
+            for p in status_.published],
+        publish_generated_columns=status_.publish_generated_columns,
         leader=None if status_.leader is None else LeaderOut(
             replica=status_.leader.replica, epoch=status_.leader.epoch, since=iso_time(status_.leader.since)),
         slot_lost=None if status_.slot_lost is None else SlotLostOut(
@@ -122,8 +130,12 @@ def _spec(body: FeedCreate) -> FeedSpec:
                           two_phase=o.two_phase, streaming=o.streaming,
                           partition_root=o.partition_root, heartbeat_seconds=o.heartbeat_seconds,
                           retention=Retention(**o.retention.model_dump()), failover=o.failover,
-                          keyless=o.keyless)
-    return FeedSpec(name=body.name, dsn=body.dsn, tables=tuple(t.strip() for t in body.tables),
+                          keyless=o.keyless, publish_generated_columns=o.publish_generated_columns)
+    try:
+        names, filters = table_names(body.tables)
+    except ValueError as exc:
+        raise ApiError(422, "invalid_feed", str(exc)) from None
+    return FeedSpec(name=body.name, dsn=body.dsn, tables=names, table_filters=filters,
                     all_tables=body.all_tables, publication=body.publication, slot=body.slot,
                     options=options)
 
@@ -239,7 +251,8 @@ def update_feed(feed: FeedName, body: FeedUpdate, supervisor: SupervisorDep) -> 
     changes committed after it follow the new list, and capture goes on. 422 for a feed of all
     tables or an adopted publication, or when the source refuses (unknown tables)."""
     try:
-        updated = supervisor.set_tables(feed, body.tables, backfill=body.backfill)
+        names, filters = table_names(body.tables)
+        updated = supervisor.set_tables(feed, names, backfill=body.backfill, filters=filters)
     except ValueError as exc:
         raise ApiError(422, "invalid_feed", str(exc)) from None
     log.info("feed %s now captures %s", feed, ", ".join(updated.tables))

@@ -37,6 +37,29 @@ def test_catalogue_survives_reopen_and_is_private(tmp_path):
     assert [s.name for s, _ in Catalogue(path).items()] == ["other"]
 
 
+def test_table_filters_persist_and_an_old_catalogue_loads(tmp_path):
+    """Issue 27.5: row filters and column lists survive a reopen; a catalogue written before them
+    (no ``table_filters``, no ``publish_generated_columns``) loads with none."""
+    import json
+
+    from pgfeed.replication.slots import PublishedTable
+
+    path = tmp_path / "catalogue.json"
+    spec = FeedSpec(name="shop", dsn="host=h", tables=("public.orders", "public.items"),
+                    table_filters=(PublishedTable("public.orders", "region = 'eu'", ("id", "region")),
+                                   PublishedTable("public.items", None, ("id",))),
+                    options=FeedOptions(publish_generated_columns=True))
+    Catalogue(path).put(spec)
+    assert Catalogue(path).items() == [(spec, False)]
+    data = json.loads(path.read_text())
+    del data["feeds"][0]["spec"]["table_filters"]
+    del data["feeds"][0]["spec"]["options"]["publish_generated_columns"]
+    path.write_text(json.dumps(data))
+    old = Catalogue(path).items()[0][0]
+    assert old.table_filters == () and old.options.publish_generated_columns is False
+    assert old.tables == ("public.orders", "public.items")
+
+
 def test_dsn_passwords_never_shown():
     assert "s3cret" not in mask_dsn("host=x dbname=y user=z password=s3cret")
     assert "s3cret" not in mask_dsn("postgresql://u:s3cret@h:5432/db")

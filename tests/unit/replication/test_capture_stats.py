@@ -33,3 +33,29 @@ def test_a_burst_then_a_slower_pace_shows_the_recent_rate(monkeypatch: pytest.Mo
         stats.count(10, 1)
         clock[0] += 0.1
     assert stats.rate() == pytest.approx(100, rel=0.05)
+
+
+def test_two_appends_milliseconds_apart_are_not_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30.1: 41 changes in two appends 200 ms apart read as 41/s at most (over at least a
+    second), not 200/s."""
+    clock = [0.0]
+    monkeypatch.setattr(capture.time, "monotonic", lambda: clock[0])
+    stats = CaptureStats()
+    stats.count(1, 1)
+    clock[0] += 0.2
+    stats.count(40, 1)
+    assert stats.rate() <= 41.0
+
+
+def test_the_first_batch_and_a_batch_after_a_pause_show_a_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A feed's first batch (several commits appended at once) is a rate, not 0 for want of a
+    second sample; after a pause the rate is the new batch's, not diluted over the pause."""
+    clock = [0.0]
+    monkeypatch.setattr(capture.time, "monotonic", lambda: clock[0])
+    stats = CaptureStats()
+    stats.count(44, 1)
+    assert stats.rate() == 44.0  # over at least a second
+    clock[0] += 100.0
+    assert stats.rate() == 0.0  # idle
+    stats.count(20, 1)
+    assert stats.rate() == 20.0

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from pgfeed.replication.identity import TableIdentity
-from pgfeed.replication.preflight import Facts, Finding, Request, judge, render
+from pgfeed.replication.preflight import Facts, FilterFacts, Finding, LeafIdentity, Request, judge, render
+from pgfeed.replication.slots import PublishedTable, row_filter_sql
 
 GOOD = Facts(server_version=150004, role="cdc", database="shop", superuser=False, replication=True,
              max_slot_wal_keep_mb=10240,
@@ -27,7 +30,8 @@ def _one(facts: Facts, check: str, request: Request = ASK) -> Finding:
 def test_a_ready_source_has_no_error() -> None:
     assert _errors(GOOD) == []
     assert _one(GOOD, "server_version").message == (
-        "PostgreSQL 15.4: two_phase yes, failover no (17+), row filters and column lists yes")
+        "PostgreSQL 15.4: two_phase yes, failover no (17+), row filters and column lists yes, "
+        "publish_generated_columns no (18+)")
 
 
 def test_wal_level_replica_is_an_error_with_its_fix() -> None:
@@ -118,3 +122,73 @@ def test_render_shows_fixes_and_a_count() -> None:
     text = render(judge(replace(GOOD, wal_level="replica"), ASK))
     assert "ERROR  wal_level" in text and "fix: ALTER SYSTEM SET wal_level = logical" in text
     assert text.endswith("1 error(s), 1 warning(s)")
+
+
+# -- issue 27.5: row filters, column lists, publish_generated_columns -----------------------------
+
+ORDERS_KEYED = LeafIdentity("public.orders", "default", ("id",), True)
+FILTERED = Request(name="shop", tables=("public.orders",),
+                   filters=(PublishedTable("public.orders", "region = 'eu'", ("id", "region")),))
+
+
+def test_row_filters_and_column_lists_refused_before_15() -> None:
+    old = replace(GOOD, server_version=140011)
+    assert _errors(old, FILTERED) == [
+        ("row_filter", "leave 'where' and 'columns' out, or upgrade the source")]
+    assert "need PostgreSQL 15 or later; the source runs PostgreSQL 14.11" in _one(
+        old, "row_filter", FILTERED).message
+
+
+def test_publish_generated_columns_refused_before_18() -> None:
+    asked = replace(ASK, generated_columns=True)
+    found = _one(GOOD, "server_version", asked)
+    assert found.level == "error"
+    assert found.message == ("publish_generated_columns needs PostgreSQL 18 or later; the source "
+                             "runs PostgreSQL 15.4")
+    assert _errors(replace(GOOD, server_version=180001), asked) == []
+
+
+def test_a_filter_outside_the_replica_identity_would_break_updates() -> None:
+    facts = replace(GOOD, filters=(FilterFacts("public.orders", None, ("region",), (ORDERS_KEYED,)),))
+    found = _one(facts, "row_filter", FILTERED)
+    assert found.level == "error"
+    assert "reads region, outside its replica identity (id)" in found.message
+    assert found.fix == ("ALTER TABLE public.orders REPLICA IDENTITY FULL; or filter on replica "
+                         "identity columns only")
+    # REPLICA IDENTITY FULL covers every column the filter may read
+    full = LeafIdentity("public.orders", "full", ("id", "region", "total"), True)
+    facts = replace(GOOD, filters=(FilterFacts("public.orders", None, ("region",), (full,)),))
+    assert [f for f in judge(facts, replace(FILTERED, filters=(PublishedTable("public.orders", "region = 'eu'"),)))
+            if f.level == "error"] == []
+
+
+def test_a_column_list_must_cover_the_replica_identity() -> None:
+    asked = replace(ASK, filters=(PublishedTable("public.orders", None, ("region", "total")),))
+    facts = replace(GOOD, filters=(FilterFacts("public.orders", None, (), (ORDERS_KEYED,)),))
+    found = _one(facts, "column_list", asked)
+    assert found.level == "error" and "leaves out id of its replica identity" in found.message
+    assert found.fix == "add id to the column list"
+    # PostgreSQL refuses UPDATE/DELETE of a REPLICA IDENTITY FULL table under any column list
+    full = LeafIdentity("public.orders", "full", ("id", "region", "total"), True)
+    every = replace(ASK, filters=(PublishedTable("public.orders", None, ("id", "region", "total")),))
+    facts = replace(GOOD, filters=(FilterFacts("public.orders", None, (), (full,)),))
+    assert "REPLICA IDENTITY FULL, which no column list covers" in _one(facts, "column_list", every).message
+    # a key-less table that option keyless identity_full makes FULL is judged as FULL
+    keyless = LeafIdentity("public.orders", "default", (), False)
+    facts = replace(GOOD, filters=(FilterFacts("public.orders", None, (), (keyless,)),))
+    assert _one(facts, "column_list", replace(every, keyless="identity_full")).level == "error"
+
+
+def test_postgresqls_refusal_of_a_filter_names_the_table() -> None:
+    facts = replace(GOOD, filters=(FilterFacts("public.orders", 'column "regon" does not exist'),))
+    found = _one(facts, "row_filter", FILTERED)
+    assert found.message == ('public.orders: PostgreSQL refused its row filter and column list: '
+                             'column "regon" does not exist')
+
+
+def test_row_filter_sql_is_one_expression() -> None:
+    for bad in ("true) , public.other WHERE (true", "true; DROP TABLE x", "a = 1 -- c", "(a = 1",
+                "a = '1", "  ", "$$x$$ = a"):
+        with pytest.raises(ValueError):
+            row_filter_sql(bad)
+    row_filter_sql("region = 'e)u' AND (\"we;ird\" > 2)")
