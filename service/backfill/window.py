@@ -51,6 +51,7 @@ from pgfeed.pgoutput.messages import (
     TUPLE_NEW,
     RelationMessage,
     TruncateMessage,
+    pg_now_us,
 )
 
 # Keys remembered for xip lookups across all watched tables; past it the oldest xids are
@@ -297,13 +298,18 @@ class WindowTracker:
                     self._drop(held)
                     continue
                 position, end = self._free
-                # not below its own snapshot's position: a free position before the feed's
-                # first unit would sit before where readers start ("earliest")
+                # not below its own snapshot's position (after everything its snapshot sees,
+                # whatever the free positions say)
                 position = max(position, held.chunk.lsn - 1, head + 1)
                 if position >= end:
                     break  # no free position until the stream moves on
                 self._free = (position + 1, end)
-                out.append(self._piece(held, position, position + 1, self._commit_ts, limit))
+                # stamped now (pgfeed's clock, as resync markers are), never before the last
+                # unit passed on: a piece has no commit of its own, and the last unit's time
+                # (0 when none passed this session, or days old on an idle source) would make
+                # age retention drop it at once while its part's progress stayed
+                commit_ts = max(self._commit_ts, pg_now_us())
+                out.append(self._piece(held, position, position + 1, commit_ts, limit))
                 if limit is not None:
                     break
             return out

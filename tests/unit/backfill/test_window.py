@@ -11,6 +11,7 @@ from pgfeed.assembler.spill import SpilledPayload
 from pgfeed.backfill.rows import Rows
 from pgfeed.backfill.schema import PublishedTable, relation_message
 from pgfeed.backfill.window import Chunk, WindowTracker, precedes, tuple_key
+from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.pgoutput.encode import encode
 from pgfeed.pgoutput.messages import (
     DeleteMessage,
@@ -20,7 +21,9 @@ from pgfeed.pgoutput.messages import (
     TruncateMessage,
     TupleData,
     UpdateMessage,
+    pg_now_us,
 )
+from pgfeed_client._cursor import Cursor
 
 REL = 16400
 TABLE = PublishedTable(REL, "public", "t", "d", (("id", 20, -1, True), ("v", 25, -1, False)), (), None)
@@ -388,3 +391,31 @@ def test_pacing_costs_nothing_while_no_backfill_is_watched() -> None:
     assert tracker.process([unit], 0) == [unit]
     tracker.durable([unit])
     assert not tracker._received and tracker._slow_until == float("-inf")
+
+
+def test_a_chunk_stored_on_an_idle_source_is_stamped_now_so_age_retention_keeps_it() -> None:
+    """Issue 28.1's lost chunks: a piece has no commit of its own. Stamped with the last unit's
+    commit_ts, the first chunks of a session (none passed yet: 0, i.e. 2000-01-01) or of a feed
+    whose source was idle for days were older than any age retention, so the log's next
+    ``retain`` dropped them while the part's progress (never trimmed) went on past them: the
+    backfill said done with those rows missing."""
+
+    week = 7 * 24 * 3_600_000_000
+    for last_ts in (None, pg_now_us() - 2 * week):  # no unit this session; one two weeks old
+        tracker = WindowTracker()
+        tracker.restart(head=0)
+        log = MemoryChangeLog()
+        if last_ts is not None:
+            old = other(150, 400)
+            old = StoredTransaction(old.xid, old.commit_lsn, old.end_lsn, last_ts, None,
+                                    old.change_count, old.payload)
+            log.append(tracker.process([old], 408))
+        start(tracker)
+        read(tracker, "c1", (1, 2), lsn=1000)
+        before = pg_now_us()
+        (unit,) = step(tracker, [], received=1000)  # a keepalive judges it: no unit to sit in
+        assert unit.commit_ts >= before
+        log.append([unit])
+        assert log.retain(168.0, None, pg_now_us()) == (0 if last_ts is None else 1)
+        (kept,) = log.read(Cursor(unit.commit_lsn - 1), 10)
+        assert kept.commit_lsn == unit.commit_lsn and stored_ids(kept) == [1, 2]
