@@ -44,6 +44,24 @@ BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
 PIPELINE = 2  # chunks a worker has read and capture has not judged yet (memory: this many chunks)
 
 
+def _standby_refusal(conn: psycopg.Connection) -> BackfillError | None:
+    """Why a backfill cannot read from this source, when it is a standby (None otherwise).
+
+    A chunk is judged by its snapshot's in-progress xids, and a standby's
+    ``pg_current_snapshot()`` lists none (recovery keeps them all in the snapshot's subxip,
+    which the function does not report): a chunk would take a transaction in progress for one it
+    sees, and keep rows the stream changes after it. Capture from a standby works; docs/design.md
+    (issue 28) says what reading chunks there needs."""
+    row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+    if row is None or not row[0]:
+        return None
+    return BackfillError(
+        "the feed's source is a standby (in recovery): pgfeed captures from it, but cannot "
+        "backfill from it yet (a standby's pg_current_snapshot() lists no in-progress "
+        "transactions, which a chunk is judged by); backfill through a feed on the primary",
+        status=422, code="source_is_standby")
+
+
 def stored_start(stored: BackfillProgress, part: BackfillPart) -> list[str] | None:
     """Where the chunk after ``stored`` starts (exclusive)."""
     text = stored.last_key if stored.last_key is not None else part.lower
@@ -143,8 +161,11 @@ class BackfillManager:
             with source.connect(spec.dsn) as conn:
                 plans: list[source.TablePlan] = []
                 refused: list[TableStatus] = []
+                standby = _standby_refusal(conn)
                 for t in tables:
                     try:
+                        if standby is not None:
+                            raise standby
                         plans.append(source.describe(conn, spec.publication, t))
                     except BackfillError as exc:
                         if not skip_refused:
@@ -254,6 +275,9 @@ class BackfillManager:
                                 code="backfill_table_not_retryable")
         try:
             with source.connect(spec.dsn) as conn:
+                standby = _standby_refusal(conn)
+                if standby is not None:
+                    raise standby
                 plan = source.describe(conn, spec.publication, table)  # refused now: say why
                 with self._lock:
                     busy = self._busy_tables()
