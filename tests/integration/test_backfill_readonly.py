@@ -4,7 +4,8 @@ off, so big transactions stream).
 A role with only SELECT on the table and REPLICATION creates the feed (adopting a publication an
 admin made) and backfills it while an admin updates and deletes rows and commits a big transaction
 with rolled-back savepoints; the feed, applied in order over HTTP, equals the table, and the big
-transaction is served as test_decoding shows it.
+transaction is served as test_decoding shows it. Again with ``messages`` on explicitly: its
+messages are served as test_decoding shows them (the one rolled back with its savepoint never).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pgfeed_client import FeedClient
 from tests.fixtures.fix_service import Service, wait_until
 from tests.fixtures.fix_testdecoding import group_units, peek_test_decoding
 from tests.integration.test_backfill import wait_caught_up, wait_done
-from tests.integration.test_rolled_back_messages import ROWS, _savepoint_dance, _slot_stats
+from tests.integration.test_rolled_back_messages import PREFIX, ROWS, _savepoint_dance, _slot_stats
 
 pytestmark = pytest.mark.pg
 
@@ -83,8 +84,12 @@ def applied(changes: list[Any], table: str) -> tuple[dict[int, str], int]:
     return rows, reads
 
 
+@pytest.mark.parametrize("messages", [False, True], ids=["default", "messages"])
 def test_a_role_that_cannot_write_backfills_the_default_feed_exactly(
-        pg_dsn: str, pgfeed_service: Service) -> None:
+        pg_dsn: str, pgfeed_service: Service, messages: bool) -> None:
+    """Also with ``messages`` on explicitly: the big transaction then arrives whole (spilled on
+    the source, not streamed) and its messages are served as test_decoding shows them, the one
+    rolled back with its savepoint never."""
     rows = 20_000
     dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -101,10 +106,12 @@ def test_a_role_that_cannot_write_backfills_the_default_feed_exactly(
     name = f"ro{uuid.uuid4().hex[:6]}"
     stop = threading.Event()
     with FeedClient(pgfeed_service.http_url) as client:
-        created = client.create_feed(name, dsn, publication="ro_pub",
-                                     options={"heartbeat_seconds": 1})
+        options: dict[str, Any] = {"heartbeat_seconds": 1}
+        if messages:
+            options["messages"] = True
+        created = client.create_feed(name, dsn, publication="ro_pub", options=options)
         try:
-            assert created["options"]["messages"] is False  # the default
+            assert created["options"]["messages"] is messages  # off by default
             wait_until(lambda: client.get_feed(name)["state"] == "running", 30, "the feed running")
             thread = churn(pg_dsn, stop, rows)
             try:
@@ -133,10 +140,21 @@ def test_a_role_that_cannot_write_backfills_the_default_feed_exactly(
                          for u in units for c in u.changes if c.op == "insert"
                          and c.table == "public.t"]
             assert served == reference == list(range(1, ROWS + 1)) + list(range(2 * ROWS + 1, 2 * ROWS + 11))
-            assert not [c for c in changes if c.op == "message"]
+            served_messages = [c.content.decode() for c in changes
+                               if c.op == "message" and c.prefix == PREFIX]
+            reference_messages = [c.content.decode() for u in units for c in u.changes
+                                  if c.op == "message" and c.prefix == PREFIX]
+            assert reference_messages == ["kept: top level, before",
+                                          "kept: in a released subtransaction",
+                                          "kept: top level, after"]
+            assert served_messages == (reference_messages if messages else [])
             status = client.get_feed(name)
-            assert status["streaming_in_use"] is True and status["last_error"] is None
-            assert _slot_stats(pg_dsn, f"pgfeed_{name}")[0] >= 1  # streamed, not spilled at the source
+            assert status["streaming_in_use"] is not messages and status["last_error"] is None
+            stream_txns, spill_txns = _slot_stats(pg_dsn, f"pgfeed_{name}")
+            if messages:  # whole at its commit: the source spilled it
+                assert stream_txns == 0 and spill_txns >= 1
+            else:  # streamed, not spilled at the source
+                assert stream_txns >= 1
         finally:
             client.delete_feed(name)
             with psycopg.connect(pg_dsn, autocommit=True) as conn:
