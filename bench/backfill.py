@@ -8,7 +8,7 @@ timestamptz, jsonb; ``--rows`` rows), VACUUM ANALYZEs and checkpoints it, then:
 2. Backfill alone: a ``pgfeed serve`` subprocess with a feed over ``wide`` and ``ticks``;
    ``POST /v1/feeds/bench/backfills`` (``--chunk-rows``, ``--parallel``) until ``done``; rows/s
    from the backfill's own created/finished times, best of ``--runs``; the source's extra load
-   (postgres CPU, WAL written while it ran: watermarks, and nothing else writes meanwhile).
+   (postgres CPU, WAL written while it ran: the heartbeat only, chunks write nothing since 28.1).
 3. Backfill with a live subscriber: a gRPC subscriber tails ``ticks`` from ``latest`` while
    ``pgbench --rate`` (``--live-rate``, 500/s) commits one-row inserts, and the table is backfilled
    again; commit -> subscriber latency (bench/serve.py's method: each row carries its INSERT's
@@ -248,8 +248,8 @@ Machine: 2 cores shared with other work; `uptime` before: `{uptime}`; after: `{u
 
 Source's extra load while backfilling alone: postgres {best['pg_cpu']:.1f} CPU-s
 ({best['pg_cpu'] / best['seconds']:.0%} of a core; it runs the chunks' COPY and the walsender);
-WAL written {best['wal'] / 1024:,.0f} KiB, about {per_chunk:,.0f} bytes a chunk (two watermark
-transactions: a message record and a commit record each) and nothing else. pgfeed: {cpu.text()};
+WAL written {best['wal'] / 1024:,.0f} KiB, about {per_chunk:,.0f} bytes a chunk (the chunks write
+nothing since issue 28.1: pgfeed's heartbeat and the source's own). pgfeed: {cpu.text()};
 {per_row(cpu, args.rows)}.
 Each run measured COPY then the backfill, back to back (backfill / COPY): {pairs}.
 """

@@ -1,6 +1,6 @@
 """What a feed with ``messages`` pays for not streaming: one big transaction captured live with the
 walsender streaming it (``messages: false``) and with the walsender sending it whole at commit
-(``messages: true``, the default since a streamed message can outlive its rolled-back
+(``messages: true``, opt-in since issue 28.2: a streamed message can outlive its rolled-back
 subtransaction; docs/design.md, "Logical messages turn streaming off").
 
 Per mode and round, on a throwaway PostgreSQL with the default ``logical_decoding_work_mem``
