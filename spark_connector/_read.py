@@ -104,7 +104,8 @@ def _read_json(client: FeedClient, opts: FeedOptions, part: LsnRange, schema: St
         key = ([(f.name, convert.get(f.name, _same)) for f in key_type.fields]
                if isinstance(key_type, StructType) else None)
         for changes in _changes(client, opts, part):
-            yield rows_to_batch([typed_row(c, names, converters, key) for c in changes], target)
+            yield rows_to_batch([typed_row(c, names, converters, key) for c in changes
+                                 if c.op != "ddl"], target)  # DDL events are no rows
     else:
         for changes in _changes(client, opts, part):
             yield rows_to_batch([raw_row(c) for c in changes], target)
