@@ -213,7 +213,11 @@ def set_tables(spec: FeedSpec, tables: tuple[str, ...],
 def published_tables(spec: FeedSpec) -> list[str]:
     """The quoted names of the tables the feed's publication holds (its initial backfill)."""
     with admin_connection(spec.dsn, "cannot list the publication's tables") as conn:
-        return slots.quoted_publication_tables(conn, spec.publication_name)
+        tables = slots.quoted_publication_tables(conn, spec.publication_name)
+    if spec.ddl_capture:  # a feed of all tables holds its own DDL table: no rows of the feed
+        own = f'"pgfeed"."{ddl_table_name(spec.name)}"'
+        tables = [t for t in tables if t != own]
+    return tables
 
 
 def free_slot(spec: FeedSpec) -> None:
