@@ -16,6 +16,8 @@ import pyarrow as pa
 import pytest
 
 from pgfeed_client import FeedClient, GrpcFeedClient
+from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.values import load_value
 from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from tests.fixtures.fix_service import FeedFactory
 
@@ -124,6 +126,14 @@ def test_ddl_capture_serves_events_at_their_position(make_served_feed: FeedFacto
     assert [_notes(v) for v in versions] == [
         {}, {"flag": {"missing_value": True}}, {}, {}, {"title": {"previous_name": "name"}}, {},
         {}, {"at": {"missing_value": "2026-01-02T03:04:05+00:00"}}]
+
+    # durable: a catalogue rebuilt from the change log alone (as a restart or a replica does)
+    # answers the same annotations
+    rebuilt = RelationCatalog()
+    for commit_lsn, frame in service.supervisor.changelog(name).schema_history():
+        rebuilt.add(commit_lsn, frame)
+    assert orjson.loads(orjson.dumps(rebuilt.tables(load_value), default=str))[0]["versions"] == \
+        httpx.get(f"{base}/v1/feeds/{name}/tables", timeout=30).json()["tables"][0]["versions"]
 
     events = _changes(base, name)
     assert [e["op"] for e in events] == ["update"] + ["ddl", "insert"] * 3 + ["ddl", "update"] + \
