@@ -18,8 +18,8 @@ import json
 import os
 import re
 import select
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg

@@ -5,7 +5,9 @@ interval can be missed, but reconnects are logged by the capture itself, with th
 
 It also runs the slot check (issue 26): every SLOT_CHECK_SECONDS the supervisor probes each
 feed's slot, paused ones included, so a slot dropped or invalidated is reported within seconds
-(``failed``, an ERROR line saying changes were lost) even when no capture is running to notice."""
+(``failed``, an ERROR line saying changes were lost) even when no capture is running to notice.
+At the same pace it lists the partitions of the feeds' published tables (issue 28.5): one
+attached with rows is backfilled (``Supervisor.check_partitions``)."""
 
 from __future__ import annotations
 
@@ -80,3 +82,7 @@ class StateWatcher:
                 await asyncio.to_thread(self.supervisor.check_slots)
             except Exception:  # a check that failed is tried again: keep watching
                 log.exception("slot check failed")
+            try:  # partitions attached with rows (issue 28.5), at the same pace
+                await asyncio.to_thread(self.supervisor.check_partitions)
+            except Exception:
+                log.exception("partition check failed")

@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgfeed.localpg import LocalCluster
 from pgfeed_client import FeedClient
-from tests.fixtures.fix_pg import Clusters, PG_VERSIONS, create_database, drop_slots
+from tests.fixtures.fix_pg import PG_VERSIONS, Clusters, create_database, drop_slots
 from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = pytest.mark.pg
@@ -144,8 +144,8 @@ def test_filters_and_column_lists_backfill_as_the_stream_and_postgresqls_copy(
         pgfeed_service.supervisor.delete(feed)
 
 
-GENERATED = ("gen", "id int PRIMARY KEY, a int, d int GENERATED ALWAYS AS (a * 2) STORED, "
-             "v int GENERATED ALWAYS AS (a + 1) VIRTUAL, b text")
+GENERATED = ("gen", ("id int PRIMARY KEY, a int, d int GENERATED ALWAYS AS (a * 2) STORED, "
+                    "v int GENERATED ALWAYS AS (a + 1) VIRTUAL, b text"))
 
 
 @pytest.mark.parametrize("how", ["publish_generated_columns", "column_list"])
