@@ -67,6 +67,9 @@ def list_leaves(dsn: str, publication: str, known: tuple[int, ...] | None) -> Le
 
 
 def leaves(conn: psycopg.Connection, publication: str, known: tuple[int, ...] | None) -> Leaves:
+    # a lock held on a new partition (DDL in a long transaction) or a long scan fails the check,
+    # which is tried again, rather than holding it
+    conn.execute("SET lock_timeout = '1s'; SET statement_timeout = '30s'")
     row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_class WHERE relkind = 'p')").fetchone()
     if not row or not row[0]:  # no partitioned table at all: nothing to list
         return Leaves((), ())
