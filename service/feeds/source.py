@@ -13,6 +13,7 @@ import psycopg
 from pgfeed.backfill.manager import BackfillSource
 from pgfeed.dsn import scrub
 from pgfeed.errors import SourceError, SourceRefused
+from pgfeed.feeds import partitions
 from pgfeed.feeds.model import FeedSpec
 from pgfeed.replication import ddl, identity, preflight, slots
 from pgfeed.replication import sequences as seqs
@@ -98,6 +99,7 @@ def prepare(spec: FeedSpec) -> FeedSpec:
                    keyless_guard=guard, ddl_capture=spec.options.ddl == "capture")
     if owns_pub or spec.ddl_capture:
         spec = _publish(spec)
+    spec = _baseline(spec)
     if owns_slot:
         try:
             create_slot(spec.dsn, spec.slot_name, snapshot="nothing",
@@ -106,6 +108,17 @@ def prepare(spec: FeedSpec) -> FeedSpec:
             failed = f"creating replication slot {spec.slot_name!r} failed: {exc}"
             raise SourceRefused(failed + undo(replace(spec, owns_slot=False))) from None
     return spec
+
+
+def _baseline(spec: FeedSpec) -> FeedSpec:
+    """The published leaf partitions as the feed starts (before its slot: one attached between
+    this list and the slot is found later and backfilled). Not listed (the source did not
+    answer): the supervisor's first check lists them."""
+    try:
+        return replace(spec, partitions=partitions.list_leaves(spec.dsn, spec.publication_name,
+                                                              None).oids)
+    except SourceError:
+        return spec
 
 
 def _publish(spec: FeedSpec) -> FeedSpec:

@@ -323,6 +323,11 @@ class FeedOptionsIn(BaseModel):
         False, description="PostgreSQL 18+: the publication pgfeed creates publishes stored "
                            "generated columns (`WITH (publish_generated_columns = stored)`); "
                            "refused (422) on older sources")
+    backfill_attached: bool = Field(
+        True, description="A partition attached (`ATTACH PARTITION`) with rows to a published "
+                          "partitioned table is backfilled into the feed (with `partition_root`, "
+                          "as the root's rows): attaching writes no change, so its rows would "
+                          "otherwise never arrive. Detected within seconds")
     ddl: Literal["off", "capture"] = Field(
         "off", description="`capture`: pgfeed installs an event trigger on the source (superuser "
                            "only) that records each DDL command touching a table of the feed in a "
@@ -509,6 +514,7 @@ class FeedOptionsOut(BaseModel):
     failover: bool = False
     keyless: str = "refuse"
     publish_generated_columns: bool = False
+    backfill_attached: bool = True
     ddl: str = "off"
 
 
