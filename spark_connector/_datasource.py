@@ -8,8 +8,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from pgfeed_client import TableInfo
-from pgfeed_spark._evolve import Lineage, versions_in
 from pgfeed_spark._batch import PgFeedBatchReader
+from pgfeed_spark._evolve import Lineage, versions_in
 from pgfeed_spark._options import FeedOptions
 from pgfeed_spark._schema import change_schema
 from pgfeed_spark._streaming import PgFeedStreamReader

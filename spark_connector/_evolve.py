@@ -245,10 +245,14 @@ class Lineage:
     versions: tuple[Version, ...]
     columns: tuple[Logical, ...]
     rescue: bool = False
+    # rescue: columns no schema column holds that PostgreSQL gives a missing value: (name,
+    # JSON text, the version that added it)
+    rescued_missing: tuple[tuple[str, str, int], ...] = ()
     _maps: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __reduce__(self) -> tuple[Any, ...]:  # without the converters cached in ``_maps``
-        return (Lineage, (self.table, self.versions, self.columns, self.rescue))
+        return (Lineage, (self.table, self.versions, self.columns, self.rescue,
+                          self.rescued_missing))
 
     @classmethod
     def build(cls, table: str, versions: Sequence[Version], rescue: bool = False) -> Lineage:
@@ -257,8 +261,11 @@ class Lineage:
         logicals = _trace(versions)
         first = versions[0].number
         columns = []
+        rescued_missing = []
         for lg in logicals:
             if rescue and lg["sources"][0][0] != first:
+                rescued_missing.extend((c.name, dumps_exact(c.missing_value), v)
+                                       for v, c in lg["columns"] if c.has_missing_value)
                 continue
             kept = [(v, c) for v, c in lg["columns"]]
             if rescue:  # the first version's type; values it cannot hold are rescued
@@ -275,7 +282,7 @@ class Lineage:
             columns.append(Logical(name, data_type,
                                    newest.key and lg["sources"][-1][0] == versions[-1].number,
                                    tuple(lg["sources"]), missing))
-        return cls(table, tuple(versions), tuple(columns), rescue)
+        return cls(table, tuple(versions), tuple(columns), rescue, tuple(rescued_missing))
 
     @property
     def numbers(self) -> frozenset[int]:
@@ -301,7 +308,8 @@ class Lineage:
             if lg.missing is not None:
                 version, text, col = lg.missing
                 meta.update(missing_value=text, added_in_version=version,
-                            missing_type=[col.type_name, col.typmod, col.type_oid])
+                            missing_type_name=col.type_name or "", missing_typmod=col.typmod,
+                            missing_type_oid=col.type_oid)
             out.append(StructField(lg.name, lg.data_type, True, {META: meta} if meta else {}))
         return out
 
@@ -313,7 +321,11 @@ class Lineage:
         if clash:
             raise ValueError(f"{self.table} has columns named like pgfeed's metadata: "
                              f"{sorted(clash)}")
-        rescued = [StructField(RESCUED, StringType())] if self.rescue else []
+        missing = [{"name": n, "missing_value": t, "added_in_version": v}
+                   for n, t, v in self.rescued_missing]
+        rescued = [StructField(RESCUED, StringType(), True,
+                               {META: {"missing": missing}} if missing else {})
+                   ] if self.rescue else []
         keys = [f for f, lg in zip(fields, self.columns) if lg.key]
         key = [StructField(KEY_COLUMN, StructType([StructField(f.name, f.dataType)
                                                    for f in keys]))] if keys else []
@@ -402,7 +414,8 @@ class Lineage:
             extra = tuple(s for s in lg.sources if s[0] in {v.number for v in new})
             columns[i] = Logical(columns[i].name, columns[i].data_type, columns[i].key,
                                  columns[i].sources + extra, columns[i].missing)
-        return Lineage(self.table, tuple(everything), tuple(columns), self.rescue)
+        return Lineage(self.table, tuple(everything), tuple(columns), self.rescue,
+                       self.rescued_missing)
 
 
 def versions_in(history: Sequence[TableInfo], start: str, end: str) -> list[Version]:
@@ -460,7 +473,8 @@ def describe_change(old: Version | None, new: Version) -> str:
 def missing_value(meta: dict[str, Any], target: DataType) -> Any:
     """The Spark value of a ``missing_value`` in a field's metadata (JSON text of the value as a
     JSON event's new image holds it)."""
-    type_name, typmod, type_oid = meta["missing_type"]
+    type_name, typmod, type_oid = (meta["missing_type_name"] or None, meta["missing_typmod"],
+                                   meta["missing_type_oid"])
     from pgfeed_client._json import loads_exact
 
     value = loads_exact(meta["missing_value"])

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgfeed_client import ColumnInfo, FeedClient, parse_cursor
-from pgfeed_spark._evolve import DEFAULT_POLICY, POLICIES, Lineage
 from pgfeed_client._headers import MAX_LIMIT, qualified_table
+from pgfeed_spark._evolve import DEFAULT_POLICY, POLICIES, Lineage
 from pgfeed_spark._replicas import parse_urls, reachable_first
 
 __all__ = ["FeedOptions"]
