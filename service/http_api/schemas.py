@@ -120,6 +120,16 @@ class ColumnOut(BaseModel):
                              "type that is not built in, its name as the source sent it")
     typmod: int
     key: bool = Field(description="Part of the replica identity")
+    previous_name: str | None = Field(None, description="Present only for a column renamed since "
+                                      "the previous version (known from captured DDL, feed "
+                                      "option `ddl: \"capture\"`; without it a rename reads as a "
+                                      "drop and an add)")
+    missing_value: Any = Field(None, description="Present only for a column added since the "
+                               "previous version that PostgreSQL gives a missing value "
+                               "(`attmissingval`: `ADD COLUMN ... DEFAULT` without a rewrite): the "
+                               "value rows that existed before read, encoded as in a change "
+                               "event's `after`. No change carries it to those rows. Absent: none "
+                               "(never SQL NULL)")
 
 
 class TableVersionOut(BaseModel):
@@ -127,6 +137,9 @@ class TableVersionOut(BaseModel):
     valid_from: str = Field(description="Commit LSN of the transaction that introduced it")
     replica_identity: str
     columns: list[ColumnOut]
+    previous_name: str | None = Field(None, description="Present only when the table's "
+                                      "`schema.table` differs from the previous version's (a "
+                                      "rename): that name")
 
 
 class TableOut(TableVersionOut):

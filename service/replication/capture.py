@@ -29,6 +29,7 @@ from pgfeed.replication import protocol, slots
 from pgfeed.replication.commands import max_proto_version, streaming_mode
 from pgfeed.replication.connect import admin_connection, connect
 from pgfeed.replication.lost import LostSlot, SlotLostError, slot_loss
+from pgfeed.replication.schemanotes import SchemaAnnotator
 from pgfeed.replication.stream import ReplicationStream
 from pgfeed.replication.writer import LogWriter
 
@@ -68,6 +69,8 @@ class CaptureConfig:
     two_phase: bool = False
     heartbeat_seconds: float = 10.0
     failover: bool = False  # a failover slot (resumes on a promoted standby)
+    # option ddl "capture": the feed's DDL table in schema pgfeed (``replication.schemanotes``)
+    ddl_table: str | None = None
 
 
 Batch = list[StoredTransaction]
@@ -301,12 +304,15 @@ class Capture:
         reported = -1  # flush position last sent to PostgreSQL
         last_feedback = 0.0
         heartbeat = _Heartbeat(self.config)
+        # Schema history annotations (missing values, captured DDL) with the frames they describe
+        annotate = SchemaAnnotator(self.config.dsn, self.config.ddl_table)
         try:
             while not stop.is_set():
                 # held backfill chunks go to the writer as soon as it is idle: look often
                 frames, keepalives = stream.read_batch(
                     self.batch_messages, timeout=HOLDING_POLL if hook.holding else 0.2)
-                stored = process(feed_batch(frames))
+                assembled = feed_batch(frames)
+                stored = process(annotate.annotate(assembled) if assembled else assembled)
                 if frames:
                     received = max(received, frames[-1][0])
                 reply = False
@@ -348,6 +354,7 @@ class Capture:
         finally:
             writer.close()
             heartbeat.close()
+            annotate.close()
 
     def _durable(self, stored: Sequence[StoredTransaction]) -> None:
         """Once ``stored`` is durable (on the writer's or the capture thread): counters, and wake the
