@@ -204,13 +204,12 @@ def _trace(versions: Sequence[Version]) -> list[dict[str, Any]]:
         for col in version.columns:  # renames first: they claim the old name's column
             if col.previous_name and col.previous_name in current \
                     and current[col.previous_name] not in claimed:
-                i = current[col.previous_name]
-                claimed.add(i)
-                nxt[col.name] = i
+                claimed.add(current[col.previous_name])
+                nxt[col.name] = current[col.previous_name]
             else:
                 pending.append(col)
         for col in pending:
-            i = current.get(col.name)
+            i: int | None = current.get(col.name)
             if i is None or i in claimed:  # a new column, or a name reused after a drop
                 i = next((j for j, lg in enumerate(logicals)
                           if lg["name"] == col.name and j not in claimed
@@ -261,7 +260,7 @@ class Lineage:
         logicals = _trace(versions)
         first = versions[0].number
         columns = []
-        rescued_missing = []
+        rescued_missing: list[tuple[str, str, int]] = []
         for lg in logicals:
             if rescue and lg["sources"][0][0] != first:
                 rescued_missing.extend((c.name, dumps_exact(c.missing_value), v)
@@ -337,15 +336,16 @@ class Lineage:
         """For rows of version ``number``: (logical index, column name there, converter); None
         for a version this lineage does not know."""
         if number in self._maps:
-            return self._maps[number]
+            cached: list[tuple[int, str, Converter]] = self._maps[number]
+            return cached
         version = self.version(number)
         if version is None:
             return None
-        out = []
+        out: list[tuple[int, str, Converter]] = []
         for i, lg in enumerate(self.columns):
             name = lg.in_version(number)
             col = version.column(name) if name is not None else None
-            if col is None:
+            if name is None or col is None:
                 continue
             if self.rescue and not holds(lg.data_type, spark_type(col.type_name, col.typmod,
                                                                    col.type_oid)):

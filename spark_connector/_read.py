@@ -53,6 +53,15 @@ class _Versions:
     def __init__(self, client: FeedClient, opts: FeedOptions) -> None:
         self.client, self.opts = client, opts
         self.lineage = opts.lineage
+        self._exact: dict[tuple[int, pa.Schema], bool] = {}
+
+    def arrow_exact(self, lineage: Lineage, number: int, page_schema: pa.Schema) -> bool:
+        """``Lineage.arrow_exact``, once per version and page shape."""
+        key = (number, page_schema)
+        if key not in self._exact:
+            types = {f.name: f.type for f in page_schema}
+            self._exact[key] = lineage.arrow_exact(number, types)
+        return self._exact[key]
 
     def knowing(self, numbers: set[int]) -> Lineage:
         assert self.lineage is not None and self.opts.table is not None
@@ -110,8 +119,7 @@ def _arrow_exact(page_schema: pa.Schema, batches: list[pa.RecordBatch],
     if not numbers:
         return True
     lineage = versions.knowing(numbers)
-    types = {f.name: f.type for f in page_schema}
-    return all(lineage.arrow_exact(n, types) for n in numbers)
+    return all(versions.arrow_exact(lineage, n, page_schema) for n in numbers)
 
 
 def _cut(batch: pa.RecordBatch, stop: Cursor, lsn_col: str, seq_col: str) -> pa.RecordBatch:
