@@ -12,7 +12,7 @@ from pyspark.sql.types import StructType
 from pgfeed_client import Change, Cursor, FeedClient, parse_cursor, parse_lsn
 from pgfeed_client._json import dumps_exact
 from pgfeed_spark._arrow import arrow_schema, conform, rows_to_batch
-from pgfeed_spark._evolve import Lineage, SchemaChangedError, Version
+from pgfeed_spark._evolve import Lineage, SchemaChangedError, Version, describe_change
 from pgfeed_spark._options import FeedOptions
 from pgfeed_spark._partition import LsnRange
 from pgfeed_spark._readahead import read_ahead
@@ -67,8 +67,21 @@ class _Versions:
         assert self.lineage is not None and self.opts.table is not None
         if numbers <= self.lineage.numbers:
             return self.lineage
-        history = self.client.table_schema_history(self.opts.feed, self.opts.table)
-        self.lineage = self.lineage.extended([Version.of(t) for t in history])
+        history = [Version.of(t) for t in
+                   self.client.table_schema_history(self.opts.feed, self.opts.table)]
+        if not self.lineage.rescue:
+            # a version newer than the plan (the table changed while this read was planned):
+            # read only if the schema holds it, never losing a column silently
+            lineage, previous = self.lineage, self.lineage.newest
+            for version in history:
+                if version.number in numbers and version.number not in lineage.numbers:
+                    if not lineage.holds_version(version):
+                        raise SchemaChangedError(
+                            f"pgfeed: table {self.opts.table} changed at "
+                            f"{Cursor(version.valid_from)} while this read ran "
+                            f"({describe_change(previous, version)}): read it again")
+                    lineage, previous = lineage.extended([version]), version
+        self.lineage = self.lineage.extended(history)
         unknown = numbers - self.lineage.numbers
         if unknown:
             raise SchemaChangedError(f"pgfeed: table {self.opts.table} has no schema version "
