@@ -55,6 +55,9 @@ class Change:
     # per image ("key", "before", "after"): the json/jsonb columns holding the JSON document
     # ``null``, which the image holds as ``pgfeed_client.JSON_NULL`` (None is SQL NULL)
     json_null: dict[str, list[str]] | None = None
+    # op "ddl" (feed option ddl "capture"): the captured DDL command, as the JSON event's ``ddl``
+    # object: command, object_type, object, table, old_name/new_name (renames only), columns
+    ddl: dict[str, Any] | None = None
 
     @property
     def cursor(self) -> Cursor:
@@ -77,7 +80,7 @@ class Change:
             list(get("unchanged_toast") or ()), get("origin"), get("prefix"),
             None if content is None else base64.b64decode(content),
             get("transactional"), get("tables"), get("options"), get("toast_filled"),
-            get("table_version"), get("json_null"),
+            get("table_version"), get("json_null"), get("ddl"),
         )
         nulls = change.json_null
         if nulls:  # the JSON document null, which the event can only name (its value is null)

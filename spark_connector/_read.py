@@ -171,7 +171,8 @@ def _read_json(client: FeedClient, opts: FeedOptions, part: LsnRange, schema: St
         has_key = KEY_COLUMN in schema.fieldNames()
         for changes in _changes(client, opts, part):
             lineage = versions.knowing({c.table_version for c in changes if c.table_version})
-            yield rows_to_batch([evolved_row(c, lineage, has_key) for c in changes], target)
+            yield rows_to_batch([evolved_row(c, lineage, has_key) for c in changes
+                                 if c.op != "ddl"], target)  # DDL events are no rows
     else:
         for changes in _changes(client, opts, part):
             yield rows_to_batch([raw_row(c) for c in changes], target)

@@ -46,6 +46,9 @@ class FeedOptions:
     # PostgreSQL 18+: the publication pgfeed creates publishes stored generated columns
     # (WITH (publish_generated_columns = stored)); refused on older sources (issue 27.5).
     publish_generated_columns: bool = False
+    # Issue 27.2: "capture" installs an event trigger on the source that records each DDL command
+    # touching a table of the feed (superuser only); served as op "ddl" events at their position.
+    ddl: Literal["off", "capture"] = "off"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeedOptions:
@@ -111,6 +114,10 @@ class FeedSpec:
     # pgfeed_<name>_keyless (dropped with the feed).
     identity_full: tuple[str, ...] = ()
     keyless_guard: bool = False
+    # What creation did with option ddl "capture": installed the DDL capture objects
+    # (``replication.ddl``; dropped with the feed), and made schema pgfeed for them.
+    ddl_capture: bool = False
+    ddl_schema: bool = False
     # Issue 27.5: the row filter and column list of each table of ``tables`` that has one
     # (PostgreSQL 15+), for the publication pgfeed creates. ``tables`` stays the list of names.
     table_filters: tuple[PublishedTable, ...] = ()
@@ -126,6 +133,11 @@ class FeedSpec:
     @property
     def publication_name(self) -> str:
         return self.publication or f"pgfeed_{self.name}"
+
+    @property
+    def ddl_table(self) -> str | None:
+        """``schema.table`` of the feed's DDL table when it captures DDL (served as op "ddl")."""
+        return f"pgfeed.{self.name}_ddl" if self.ddl_capture else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

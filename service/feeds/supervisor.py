@@ -538,7 +538,7 @@ class Supervisor:
     def _new_reader(self, feed: _Feed) -> FeedReader:
         name = feed.spec.name
         return FeedReader(feed.changelog, lambda: self.catalog(name), toast=feed.spec.options.toast,
-                          toast_index=self._toast_index(feed))
+                          toast_index=self._toast_index(feed), ddl_table=feed.spec.ddl_table)
 
     def prepare_trim(self, name: str) -> None:
         """Before retention trims feed ``name``: a ``toast=reselect`` feed's index takes in what

@@ -71,6 +71,7 @@ class CaptureConfig:
     failover: bool = False  # a failover slot (resumes on a promoted standby)
     # option ddl "capture": the feed's DDL table in schema pgfeed (``replication.schemanotes``)
     ddl_table: str | None = None
+    extra_publications: tuple[str, ...] = ()  # streamed beside ``publication`` (the DDL table's)
 
 
 Batch = list[StoredTransaction]
@@ -272,7 +273,8 @@ class Capture:
             start_lsn = self.changelog.confirmed_lsn()
             try:
                 stream.start(config.slot, start_lsn, proto_version=proto,
-                             publications=[config.publication], streaming=streaming,
+                             publications=[config.publication, *config.extra_publications],
+                             streaming=streaming,
                              messages=config.messages, two_phase=config.two_phase and proto >= 3)
             except SourceError as exc:
                 lost = self._lost()
