@@ -43,8 +43,13 @@ class PgFeedDataSource(DataSource):
         """The table's versions that may be read (from the one in force at ``from`` to the one
         at ``to``; streaming: the newest now) as one schema (see ``pgfeed_spark._evolve``)."""
         assert opts.table is not None
-        with opts.client() as client:
-            history = client.table_schema_history(opts.feed, opts.table)
+        info = getattr(self, "_table_info", None) or self._fetch_table(opts)
+        # ``/tables`` lists every version already (as ``/schema/history`` does): no second call
+        history = [TableInfo.from_json({"schema": info.schema, "table": info.table, **v})
+                   for v in info.versions]
+        if not history:
+            with opts.client() as client:
+                history = client.table_schema_history(opts.feed, opts.table)
         versions = versions_in(history, opts.start, opts.end)
         self._lineage = Lineage.build(opts.table, versions,
                                       rescue=opts.schema_evolution == "rescue")
