@@ -166,3 +166,16 @@ def test_arrow_rows_of_the_newest_shape_are_exact(rescue: bool) -> None:
             "flag": pa.bool_()}
     assert lin.arrow_exact(5, page) is (not rescue)
     assert not lin.arrow_exact(1, page)  # name and qty are not in the newest shape
+
+
+def test_arrow_rows_cast_to_text_are_read_as_json() -> None:
+    import pyarrow as pa
+
+    v1 = Version(1, 0x100, (ID, col("n", 23, "int4")))
+    v2 = Version(2, 0x200, (ID, col("n", 25, "text")))
+    lin = Lineage.build("public.t", [v1, v2])
+    assert lin.columns[1].data_type == StringType()
+    # the server's page in v1's shape: int32 n, which Arrow would cast to text its own way
+    assert not lin.arrow_exact(1, {"id": pa.int32(), "n": pa.int32()})
+    assert lin.arrow_exact(2, {"id": pa.int32(), "n": pa.string()})
+    assert evolved_row(change(1, {"id": 1, "n": 42}), lin, False)[:2] == (1, "42")
