@@ -32,7 +32,7 @@ import base64
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any, cast
 
 import orjson
@@ -200,11 +200,14 @@ def _scalar_converter(t: pa.DataType, is_json: bool) -> Callable[[Any], Any]:
         return lambda v: v if v is None or isinstance(v, bytes) else None
     if pa.types.is_decimal(t):
         quantum = Decimal(1).scaleb(-t.scale)
+        # the type's own precision, not the default context's 28 digits: numeric(38,3) holds
+        # 10^25 with its three decimals (29 digits); a value wider than the type is null
+        context = Context(prec=t.precision)
 
         def decimal(v: Any) -> Decimal | None:
             try:
                 d = v if type(v) is Decimal else Decimal(str(v))
-                return d.quantize(quantum) if d.is_finite() else None
+                return d.quantize(quantum, context=context) if d.is_finite() else None
             except (InvalidOperation, ValueError, TypeError):
                 return None
         return decimal
