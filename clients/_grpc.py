@@ -102,7 +102,34 @@ def _row(row: Any) -> dict[str, Any] | None:
     return {k: from_value(v) for k, v in row.items()}
 
 
-_OPS = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message", 6: "read"}
+_OPS = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message", 6: "read", 7: "ddl"}
+
+
+def _ddl(msg: Any) -> dict[str, Any]:
+    """A ``pgfeed.v1.Ddl`` as the JSON event's ``ddl`` object (equal on both transports)."""
+    out: dict[str, Any] = {"command": msg.command, "object_type": msg.object_type or None,
+                           "object": msg.object or None, "table": msg.table}
+    if msg.HasField("old_name"):
+        out["old_name"] = msg.old_name
+        out["new_name"] = msg.new_name if msg.HasField("new_name") else None
+    columns = []
+    for c in msg.columns:
+        col: dict[str, Any] = {"attnum": c.attnum, "name": c.name, "type": c.type,
+                               "type_oid": c.type_oid, "not_null": c.not_null,
+                               "default": c.default if c.HasField("default") else None}
+        if c.generated:
+            col["generated"] = c.generated
+        if c.identity:
+            col["identity"] = c.identity
+        if c.added:
+            col["added"] = True
+        if c.HasField("previous_name"):
+            col["previous_name"] = c.previous_name
+        if c.HasField("missing_value"):
+            col["missing_value"] = from_value(c.missing_value)
+        columns.append(col)
+    out["columns"] = columns
+    return out
 
 
 def _change(msg: Any, commit_lsn: str, xid: int, commit_ts: datetime | None,
@@ -125,6 +152,7 @@ def _change(msg: Any, commit_lsn: str, xid: int, commit_ts: datetime | None,
         toast_filled=list(msg.toast_filled) or None,
         table_version=msg.table_version or None,
         json_null=json_nulls({"key": key, "before": before, "after": after}),
+        ddl=_ddl(msg.ddl) if op == "ddl" else None,
     )
 
 

@@ -139,6 +139,11 @@ class AsyncFeedClient:
         return TableInfo.from_json(await self._json(
             "GET", base.feed_path(feed, "tables", table, "schema"), params={"at": str(at)}))
 
+    async def table_schema_history(self, feed: str, table: str) -> list[TableInfo]:
+        """See ``FeedClient.table_schema_history``."""
+        return base.schema_history(await self._json(
+            "GET", base.feed_path(feed, "tables", table, "schema", "history")))
+
     async def read_arrow(self, feed: str, after: CursorLike = "earliest",
                          to: CursorLike = "latest", *, table: str | None = None,
                          tables: Names = None, ops: Names = None,

@@ -256,6 +256,12 @@ def table_infos(body: dict[str, Any]) -> list[TableInfo]:
     return [TableInfo.from_json(t) for t in body["tables"]]
 
 
+def schema_history(body: dict[str, Any]) -> list[TableInfo]:
+    """``/schema/history`` answer -> every version, oldest first."""
+    return [TableInfo.from_json({"schema": body["schema"], "table": body["table"], **v})
+            for v in body["versions"]]
+
+
 def consumer_cursor(body: dict[str, Any]) -> str:
     """A consumer's answer -> its acknowledged cursor."""
     return str(body["cursor"])

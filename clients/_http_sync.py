@@ -175,6 +175,13 @@ class FeedClient:
         return TableInfo.from_json(self._json(
             "GET", base.feed_path(feed, "tables", table, "schema"), params={"at": str(at)}))
 
+    def table_schema_history(self, feed: str, table: str) -> list[TableInfo]:
+        """Every version of ``table``'s schema, oldest first (``/schema/history``): each with its
+        ``version``, ``valid_from`` and columns (with ``previous_name``/``missing_value`` where
+        the server knows them)."""
+        return base.schema_history(self._json(
+            "GET", base.feed_path(feed, "tables", table, "schema", "history")))
+
     def read_arrow(self, feed: str, after: CursorLike = "earliest", to: CursorLike = "latest", *,
                    table: str | None = None, tables: Names = None, ops: Names = None,
                    limit: int | None = None) -> pa.Table:

@@ -55,6 +55,9 @@ class Change:
     # per image ("key", "before", "after"): the json/jsonb columns holding the JSON document
     # ``null``, which the image holds as ``pgfeed_client.JSON_NULL`` (None is SQL NULL)
     json_null: dict[str, list[str]] | None = None
+    # op "ddl" (feed option ddl "capture"): the captured DDL command, as the JSON event's ``ddl``
+    # object: command, object_type, object, table, old_name/new_name (renames only), columns
+    ddl: dict[str, Any] | None = None
 
     @property
     def cursor(self) -> Cursor:
@@ -77,7 +80,7 @@ class Change:
             list(get("unchanged_toast") or ()), get("origin"), get("prefix"),
             None if content is None else base64.b64decode(content),
             get("transactional"), get("tables"), get("options"), get("toast_filled"),
-            get("table_version"), get("json_null"),
+            get("table_version"), get("json_null"), get("ddl"),
         )
         nulls = change.json_null
         if nulls:  # the JSON document null, which the event can only name (its value is null)
@@ -151,11 +154,18 @@ class ColumnInfo:
     typmod: int = -1
     key: bool = False
     type: str | None = None  # with its modifiers, as PostgreSQL's format_type: numeric(12,2)
+    # schema history (DDL capture): the column's name in the previous version when it was
+    # renamed, and the value PostgreSQL gives rows older than the column (attmissingval, as a
+    # JSON event's new image writes it; ``has_missing_value`` says whether there is one)
+    previous_name: str | None = None
+    missing_value: Any = None
+    has_missing_value: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ColumnInfo:
         return cls(d["name"], int(d["type_oid"]), d["type_name"], int(d["typmod"]), bool(d["key"]),
-                   d.get("type"))
+                   d.get("type"), d.get("previous_name"), d.get("missing_value"),
+                   "missing_value" in d)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +178,7 @@ class TableInfo:
     version: int = 1
     replica_identity: str | None = None
     versions: tuple[dict[str, Any], ...] = ()  # every version as served, oldest first
+    valid_from: str | None = None  # commit LSN of the transaction that introduced this version
 
     @property
     def qualified_name(self) -> str:
@@ -185,5 +196,5 @@ class TableInfo:
             schema=str(d["schema"]), table=str(d["table"]),
             columns=tuple(ColumnInfo.from_json(c) for c in d["columns"]),
             version=int(d["version"]), replica_identity=d["replica_identity"],
-            versions=tuple(d.get("versions") or ()),
+            versions=tuple(d.get("versions") or ()), valid_from=d.get("valid_from"),
         )

@@ -113,6 +113,8 @@ CHANGE_COLUMN_TYPES: tuple[tuple[str, ColumnType], ...] = (
     # the table's schema version a row change was decoded with; JSON text of the event's
     # json_null (per image, the json/jsonb columns holding the document null), NULL when none
     ("table_version", ColumnType("int32")), ("json_null", _STRING),
+    # op "ddl": JSON text of the event's ddl object (a captured DDL command), NULL otherwise
+    ("ddl", _STRING),
 )
 # A typed read's metadata, after the table's own columns: which change, where in the log, and
 # which columns were unchanged TOAST (NULL in the row, but not changed to NULL). Then KEY_COLUMN,

@@ -177,7 +177,8 @@ def _check(args: argparse.Namespace) -> int:
     request = Request(name=args.name, tables=tables, all_tables=args.all_tables,
                       publication=args.publication, slot=args.slot, two_phase=args.two_phase,
                       failover=args.failover, keyless=args.keyless, filters=filters,
-                      generated_columns=args.publish_generated_columns)
+                      generated_columns=args.publish_generated_columns,
+                      ddl=args.ddl == "capture")
     try:
         with admin_connection(args.dsn, "cannot check the source", "pgfeed-check") as conn:
             findings = run(conn, request)
@@ -346,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="option keyless (default refuse)")
     check.add_argument("--publish-generated-columns", action="store_true",
                        help="option publish_generated_columns (PostgreSQL 18+)")
+    check.add_argument("--ddl", choices=["off", "capture"], default="off",
+                       help="option ddl (capture: an event trigger, superuser only)")
     add_filter_flags(check)
     check.add_argument("--json", action="store_true", help="findings as JSON")
     check.set_defaults(func=_check)

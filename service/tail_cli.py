@@ -27,9 +27,9 @@ from pgfeed_client._tls import http_verify
 
 __all__ = ["add_parser", "event_line", "follow", "run"]
 
-_OPS = ("insert", "update", "delete", "truncate", "message", "read")
+_OPS = ("insert", "update", "delete", "truncate", "message", "read", "ddl")
 _COLOUR = {"insert": "32", "update": "33", "delete": "31", "truncate": "35", "message": "36",
-           "read": "34"}
+           "read": "34", "ddl": "1;35"}
 
 
 class _Number(str):
@@ -69,6 +69,13 @@ def event_line(event: dict[str, Any], *, colour: bool = False) -> str:
         parts += [f"prefix={_json(event.get('prefix'))}", f"content={event.get('content')}"]
     elif op == "truncate":
         parts.append(",".join(event.get("tables") or []))
+    elif op == "ddl":  # a captured DDL command (option ddl "capture")
+        ddl = event.get("ddl") or {}
+        parts += [f"{event.get('schema')}.{event.get('table')}", _json(ddl.get("command"))]
+        if ddl.get("old_name") is not None:
+            parts.append(f"{ddl['old_name']}->{ddl.get('new_name')}")
+        parts.append("columns=" + ",".join(f"{c.get('name')} {c.get('type')}"
+                                           for c in ddl.get("columns") or ()))
     else:
         parts.append(f"{event.get('schema')}.{event.get('table')}")
         for name in ("key", "before", "after"):

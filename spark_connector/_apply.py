@@ -10,14 +10,17 @@ same input, in ``target`` (the existing mirror), or across a key change from the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType, StructType
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
+from pgfeed_spark._evolve import META, missing_value, widen
 from pgfeed_spark._schema import KEY_COLUMN, METADATA_NAMES
 
 __all__ = ["DEFAULT_SEQUENCE", "SCD2_COLUMNS", "Plan", "apply_changes", "latest_versions", "mirror_events"]
@@ -26,6 +29,7 @@ DEFAULT_SEQUENCE = ("_commit_lsn", "_seq")
 SCD2_COLUMNS = ("valid_from", "valid_to", "is_current")
 TOAST = "_unchanged_toast"  # in a mirror: the columns whose value could not be carried forward
 COMMIT_TS = "_commit_ts"
+VERSION = "_table_version"
 
 _KIND, _POS, _MOVED, _PENDING, _META = "__kind", "__pos", "__moved", "__toast", "__meta"
 _LEFT = "__left"  # the delete of the key a key-changing update left
@@ -300,6 +304,86 @@ def apply_changes(changes: DataFrame, keys: Sequence[str], *,
     return _scd2(ev, plan, tracked).select(*kept, *SCD2_COLUMNS, TOAST)
 
 
+def _evolution(field: StructField) -> dict[str, Any]:
+    meta = field.metadata.get(META) if field.metadata else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _fill_missing(changes: DataFrame, evolution: dict[str, dict[str, Any]]) -> DataFrame:
+    """A column added with a default PostgreSQL keeps as a "missing value" (not written into the
+    rows that were there): rows of changes decoded with an older version hold that value in the
+    source (no change will ever carry it), so they get it here (``_table_version``)."""
+    if VERSION not in changes.columns:
+        return changes
+    for f in changes.schema.fields:
+        meta = evolution.get(f.name, {})
+        for rescued in meta.get("missing", ()):  # _rescued_data (rescue): into its JSON object
+            older = F.col(VERSION).isNotNull() & (F.col(VERSION)
+                                                  < F.lit(rescued["added_in_version"]))
+            changes = changes.withColumn(f.name, F.when(older, _with_key(
+                F.col(f.name), rescued["name"], rescued["missing_value"])).otherwise(F.col(f.name)))
+        if "missing_value" not in meta:
+            continue
+        older = F.col(VERSION).isNotNull() & (F.col(VERSION) < F.lit(meta["added_in_version"]))
+        value = F.lit(missing_value(meta, f.dataType)).cast(f.dataType)
+        changes = changes.withColumn(f.name, F.when(older, value).otherwise(F.col(f.name)))
+    return changes
+
+
+def _with_key(obj: Column, name: str, value: str) -> Column:
+    """A JSON object's text with ``"name": value`` added unless it holds that key already."""
+    member = F.lit(json.dumps(name) + ":" + value)
+    return (F.when(obj.isNull() | (obj == F.lit("{}")), F.concat(F.lit("{"), member, F.lit("}")))
+            .when(obj.contains(json.dumps(name) + ":"), obj)
+            .otherwise(F.concat(F.lit("{"), member, F.lit(","),
+                                obj.substr(F.lit(2), F.length(obj)))))
+
+
+def _reconcile(changes: DataFrame, target: DataFrame, sequence: Sequence[str],
+               evolution: dict[str, dict[str, Any]]) -> tuple[DataFrame, DataFrame]:
+    """The mirror so far (``target``) and ``changes`` over the same columns: a column renamed
+    since the mirror was written (``previous_names`` in the change schema's metadata) takes the
+    old column's values; one added with a missing value holds it in the existing rows; columns
+    the changes no longer have (dropped) stay, NULL in the changes; a type widens to hold both."""
+    not_data = {*METADATA_NAMES, *sequence, COMMIT_TS, TOAST, *SCD2_COLUMNS}
+    ours = {f.name: f for f in changes.schema.fields if f.name not in not_data}
+    theirs = {f.name: f for f in target.schema.fields if f.name not in not_data}
+    renamed: dict[str, str] = {}
+    for name, f in ours.items():
+        if name in theirs:
+            continue
+        previous = evolution.get(f.name, {}).get("previous_names", ())
+        old = next((p for p in previous if p in theirs), None)
+        if old is not None:
+            renamed[name] = old
+    gone = {old for old in renamed.values()}
+    columns = []
+    for name, f in ours.items():
+        source = theirs.get(renamed.get(name, name))
+        data_type = f.dataType if source is None else widen(f.dataType, source.dataType)
+        if data_type != f.dataType:
+            changes = changes.withColumn(name, F.col(name).cast(data_type))
+        if source is not None:
+            columns.append(F.col(source.name).cast(data_type).alias(name))
+        elif "missing_value" in evolution.get(f.name, {}):
+            columns.append(F.lit(missing_value(evolution.get(f.name, {}), f.dataType))
+                           .cast(data_type).alias(name))
+        else:
+            columns.append(F.lit(None).cast(data_type).alias(name))
+    for name, f in theirs.items():  # dropped from the table: kept, NULL from here on
+        if name not in ours and name not in gone:
+            changes = changes.withColumn(name, F.lit(None).cast(f.dataType))
+            columns.append(F.col(name))
+    rest = [F.col(c) for c in target.columns if c not in theirs and c not in ours]
+    target = target.select(*columns, *rest)
+    for f in changes.schema.fields:  # rescue: rows of the mirror from before a column came
+        for rescued in evolution.get(f.name, {}).get("missing", ()):
+            if f.name in target.columns:
+                target = target.withColumn(f.name, _with_key(
+                    F.col(f.name), rescued["name"], rescued["missing_value"]))
+    return changes, target
+
+
 def mirror_events(changes: DataFrame, keys: Sequence[str], *,
                   sequence_by: str | Sequence[str] = DEFAULT_SEQUENCE,
                   apply_as_deletes: str | Column | None = None,
@@ -317,6 +401,11 @@ def mirror_events(changes: DataFrame, keys: Sequence[str], *,
     if unknown:
         raise ValueError(f"apply_changes: no column(s) {unknown} in {changes.columns}")
     _check_keys(changes, keys)
+    evolution = {f.name: _evolution(f) for f in changes.schema.fields}  # before withColumn
+    changes = _fill_missing(changes, evolution)
+    if target is not None:
+        changes, target = _reconcile(changes, target, sequence, evolution)
+        data = tuple(c for c in changes.columns if c not in METADATA_NAMES and c not in sequence)
     plan = Plan(data, tuple(keys), sequence, COMMIT_TS in changes.columns)
     meta = [c for c in changes.columns if c in METADATA_NAMES]
     changes = changes.withColumn(_META, F.struct(*meta) if meta else F.lit(None))

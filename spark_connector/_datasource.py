@@ -9,8 +9,9 @@ from pyspark.sql.types import StructType
 
 from pgfeed_client import TableInfo
 from pgfeed_spark._batch import PgFeedBatchReader
+from pgfeed_spark._evolve import Lineage, versions_in
 from pgfeed_spark._options import FeedOptions
-from pgfeed_spark._schema import change_schema, table_schema
+from pgfeed_spark._schema import change_schema
 from pgfeed_spark._streaming import PgFeedStreamReader
 
 __all__ = ["PgFeedDataSource"]
@@ -34,8 +35,25 @@ class PgFeedDataSource(DataSource):
         opts = FeedOptions.parse(self.options)
         if opts.table:
             info = getattr(self, "_table_info", None) or self._fetch_table(opts)
-            opts = replace(opts, columns=info.columns)
+            lineage = getattr(self, "_lineage", None) or self._fetch_lineage(opts)
+            opts = replace(opts, columns=info.columns, lineage=lineage)
         return opts
+
+    def _fetch_lineage(self, opts: FeedOptions) -> Lineage:
+        """The table's versions that may be read (from the one in force at ``from`` to the one
+        at ``to``; streaming: the newest now) as one schema (see ``pgfeed_spark._evolve``)."""
+        assert opts.table is not None
+        info = getattr(self, "_table_info", None) or self._fetch_table(opts)
+        # ``/tables`` lists every version already (as ``/schema/history`` does): no second call
+        history = [TableInfo.from_json({"schema": info.schema, "table": info.table, **v})
+                   for v in info.versions]
+        if not history:
+            with opts.client() as client:
+                history = client.table_schema_history(opts.feed, opts.table)
+        versions = versions_in(history, opts.start, opts.end)
+        self._lineage = Lineage.build(opts.table, versions,
+                                      rescue=opts.schema_evolution == "rescue")
+        return self._lineage
 
     def _fetch_table(self, opts: FeedOptions) -> TableInfo:
         with opts.client() as client:
@@ -51,7 +69,8 @@ class PgFeedDataSource(DataSource):
         opts = FeedOptions.parse(self.options)
         if not opts.table:
             return change_schema()
-        return table_schema(self._fetch_table(opts))
+        self._fetch_table(opts)  # a missing table's error names the tables there are
+        return self._fetch_lineage(opts).schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return PgFeedBatchReader(self._opts(), schema)

@@ -24,6 +24,7 @@ from pgfeed_spark._apply import (
     latest_versions,
     mirror_events,
 )
+from pgfeed_spark._evolve import RESCUED
 from pgfeed_spark._schema import KEY_COLUMN
 
 __all__ = ["Manifest", "committed", "latest_rows", "mirror_writer", "read_mirror"]
@@ -137,6 +138,14 @@ def _clean(root: Path, keep: int) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def _shape(schema: StructType) -> list[tuple[str, str, str]]:
+    """What a mirror's stored rows depend on: names, types, and the missing values of columns
+    only ``_rescued_data`` holds (``rescue``)."""
+    return [(f.name, f.dataType.simpleString(),
+             json.dumps(f.metadata, sort_keys=True) if f.name == RESCUED else "")
+            for f in schema.fields]
+
+
 def mirror_writer(path: str, keys: Sequence[str], *, buckets: int = 16, keep: int = 2,
                   before_commit: Callable[[int], None] | None = None,
                   **options: Any) -> Callable[[DataFrame, int], None]:
@@ -184,13 +193,27 @@ def mirror_writer(path: str, keys: Sequence[str], *, buckets: int = 16, keep: in
                 r["b"] for r in touched.where(F.col("b").isNotNull()).distinct().collect()}
             hints: dict[str, Any] = {"truncates": bool(flags["t"]), "move_rounds": MOVE_ROUNDS if flags["m"] else 0}
             previous = done.buckets if done else {}
-            target = None
-            if done is not None:
-                paths = done.paths(root, affected)
+
+            def merge_into(wanted: set[int]) -> DataFrame:
+                if done is None:
+                    return apply_changes(batch, keys, **hints, **options)
+                paths = done.paths(root, wanted)
                 schema = StructType.fromJson(json.loads(done.schema))
                 target = (batch.sparkSession.read.schema(schema).parquet(*paths) if paths
                           else batch.sparkSession.createDataFrame([], schema))
-            merged = apply_changes(batch, keys, target=target, **hints, **options)
+                return apply_changes(batch, keys, target=target, **hints, **options)
+
+            merged = merge_into(affected)
+            if RESCUED in batch.columns:  # the manifest keeps which missing values it holds
+                merged = merged.withMetadata(RESCUED, batch.schema[RESCUED].metadata)
+            if done is not None and _shape(merged.schema) != _shape(
+                    StructType.fromJson(json.loads(done.schema))):
+                # the table's schema changed (a column added, renamed, widened): every bucket
+                # is rewritten in the new shape, so the manifest's one schema reads them all
+                affected = set(range(buckets))
+                merged = merge_into(affected)
+                if RESCUED in batch.columns:
+                    merged = merged.withMetadata(RESCUED, batch.schema[RESCUED].metadata)
             out = root / _DATA / str(batch_id)
             (merged.withColumn(BUCKET, bucket_of([F.col(k) for k in keys]))
                    .write.mode("overwrite").partitionBy(BUCKET).parquet(str(out)))

@@ -8,6 +8,7 @@ from typing import Any
 
 from pgfeed_client import ColumnInfo, FeedClient, parse_cursor
 from pgfeed_client._headers import MAX_LIMIT, qualified_table
+from pgfeed_spark._evolve import DEFAULT_POLICY, POLICIES, Lineage
 from pgfeed_spark._replicas import parse_urls, reachable_first
 
 __all__ = ["FeedOptions"]
@@ -69,6 +70,8 @@ class FeedOptions:
     while Spark converts the current one, default 1, 0 for none), ``timeout`` (seconds), and for https ``caBundle`` (PEM
     CAs to trust) with ``clientCert``/``clientKey`` (PEM) when the server requires a client
     certificate (the files must be readable on the driver and on every executor).
+    ``schemaEvolution`` (typed reads: ``addNewColumns``, the default, ``fail`` or ``rescue``;
+    see ``pgfeed_spark._evolve``) says what a table's schema changes do.
     """
 
     url: str
@@ -90,6 +93,8 @@ class FeedOptions:
     ca_bundle: str | None = None
     client_cert: tuple[str, str] | None = None
     urls: tuple[str, ...] = ()  # every replica, ``url`` first
+    schema_evolution: str = DEFAULT_POLICY
+    lineage: Lineage | None = None  # typed reads: the table's versions the schema was made from
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> FeedOptions:
@@ -109,6 +114,11 @@ class FeedOptions:
         if wire not in ("arrow", "json"):
             raise ValueError(f"pgfeed option 'wireFormat' must be 'arrow' or 'json', not {wire!r}")
         ops = _get(options, "ops") or (_TYPED_OPS if table else None)
+        policy = _get(options, "schemaEvolution") or DEFAULT_POLICY
+        policy = next((p for p in POLICIES if p.lower() == policy.lower()), policy)
+        if policy not in POLICIES:
+            raise ValueError(f"pgfeed option 'schemaEvolution' must be one of {', '.join(POLICIES)}"
+                             f", not {policy!r}")
         return cls(
             url=url, urls=urls, feed=feed, start=start, end=end,
             partitions=_positive(options, "partitions", 4) or 4, table=table,
@@ -119,6 +129,7 @@ class FeedOptions:
             read_ahead=_count(options, "readAhead", 1),
             timeout=float(_get(options, "timeout") or 60.0),
             ca_bundle=_get(options, "caBundle") or None, client_cert=_client_cert(options),
+            schema_evolution=policy,
         )
 
     def url_for(self, partition: int = 0) -> str:

@@ -217,5 +217,5 @@ def raw_row(change: Change) -> tuple[Any, ...]:
         _json_text(change.before), _json_text(change.after), list(change.unchanged_toast),
         change.origin, change.prefix, change.content, change.transactional, change.tables,
         _json_text(change.options), change.toast_filled, change.table_version,
-        _json_text(change.json_null),
+        _json_text(change.json_null), _json_text(change.ddl),
     )

@@ -17,6 +17,7 @@ from pyspark.sql.types import StructType
 from pgfeed_client import Cursor, FeedClient, parse_cursor
 from pgfeed_spark._ack import Acknowledger
 from pgfeed_spark._clients import shared_client
+from pgfeed_spark._evolve import SchemaChangedError, Version, describe_change
 from pgfeed_spark._options import FeedOptions
 from pgfeed_spark._partition import LsnRange, plan_ranges
 from pgfeed_spark._read import read_range
@@ -87,6 +88,8 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # which would leave the last batch of an availableNow run unacknowledged).
         self._acknowledge(cursor)
         end = self._target or self._fetch_head()
+        if _key(end) > _key(cursor):
+            end = self._schema_boundary(cursor, end)
         if _key(end) <= _key(cursor):
             if self._target is not None and self._acker is not None:
                 # availableNow has reached its target: the query ends now, and Spark calls
@@ -97,6 +100,35 @@ class PgFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             end = self._after_rows(cursor, end, limit.max_rows)
         return _offset(end)
+
+    def _schema_boundary(self, cursor: str, end: str) -> str:
+        """``end``, or the position just before the first transaction holding a table version
+        the query must stop at (``schemaEvolution``): ``fail``, every version it did not know;
+        ``addNewColumns``, one its schema cannot hold. Raises ``SchemaChangedError`` when the
+        query is already there. One ``/schema/history`` call a trigger (typed reads only)."""
+        lineage, table = self.opts.lineage, self.opts.table
+        if lineage is None or table is None or self.opts.schema_evolution == "rescue":
+            return end
+        history = [Version.of(t) for t in self.client.table_schema_history(self.opts.feed, table)]
+        previous = lineage.newest
+        for version in history:
+            if version.number in lineage.numbers:
+                previous = version
+                continue
+            if version.valid_from > _key(end).lsn:
+                break
+            if self.opts.schema_evolution == "addNewColumns" and lineage.holds_version(version):
+                lineage, previous = lineage.extended([version]), version
+                continue
+            boundary = str(Cursor(version.valid_from - 1))
+            if _key(boundary) <= _key(cursor):
+                raise SchemaChangedError(
+                    f"pgfeed: table {table} changed at {Cursor(version.valid_from)} "
+                    f"({describe_change(previous, version)}); this query (schemaEvolution="
+                    f"{self.opts.schema_evolution}) read everything before it: restart it to "
+                    "continue with a schema that holds the new version")
+            return boundary if _key(boundary) < _key(end) else end
+        return end
 
     def _after_rows(self, cursor: str, end: str, rows: int) -> str:
         """The cursor after at most ``rows`` (filtered) changes past ``cursor``, not past ``end``:

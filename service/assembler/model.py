@@ -28,6 +28,7 @@ class Op(StrEnum):
     TRUNCATE = "truncate"
     MESSAGE = "message"
     READ = "read"  # a row a backfill read from the table (stored as an Insert frame)
+    DDL = "ddl"  # a DDL command captured on the source (option ddl "capture"; an Insert frame)
 
 
 # Origin of a backfill's transactions as served; the log stores ``BACKFILL_ORIGIN + ":" + id``
@@ -164,6 +165,8 @@ class Change:
     # row changes: per image ("key", "before", "after") the json/jsonb columns holding the JSON
     # document ``null`` (not SQL NULL); None when there are none
     json_null: dict[str, list[str]] | None = None
+    # op == "ddl": the captured command (see ``decoding.changes.ddl_event``)
+    ddl: dict[str, Any] | None = None
 
 
 # What a served transaction's changes are: ``Change``, or (reads that write straight from the wire,

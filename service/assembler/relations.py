@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,12 +19,14 @@ from pgfeed_client.pgtypes import (
     TEXT_OID,
     builtin_oid,
 )
+from pgfeed.assembler.annotations import ColumnNote, annotation_body, ddl_notes
 from pgfeed.assembler.framing import FRAME
 from pgfeed.errors import SchemaError
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import RelationMessage, TypeMessage
 
 __all__ = [
+    "ColumnNote",
     "ColumnSchema",
     "RelationCatalog",
     "RelationSchema",
@@ -33,6 +36,9 @@ __all__ = [
     "schema_message",
     "served_schema",
 ]
+
+# (value_oid, text) -> the value as a JSON event holds it (``decoding.values.load_value``)
+Loader = Callable[[int, str], Any]
 
 _IDENTITY_NAMES = {ord("d"): "default", ord("n"): "nothing", ord("f"): "full", ord("i"): "index"}
 
@@ -163,6 +169,10 @@ class RelationSchema:
     columns: tuple[ColumnSchema, ...]
     version: int  # 1, 2, ... per relation_id, in commit order
     valid_from: int  # commit_lsn of the transaction that sent it (0: unknown)
+    # What the schema history's annotations say of its columns (renames, missing values), and
+    # the table's qualified name in the previous version when it differs (a table rename).
+    notes: tuple[ColumnNote, ...] = ()
+    previous_table: str | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -181,23 +191,35 @@ class RelationSchema:
         return (self.relation_id, self.schema, self.table, self.replica_identity, self.columns) == (
             other.relation_id, other.schema, other.table, other.replica_identity, other.columns)
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "valid_from": format_lsn(self.valid_from),
-            "replica_identity": self.replica_identity,
-            "columns": [
-                {"name": c.name, "type_oid": c.type_oid, "type_name": c.type_name,
-                 "type": c.type, "typmod": c.typmod, "key": c.is_key}
-                for c in self.columns
-            ],
-        }
+    def describe(self, load: Loader | None = None) -> dict[str, Any]:
+        """This version as ``/tables`` and ``/schema`` serve it. A column carries
+        ``previous_name`` (renamed since the previous version) and ``missing_value`` (added with a
+        default PostgreSQL keeps as its missing value: ``load(value_oid, text)`` gives the value as
+        a JSON event's image holds it; without ``load``, the text) only when known."""
+        notes = {n.name: n for n in self.notes}
+        columns = []
+        for c in self.columns:
+            col: dict[str, Any] = {"name": c.name, "type_oid": c.type_oid, "type_name": c.type_name,
+                                   "type": c.type, "typmod": c.typmod, "key": c.is_key}
+            note = notes.get(c.name)
+            if note is not None:
+                if note.previous_name is not None:
+                    col["previous_name"] = note.previous_name
+                if note.missing is not None:
+                    col["missing_value"] = load(c.value_oid, note.missing) if load else note.missing
+            columns.append(col)
+        out: dict[str, Any] = {"version": self.version, "valid_from": format_lsn(self.valid_from),
+                               "replica_identity": self.replica_identity, "columns": columns}
+        if self.previous_table is not None:
+            out["previous_name"] = self.previous_table
+        return out
 
-    def schema_at(self) -> dict[str, Any]:
+    def schema_at(self, load: Loader | None = None) -> dict[str, Any]:
         """``GET …/tables/{table}/schema``: this version's columns with their types as
         format_type writes them, its key columns, and where it took effect."""
         return {"relation_id": self.relation_id, "schema": self.schema, "table": self.table,
-                "name": self.qualified_name, **self.describe(), "key_columns": list(self.key_columns)}
+                "name": self.qualified_name, **self.describe(load),
+                "key_columns": list(self.key_columns)}
 
 
 def schema_message(frame_or_message: bytes | memoryview | RelationMessage | TypeMessage,
@@ -225,13 +247,21 @@ class RelationCatalog:
         self._versions: dict[int, list[RelationSchema]] = {}
         self._starts: dict[int, list[int]] = {}  # valid_from of each version, for bisect
         self._types: dict[int, TypeName] = {}
+        # captured DDL (``ddl`` annotations) since the relation's newest version, oldest first
+        self._pending_ddl: dict[int, list[dict[str, Any]]] = {}
 
     def add(self, commit_lsn: int,
             frame_or_message: bytes | memoryview | RelationMessage | TypeMessage) -> RelationSchema | None:
-        """Record a Relation or Type message of the transaction committed at ``commit_lsn``.
+        """Record a Relation or Type message (or an annotation, ``assembler.annotations``) of the
+        transaction committed at ``commit_lsn``.
 
-        Returns the version in force after it (None for a Type message).
+        Returns the version in force after it (None for a Type message or an annotation).
         """
+        if not isinstance(frame_or_message, (RelationMessage, TypeMessage)):
+            body = annotation_body(frame_or_message)
+            if body is not None:
+                self._annotate(commit_lsn, body)
+                return None
         msg = schema_message(frame_or_message)
         if isinstance(msg, TypeMessage):
             self._types[msg.type_oid] = TypeName(msg.namespace, msg.name)
@@ -265,11 +295,48 @@ class RelationCatalog:
         i = bisect.bisect_right(starts, commit_lsn)
         if i and versions[i - 1].same_shape(schema):
             return versions[i - 1]
+        previous = versions[i - 1] if i else None
+        pending = self._pending_ddl.pop(schema.relation_id, [])
+        notes = ddl_notes(pending, schema.column_names,
+                          previous.column_names if previous is not None else None)
+        schema = replace(schema, notes=tuple(notes.values()), previous_table=(
+            previous.qualified_name if previous is not None
+            and previous.qualified_name != schema.qualified_name else None))
         versions.insert(i, schema)
         starts.insert(i, commit_lsn)
         for n in range(i, len(versions)):  # renumber from the insertion point (usually just one)
             versions[n] = replace(versions[n], version=n + 1)
         return versions[i]
+
+    def _annotate(self, commit_lsn: int, body: dict[str, Any]) -> None:
+        """Apply an annotation: a ``ddl`` one waits for the relation's next version; a
+        ``catalog`` one gives missing values to the columns the version its transaction
+        introduced added (absent from the previous version and not renamed)."""
+        relation_id = int(body.get("relation_id", 0))
+        if body.get("kind") == "ddl":
+            self._pending_ddl.setdefault(relation_id, []).append(body)
+            return
+        if body.get("kind") != "catalog":
+            return  # a kind this version does not know: written by a newer pgfeed
+        versions = self._versions.get(relation_id)
+        if not versions:
+            return
+        i = bisect.bisect_right(self._starts[relation_id], commit_lsn) - 1
+        if i < 0 or versions[i].valid_from != commit_lsn:
+            return  # the Relation it follows repeated the version in force
+        current = versions[i]
+        before = set(versions[i - 1].column_names) if i else None
+        if before is None:
+            return
+        notes = {n.name: n for n in current.notes}
+        missing: dict[str, str] = body.get("missing") or {}
+        for name in current.column_names:
+            note = notes.get(name)
+            if name in before or name not in missing or (note is not None and (
+                    note.previous_name is not None or note.missing is not None)):
+                continue
+            notes[name] = ColumnNote(name, None, str(missing[name]))
+        versions[i] = replace(current, notes=tuple(notes.values()))
 
     def find(self, relation_id: int, before_lsn: int) -> RelationSchema | None:
         """The latest version from transactions with commit_lsn < before_lsn, or None."""
@@ -297,7 +364,7 @@ class RelationCatalog:
     def type_name(self, type_oid: int) -> TypeName | None:
         return self._types.get(type_oid)
 
-    def tables(self) -> list[dict[str, Any]]:
+    def tables(self, load: Loader | None = None) -> list[dict[str, Any]]:
         """Every relation seen, current shape first: for ``GET /v1/feeds/{feed}/tables``."""
         out = []
         for relation_id, versions in sorted(self._versions.items()):
@@ -307,7 +374,7 @@ class RelationCatalog:
                 "schema": latest.schema,
                 "table": latest.table,
                 "name": latest.qualified_name,
-                **latest.describe(),
-                "versions": [v.describe() for v in versions],
+                **latest.describe(load),
+                "versions": [v.describe(load) for v in versions],
             })
         return out

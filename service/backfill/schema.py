@@ -28,10 +28,13 @@ class PublishedTable:
     row_filter: str | None  # PostgreSQL 15+ publication WHERE clause, as pg_get_expr prints it
 
 
-# Columns as pgoutput sends them: not dropped, not generated (PostgreSQL < 18 never publishes
-# generated columns), within the publication's column list (pg_publication_tables.attnames,
-# PostgreSQL 15+); key flags per logicalrep_write_attrs in proto.c (every column under FULL,
-# the replica identity index's columns otherwise).
+# Columns as pgoutput sends them: not dropped, within the publication's column list
+# (pg_publication_tables.attnames, PostgreSQL 15+; None before: every column); generated columns
+# only on PostgreSQL 18+, and there only stored ones attnames names (18 lists them exactly when
+# pgoutput sends them: publish_generated_columns = stored, or a column list naming them; 15-17
+# list generated columns in attnames too, but pgoutput never sends them). Key flags per
+# logicalrep_write_attrs in proto.c (every column under FULL, the replica identity index's
+# columns otherwise). Parameters: the table's oid, then attnames twice.
 _COLUMNS = """
 SELECT a.attname, a.atttypid, a.atttypmod,
        c.relreplident = 'f' OR COALESCE(a.attnum = ANY (i.indkey), false) AS is_key,
@@ -42,8 +45,10 @@ JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_namespace tn ON tn.oid = t.typnamespace
 LEFT JOIN pg_index i ON i.indrelid = c.oid AND (
     (c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))
-WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-  AND (%s::text[] IS NULL OR a.attname = ANY (%s::text[]))
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+  AND (%s::text[] IS NULL AND a.attgenerated = ''
+       OR a.attname = ANY (%s::text[]) AND (a.attgenerated = '' OR a.attgenerated = 's'
+           AND current_setting('server_version_num')::int >= 180000))
 ORDER BY a.attnum
 """
 

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import select
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +43,22 @@ SELECT c.oid, c.relreplident, c.relkind, c.reltuples::bigint
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s
 """
+# How the feed's publications publish the table: per publication listing it, its row filter and
+# column list, for the table itself or, when the table is a partition published through an
+# ancestor (publish_via_partition_root), for the nearest such ancestor (depth 0: the table).
+# A partition's rows are then the ancestor's rows: pgoutput sends them under its relation.
 _PUBLISHED = """
-SELECT {row_filter} FROM pg_publication_tables pt
-WHERE pt.pubname = %s AND pt.schemaname = %s AND pt.tablename = %s
+WITH tree AS (
+    SELECT %(oid)s::oid AS relid, 0 AS depth
+    UNION ALL
+    SELECT a.relid, a.depth FROM pg_partition_ancestors(%(oid)s) WITH ORDINALITY a(relid, depth)
+    WHERE a.relid <> %(oid)s
+)
+SELECT t.depth, c.oid, n.nspname, c.relname, c.relreplident, {detail}
+FROM tree t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_publication_tables pt ON pt.schemaname = n.nspname AND pt.tablename = c.relname
+WHERE pt.pubname = ANY (%(pubs)s)
+ORDER BY t.depth, pt.pubname
 """
 # The columns keyset pagination orders by: the replica identity index (REPLICA IDENTITY USING
 # INDEX), else the primary key.
@@ -70,10 +84,39 @@ class TablePlan:
     messages: tuple[bytes, ...]  # Type messages, then the Relation message
     row_filter: str | None
     reltuples: int
+    # The partitioned table (schema, name) whose rows these are, when the table read is one of
+    # its partitions published through it (publish_via_partition_root): ``oid``, ``columns``,
+    # ``key`` and ``messages`` are then that table's, as the stream names the partition's rows.
+    root: tuple[str, str] | None = None
 
     @property
     def qualified(self) -> str:
         return f"{self.schema}.{self.name}"
+
+    @property
+    def published(self) -> tuple[str, str]:
+        """(schema, name) of the relation the stream names the rows with."""
+        return self.root or (self.schema, self.name)
+
+
+def publication_list(publication: str | Sequence[str]) -> list[str]:
+    return [publication] if isinstance(publication, str) else list(publication)
+
+
+def effective(entries: Sequence[tuple[str | None, Sequence[str] | None]],
+              ) -> tuple[str | None, list[str] | None]:
+    """The row filter and column list pgoutput applies to a table several publications list, as
+    PostgreSQL combines them (pgoutput.c, and tablesync's initial copy): the filters ORed, none
+    when any publication has none; the column lists' union, every column when any has none.
+    ``entries``: (filter, columns) per publication; (None, None) when it has neither."""
+    filters = list(dict.fromkeys(f for f, _ in entries))
+    row_filter = None
+    if filters and None not in filters:
+        row_filter = filters[0] if len(filters) == 1 else " OR ".join(f"({f})" for f in filters)
+    lists = [c for _, c in entries]
+    columns = None if not lists or None in lists else \
+        list(dict.fromkeys(name for c in lists if c is not None for name in c))
+    return row_filter, columns
 
 
 _NAME = re.compile(r'(?:("(?:[^"]|"")*"|[^."]+)\.)?("(?:[^"]|"")*"|[^."]+)')
@@ -98,24 +141,30 @@ def connect(dsn: str) -> psycopg.Connection:
     return psycopg.connect(conninfo(dsn, "pgfeed-backfill"), autocommit=True)
 
 
-def describe(conn: psycopg.Connection, publication: str, table: str, *,
+def describe(conn: psycopg.Connection, publication: str | Sequence[str], table: str, *,
              estimate: bool = True) -> TablePlan:
     """The table as the feed publishes it; BackfillError when it cannot be backfilled.
+    ``publication``: the feed's publication(s); a chunk selects what pgoutput sends for them
+    (``effective``). A partition published through its root describes the root (``root``).
     ``estimate=False`` leaves ``reltuples`` as pg_class has it (no count of a fresh table)."""
     schema, name = split_name(table)
+    pubs = publication_list(publication)
     row = conn.execute(_TABLE, (schema, name)).fetchone()
     if row is None:
         raise BackfillError(f"table {schema}.{name} does not exist on the source", status=404,
                             code="table_not_found")
-    oid, ident, relkind, reltuples = row
+    read_oid, _, relkind, reltuples = row
     modern = conn.info.server_version >= 150000
-    published = conn.execute(sql.SQL(_PUBLISHED.format(
-        row_filter="pt.rowfilter, pt.attnames" if modern else "NULL::text, NULL::text[]")),
-        (publication, schema, name)).fetchone()
-    if published is None:
-        raise BackfillError(f"table {schema}.{name} is not in the feed's publication "
-                            f"{publication!r}: add it first (set-tables)", code="table_not_published")
-    row_filter, attnames = published
+    found = conn.execute(sql.SQL(_PUBLISHED.format(
+        detail="pt.rowfilter, pt.attnames" if modern else "NULL::text, NULL::text[]")),
+        {"oid": read_oid, "pubs": pubs}).fetchall()
+    if not found:
+        names = ", ".join(repr(p) for p in pubs)
+        raise BackfillError(f"table {schema}.{name} is not in the feed's publication {names}: "
+                            "add it first (set-tables)", code="table_not_published")
+    depth, oid, root_schema, root_name, ident = found[0][:5]
+    row_filter, attnames = effective([(r[5], r[6]) for r in found if r[0] == depth])
+    root = (root_schema, root_name) if depth else None
     if ident == "n":
         raise BackfillError(f"table {schema}.{name} has REPLICA IDENTITY NOTHING: its deletes "
                             "carry no key, so a backfill could not tell which rows they remove")
@@ -138,13 +187,14 @@ def describe(conn: psycopg.Connection, publication: str, table: str, *,
     types = {r[0]: r[1] for r in rows}
     user_types = dict.fromkeys((t, ns, tn) for _, t, _, _, ns, tn in rows if t >= _FIRST_NORMAL_OID)
     from pgfeed.backfill.schema import PublishedTable
-    published_table = PublishedTable(oid, schema, name, ident,
+    published_table = PublishedTable(oid, root_schema, root_name, ident,
                                      tuple((n, t, m, bool(k)) for n, t, m, k, _, _ in rows),
                                      tuple(user_types), row_filter)
     messages = tuple(type_message(*t) for t in user_types) + (relation_message(published_table),)
     return TablePlan(oid, schema, name, columns, key, tuple(columns.index(k) for k in key),
                      tuple(types[k] for k in key), messages, row_filter,
-                     _estimate(conn, oid, relkind, int(reltuples)) if estimate else int(reltuples))
+                     _estimate(conn, read_oid, relkind, int(reltuples)) if estimate
+                     else int(reltuples), root)
 
 
 _SMALL = 64 << 20  # a table smaller than this is counted when it was never analyzed
@@ -258,41 +308,50 @@ SELECT md5(concat_ws('|',
      WHERE oid = %(oid)s),
     (SELECT string_agg(concat_ws(':', indexrelid, indkey::text, indisprimary, indisreplident),
                        ',' ORDER BY indexrelid) FROM pg_index WHERE indrelid = %(oid)s),
-    (SELECT string_agg({published}, ',') FROM pg_publication_tables
-     WHERE pubname = %(pub)s AND schemaname = %(schema)s AND tablename = %(name)s))),
+    (SELECT string_agg({published}, ',' ORDER BY pubname) FROM pg_publication_tables
+     WHERE pubname = ANY (%(pubs)s) AND schemaname = %(schema)s AND tablename = %(name)s),
+    (SELECT string_agg(a.relid::text, ',') FROM pg_class c
+     JOIN pg_namespace n ON n.oid = c.relnamespace, pg_partition_ancestors(c.oid) a
+     WHERE n.nspname = %(read_schema)s AND c.relname = %(read_name)s))),
     pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
     ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) x),
     (pg_current_wal_insert_lsn() - '0/0')::bigint
 """
 
 
-def read_chunk(conn: psycopg.Connection, publication: str, table: str, after: list[str] | None,
-               upper: list[str] | None, limit: int, known: TablePlan | None = None,
-               fingerprint: str | None = None) -> ChunkRead:
+def read_chunk(conn: psycopg.Connection, publication: str | Sequence[str], table: str,
+               after: list[str] | None, upper: list[str] | None, limit: int,
+               known: TablePlan | None = None, fingerprint: str | None = None) -> ChunkRead:
     """One chunk: rows with key > ``after`` and <= ``upper``, in key order, at most ``limit``.
     ``known``/``fingerprint``: the plan of the previous chunk and its catalog digest, reused
     when the digest is the same (``ChunkRead.fingerprint`` is this chunk's)."""
     schema, name = split_name(table)
-    published = ("concat_ws(':', rowfilter, attnames::text)" if conn.info.server_version >= 150000
-                 else "tablename::text")
+    pubs = publication_list(publication)
+    published = ("concat_ws(':', pubname, rowfilter, attnames::text)"
+                 if conn.info.server_version >= 150000 else "pubname::text")
+    query = sql.SQL(_FINGERPRINT.format(published=published))
+
+    def digest_of(plan: TablePlan | None) -> tuple[Any, ...] | None:
+        # the published relation (a partition's root) and the ancestors of the table read
+        pub_schema, pub_name = plan.published if plan is not None else (schema, name)
+        return conn.execute(query, {"oid": plan.oid if plan is not None else 0, "pubs": pubs,
+                                    "schema": pub_schema, "name": pub_name,
+                                    "read_schema": schema, "read_name": name}).fetchone()
+
     with conn.transaction():
         # one round trip: isolation, lock timeout and the lock (taken first: the columns the
         # chunk describes stay the columns it reads)
         conn.execute(sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
                              "SET LOCAL lock_timeout = '10s'; LOCK TABLE {} IN ACCESS SHARE MODE")
                      .format(sql.Identifier(schema, name)))
-        oid = known.oid if known is not None else 0
-        row = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
-                           {"oid": oid, "pub": publication, "schema": schema, "name": name}).fetchone()
+        row = digest_of(known)
         assert row is not None
         digest, xmax, xids, lsn = row
         xip = {int(x) & 0xFFFFFFFF for x in xids}
         plan = known
         if plan is None or digest != fingerprint:
-            plan = describe(conn, publication, table, estimate=False)
-            again = conn.execute(sql.SQL(_FINGERPRINT.format(published=published)),
-                                 {"oid": plan.oid, "pub": publication, "schema": schema,
-                                  "name": name}).fetchone()
+            plan = describe(conn, pubs, table, estimate=False)
+            again = digest_of(plan)
             digest = again[0] if again else None
         text = copy_out(conn, _chunk_query(plan, after, upper, limit))
     rows = copy_text_rows(text, insert_head(plan.oid, len(plan.columns)), plan.key_index)

@@ -7,8 +7,10 @@ of its own payload as they come (an ALTER TABLE mid-transaction applies to later
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias, final, overload
+
+import orjson
 
 from pgfeed_client._cursor import format_lsn
 from pgfeed.assembler.framing import FRAME
@@ -20,9 +22,9 @@ from pgfeed.assembler.model import (
     Transaction,
     backfill_id_of,
 )
-from pgfeed.assembler.relations import RelationCatalog, RelationSchema, TypeName
+from pgfeed.assembler.relations import RelationCatalog, RelationSchema, TypeName, resolve_value_oid
 from pgfeed.decoding.plan import RelationPlan, WireRow
-from pgfeed.decoding.values import RowLoader
+from pgfeed.decoding.values import RowLoader, load_value
 from pgfeed.errors import SchemaError
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import (
@@ -75,6 +77,51 @@ _frame_at = FRAME.unpack_from
 _FRAME_SIZE = FRAME.size
 _relation_id_at = struct.Struct(">I").unpack_from
 _UT = UNCHANGED_TOAST
+
+
+_DDL_COLUMN_KEYS = ("attnum", "name", "type", "type_oid", "not_null", "default", "generated",
+                    "identity", "added", "previous_name")
+
+
+def ddl_event(buf: bytes | bytearray | memoryview, plan: RelationPlan, lsn: int,
+              seq: int) -> Change | None:
+    """A row of the feed's DDL table (``replication.ddl``) as an op "ddl" Change: ``schema``
+    and ``table`` name the table the command touched, ``ddl`` holds ``command`` (the command
+    tag), ``object_type`` and ``object`` (``pg_event_trigger_ddl_commands``' identity),
+    ``table`` (``schema.table``), ``old_name``/``new_name`` (a rename of a column: column
+    names; of the table: ``schema.table``; absent otherwise) and ``columns``: the table's
+    columns after the command, each ``attnum``, ``name``, ``type`` (format_type), ``type_oid``,
+    ``not_null``, ``default`` (the expression, null for none), and when they apply
+    ``generated``/``identity`` (pg_attribute's letter), ``added`` (new since the table's
+    previous capture), ``previous_name`` (renamed since it) and ``missing_value`` (PostgreSQL's
+    attmissingval, encoded as the column's values are). None for a baseline row (not a command)."""
+    msg = decode(buf)
+    if not isinstance(msg, InsertMessage):
+        return None
+    row = dict(zip(plan.schema.column_names, msg.new_tuple.values, strict=False))
+    command = row.get("command")
+    if not isinstance(command, str) or command == "pgfeed baseline":
+        return None
+    schema, table = str(row.get("schema_name") or ""), str(row.get("table_name") or "")
+    raw = row.get("columns")
+    columns: Sequence[dict[str, Any]] = orjson.loads(raw) if isinstance(raw, str) else []
+    out_columns = []
+    for col in columns:
+        out = {k: col[k] for k in _DDL_COLUMN_KEYS if k in col}
+        out.setdefault("not_null", False)
+        out.setdefault("default", None)
+        missing = col.get("missing")
+        if missing is not None:
+            out["missing_value"] = load_value(resolve_value_oid(int(col.get("type_oid", 0)), None),
+                                              missing)
+        out_columns.append(out)
+    ddl: dict[str, Any] = {"command": command, "object_type": row.get("object_type"),
+                           "object": row.get("object"), "table": f"{schema}.{table}"}
+    if row.get("old_name") is not None:
+        ddl["old_name"] = row["old_name"]
+        ddl["new_name"] = row.get("new_name")
+    ddl["columns"] = out_columns
+    return Change(lsn, seq, Op.DDL, schema=schema, table=table, ddl=ddl)
 
 
 @final  # encoders test ``type(c) is RawChange``: no subclass may slip past
@@ -230,10 +277,14 @@ class TransactionDecoder:
     """
 
     def __init__(self, catalog: RelationCatalog, *, toast: ToastMode = "omit",
-                 placeholder: str = DEFAULT_PLACEHOLDER, fills: Fills | None = None) -> None:
+                 placeholder: str = DEFAULT_PLACEHOLDER, fills: Fills | None = None,
+                 ddl_table: str | None = None) -> None:
         if toast not in ("omit", "placeholder", "reselect"):
             raise ValueError(f"toast must be omit, placeholder or reselect, not {toast!r}")
         self.catalog = catalog
+        # ``schema.table`` of the feed's DDL table (option ddl "capture"): its rows are served as
+        # op "ddl" events, never as row changes
+        self.ddl_table = ddl_table
         self.toast = toast
         self.placeholder = placeholder
         self.fills = fills
@@ -307,6 +358,8 @@ class TransactionDecoder:
         # typed rows show unchanged TOAST as null unless filled (toast=reselect: the reference's)
         sink_flags = 0 if sink is None else sink.flags(backfill is not None,
                                                       self.toast != "reselect", ops)
+        ddl_table = self.ddl_table
+        ddl_ops = ddl_table is not None and (ops is None or Op.DDL in ops)
         resume_key = (commit_lsn, end, first_seq)
         resume = self._resume.get(resume_key) if first_seq else None
         if resume is not None:  # the next page of a transaction read page by page
@@ -344,13 +397,22 @@ class TransactionDecoder:
             pos += length
             last = seq
             op = ops_of[tag]
-            if ops is not None and op not in ops:
+            if ops is not None and op not in ops and not ddl_ops:
                 continue
             if tag in _ROW_TAGS:
                 relation_id = _relation_id_at(buf, 1)[0]
                 plan = plans.get(relation_id)
                 if plan is None:
                     plan = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
+                if ddl_table is not None and plan.name == ddl_table:
+                    event = ddl_event(buf, plan, lsn, seq) if ddl_ops and tag == TAG_INSERT \
+                        and backfill is None else None
+                    if event is not None and (tables is None or event.ddl is not None
+                                              and event.ddl["table"] in tables):
+                        append(event)
+                    continue
+                if ops is not None and op not in ops:
+                    continue
                 if tables is not None and plan.name not in tables:
                     continue
                 if sink is not None:
@@ -373,6 +435,8 @@ class TransactionDecoder:
                     change.op = op
                     append(change)
             elif tag == TAG_TRUNCATE:
+                if ops is not None and op not in ops:
+                    continue
                 trunc = decode(buf)
                 assert isinstance(trunc, TruncateMessage)
                 names = [(plans.get(r) or self._plan(r, commit_lsn, seq)).name
@@ -383,7 +447,7 @@ class TransactionDecoder:
                               options={"cascade": trunc.cascade,
                                        "restart_identity": trunc.restart_identity}))
             else:
-                if tables is not None:
+                if tables is not None or (ops is not None and op not in ops):
                     continue
                 lmsg = decode(buf)
                 assert isinstance(lmsg, LogicalMessage)
@@ -391,6 +455,10 @@ class TransactionDecoder:
                               transactional=lmsg.transactional))
         return Transaction(stored.xid, commit_lsn, stored.end_lsn, stored.commit_ts, origin,
                            changes, stored.change_count, last, backfill)
+
+    def is_ddl(self, plan: RelationPlan) -> bool:
+        """Whether ``plan`` is the feed's DDL table (its rows are never row changes)."""
+        return self.ddl_table is not None and plan.name == self.ddl_table
 
     def wire_changes(self, stored: StoredTransaction) -> Iterator[
             tuple[int, int, bytes, RelationSchema | None, RelationSchema | None]]:

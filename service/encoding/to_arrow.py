@@ -32,7 +32,7 @@ import base64
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any, cast
 
 import orjson
@@ -200,11 +200,14 @@ def _scalar_converter(t: pa.DataType, is_json: bool) -> Callable[[Any], Any]:
         return lambda v: v if v is None or isinstance(v, bytes) else None
     if pa.types.is_decimal(t):
         quantum = Decimal(1).scaleb(-t.scale)
+        # the type's own precision, not the default context's 28 digits: numeric(38,3) holds
+        # 10^25 with its three decimals (29 digits); a value wider than the type is null
+        context = Context(prec=t.precision)
 
         def decimal(v: Any) -> Decimal | None:
             try:
                 d = v if type(v) is Decimal else Decimal(str(v))
-                return d.quantize(quantum) if d.is_finite() else None
+                return d.quantize(quantum, context=context) if d.is_finite() else None
             except (InvalidOperation, ValueError, TypeError):
                 return None
         return decimal
@@ -287,8 +290,12 @@ def _repeated(transactions: Iterable[Transaction[Change]],
 def typed_batch(transactions: Sequence[Transaction[Change]], columns: Sequence[ArrowColumn],
                 schema: pa.Schema | None = None) -> pa.RecordBatch:
     """Changes of one table as rows of ``typed_schema(columns)``: the new image for inserts and
-    updates, the old one (whole, else the key) for deletes, nothing for truncates."""
+    updates, the old one (whole, else the key) for deletes, nothing for truncates; DDL events
+    are left out (they are no row: a generic read has them)."""
     schema = schema or typed_schema(columns)
+    if any(c.op is Op.DDL for t in transactions for c in t.changes):  # not rows: generic reads only
+        transactions = [t.with_changes([c for c in t.changes if c.op is not Op.DDL])
+                        for t in transactions]
     changes, _ = _changes(transactions)
     images = [(c.after if c.op in _ROW_IMAGE_AFTER else (c.before or c.key)) or _EMPTY
               for c in changes]
@@ -364,6 +371,7 @@ def generic_batch(transactions: Sequence[Transaction[Change]]) -> pa.RecordBatch
         pa.array([c.toast_filled for c in changes], _STRINGS),
         pa.array([c.table_version for c in changes], pa.int32()),
         pa.array(_json_or_none(c.json_null for c in changes), pa.string()),
+        pa.array(_json_or_none(c.ddl for c in changes), pa.string()),
         pa.array(_repeated(transactions, lambda t: t.end_lsn), pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=_CHANGE_SCHEMA)

@@ -14,6 +14,9 @@ states the difference:
 - ``source.table_version`` names the table's schema version the row was decoded with (pgfeed's
   own field), and ``source.json_null`` (only when some) the json/jsonb columns of ``before`` /
   ``after`` holding the JSON document ``null``, whose value is ``null`` like SQL NULL's;
+- a captured DDL command (feed option ``ddl: "capture"``) is an envelope of pgfeed's own,
+  ``op: "ddl"`` with the native event's ``ddl`` block (Debezium's PostgreSQL connector emits
+  no schema changes);
 - ``ts_ms`` (top level) is the commit time, not the time of reading: a log re-read gives the same
   envelopes.
 """
@@ -30,7 +33,8 @@ __all__ = ["CONNECTOR", "UNAVAILABLE", "DebeziumSource", "envelopes", "op_code"]
 
 CONNECTOR = "pgfeed"
 UNAVAILABLE = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
-_OPS = {"insert": "c", "update": "u", "delete": "d", "read": "r", "truncate": "t", "message": "m"}
+_OPS = {"insert": "c", "update": "u", "delete": "d", "read": "r", "truncate": "t", "message": "m",
+        "ddl": "ddl"}
 _EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 
 
@@ -120,6 +124,8 @@ def envelopes(event: dict[str, Any], src: DebeziumSource) -> list[dict[str, Any]
     if code == "m":
         return [one("m", None, None, schema=None, table=None,
                     message={"prefix": event.get("prefix"), "content": event.get("content")})]
+    if code == "ddl":  # Debezium's PostgreSQL connector has none: pgfeed's own op and block
+        return [one("ddl", None, None, ddl=event.get("ddl"))]
     key = event.get("key")
     before = event.get("before")
     after = _after(event)

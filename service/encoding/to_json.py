@@ -53,6 +53,7 @@ def _header(txn: Transaction[object]) -> tuple[str, int, str]:
 
 
 _INSERT, _UPDATE, _DELETE, _TRUNCATE, _READ = Op.INSERT, Op.UPDATE, Op.DELETE, Op.TRUNCATE, Op.READ
+_DDL = Op.DDL
 
 
 def change_to_dict(change: Change, txn: Transaction[object]) -> dict[str, Any]:
@@ -64,7 +65,8 @@ def change_to_dict(change: Change, txn: Transaction[object]) -> dict[str, Any]:
     column holds the document ``null`` (per image: which columns' ``null`` is not SQL NULL),
     ``before`` only when the old row came whole and ``after`` for inserts and updates, plus
     ``toast_filled`` in toast=reselect mode. Truncates add ``tables`` and ``options``; messages
-    ``prefix``, ``content`` (base64) and ``transactional``. Values stay Python objects here;
+    ``prefix``, ``content`` (base64) and ``transactional``; DDL events ``ddl``
+    (``decoding.changes.ddl_event``). Values stay Python objects here;
     ``dumps`` writes them.
     """
     commit_lsn, xid, commit_ts = _header(txn)
@@ -106,6 +108,8 @@ def change_to_dict(change: Change, txn: Transaction[object]) -> dict[str, Any]:
     if op is _TRUNCATE:
         out["tables"] = change.tables
         out["options"] = change.options
+    elif op is _DDL:
+        out["ddl"] = change.ddl
     else:
         out["prefix"] = change.prefix
         out["content"] = None if change.content is None else _b64(change.content).decode()

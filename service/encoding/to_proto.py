@@ -236,7 +236,8 @@ def _encode_row(tag: bytes, schema: str | None, table: str | None, row: dict[str
 # -- Change ------------------------------------------------------------------------------------------
 
 _OP = {Op.INSERT: b"\x18\x01", Op.UPDATE: b"\x18\x02", Op.DELETE: b"\x18\x03",
-       Op.TRUNCATE: b"\x18\x04", Op.MESSAGE: b"\x18\x05", Op.READ: b"\x18\x06"}
+       Op.TRUNCATE: b"\x18\x04", Op.MESSAGE: b"\x18\x05", Op.READ: b"\x18\x06",
+       Op.DDL: b"\x18\x07"}
 _KEY, _BEFORE, _AFTER = b"\x32", b"\x3a", b"\x42"
 _NAMES: dict[tuple[str | None, str | None], bytes] = {}
 
@@ -308,8 +309,34 @@ def _change_parts(change: Change, kinds: Mapping[str, str] | None, out: list[byt
             key = name.encode()
             entry = b"\x0a" + _V[len(key)] + key + (b"\x10\x01" if flag else b"")
             out.append(b"\x72" + _V[len(entry)] + entry)
+    elif op is Op.DDL and change.ddl is not None:
+        out.append(ld_field(b"\x8a\x01", ddl_bytes(change.ddl)))  # Change.ddl, field 17
     if change.toast_filled:
         out.append(_strings(b"\x7a", change.toast_filled))
+
+
+_DDL_TEXT = ((b"\x0a", "command"), (b"\x12", "object_type"), (b"\x1a", "object"),
+             (b"\x22", "table"), (b"\x2a", "old_name"), (b"\x32", "new_name"))
+_COLUMN_TEXT = ((b"\x12", "name"), (b"\x1a", "type"), (b"\x32", "default"),
+                (b"\x3a", "generated"), (b"\x42", "identity"), (b"\x52", "previous_name"))
+
+
+def ddl_bytes(ddl: Mapping[str, Any]) -> bytes:
+    """A change's ``ddl`` object -> the serialized ``pgfeed.v1.Ddl`` (rare: written plainly)."""
+    out = [text_field(tag, str(ddl[k])) for tag, k in _DDL_TEXT if ddl.get(k) is not None]
+    for col in ddl.get("columns") or ():
+        parts = [b"\x08" + varint(int(col.get("attnum", 0)) & 0xFFFFFFFFFFFFFFFF)]
+        parts += [text_field(tag, str(col[k])) for tag, k in _COLUMN_TEXT if col.get(k) is not None]
+        if col.get("type_oid"):
+            parts.append(b"\x20" + varint(int(col["type_oid"])))
+        if col.get("not_null"):
+            parts.append(b"\x28\x01")
+        if col.get("added"):
+            parts.append(b"\x48\x01")
+        if "missing_value" in col:
+            parts.append(ld_field(b"\x5a", value_bytes(col["missing_value"])))
+        out.append(ld_field(b"\x3a", b"".join(parts)))
+    return b"".join(out)
 
 
 def change_bytes(change: Change, kinds: Mapping[str, str] | None = None) -> bytes:

@@ -48,6 +48,13 @@ class FeedOptions:
     # PostgreSQL 18+: the publication pgfeed creates publishes stored generated columns
     # (WITH (publish_generated_columns = stored)); refused on older sources (issue 27.5).
     publish_generated_columns: bool = False
+    # Issue 28.5: a partition attached (ATTACH PARTITION) with rows to a published partitioned
+    # table is backfilled (with publish_via_partition_root its rows are served as the root's):
+    # its rows would otherwise never reach the feed (attaching writes no change).
+    backfill_attached: bool = True
+    # Issue 27.2: "capture" installs an event trigger on the source that records each DDL command
+    # touching a table of the feed (superuser only); served as op "ddl" events at their position.
+    ddl: Literal["off", "capture"] = "off"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeedOptions:
@@ -113,9 +120,18 @@ class FeedSpec:
     # pgfeed_<name>_keyless (dropped with the feed).
     identity_full: tuple[str, ...] = ()
     keyless_guard: bool = False
+    # What creation did with option ddl "capture": installed the DDL capture objects
+    # (``replication.ddl``; dropped with the feed), and made schema pgfeed for them.
+    ddl_capture: bool = False
+    ddl_schema: bool = False
     # Issue 27.5: the row filter and column list of each table of ``tables`` that has one
     # (PostgreSQL 15+), for the publication pgfeed creates. ``tables`` stays the list of names.
     table_filters: tuple[PublishedTable, ...] = ()
+    # Issue 28.5: the leaf partitions (oids) of the published tables as last seen (at creation,
+    # then by the supervisor's periodic check); one that appears later was attached (or created)
+    # and is backfilled when it has rows (option backfill_attached). None: never listed (a feed
+    # made before 28.5): the first check only lists them.
+    partitions: tuple[int, ...] | None = None
 
     @property
     def filters_by_name(self) -> dict[str, PublishedTable]:
@@ -129,6 +145,11 @@ class FeedSpec:
     def publication_name(self) -> str:
         return self.publication or f"pgfeed_{self.name}"
 
+    @property
+    def ddl_table(self) -> str | None:
+        """``schema.table`` of the feed's DDL table when it captures DDL (served as op "ddl")."""
+        return f"pgfeed.{self.name}_ddl" if self.ddl_capture else None
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -139,6 +160,8 @@ class FeedSpec:
         lost = data.pop("slot_lost", None)
         gaps = tuple(Gap.from_dict(g) for g in data.pop("gaps", None) or ())
         filters = tuple(PublishedTable.from_dict(f) for f in data.pop("table_filters", None) or ())
+        if data.get("partitions") is not None:
+            data["partitions"] = tuple(data["partitions"])
         return cls(**{**data, "tables": tuple(data.get("tables") or ()), "table_filters": filters,
                       "identity_full": tuple(data.get("identity_full") or ())}, options=options,
                    slot_lost=SlotLost.from_dict(lost) if lost else None, gaps=gaps)

@@ -91,7 +91,7 @@ class FeedReader:
 
     def __init__(self, changelog: ChangeLog, catalog: Callable[[], RelationCatalog], *,
                  toast: ToastMode = "placeholder", placeholder: str = DEFAULT_PLACEHOLDER,
-                 toast_index: ToastIndex | None = None) -> None:
+                 toast_index: ToastIndex | None = None, ddl_table: str | None = None) -> None:
         if toast == "reselect" and toast_index is None:
             raise ValueError("toast 'reselect' needs the feed's toast index")
         self.changelog = changelog
@@ -99,7 +99,8 @@ class FeedReader:
         self.toast_index = toast_index if toast == "reselect" else None
         self._decoder = TransactionDecoder(
             catalog(), toast=toast, placeholder=placeholder,
-            fills=self.toast_index.fills if self.toast_index is not None else None)
+            fills=self.toast_index.fills if self.toast_index is not None else None,
+            ddl_table=ddl_table)
         self._lock = threading.Lock()
         # The transaction a reader is paging through by seq: large ones are read from the log
         # once, not once per page.

@@ -27,8 +27,8 @@ from pgfeed.errors import (
     SourceError,
     SourceRefused,
 )
+from pgfeed.feeds import partitions, source
 from pgfeed.feeds import resync as resyncing
-from pgfeed.feeds import source
 from pgfeed.feeds.leadership import Leadership, SupervisorEvents, merge_report, replica_infos
 from pgfeed.feeds.model import (
     ADOPTED_TABLES,
@@ -538,7 +538,7 @@ class Supervisor:
     def _new_reader(self, feed: _Feed) -> FeedReader:
         name = feed.spec.name
         return FeedReader(feed.changelog, lambda: self.catalog(name), toast=feed.spec.options.toast,
-                          toast_index=self._toast_index(feed))
+                          toast_index=self._toast_index(feed), ddl_table=feed.spec.ddl_table)
 
     def prepare_trim(self, name: str) -> None:
         """Before retention trims feed ``name``: a ``toast=reselect`` feed's index takes in what
@@ -682,6 +682,50 @@ class Supervisor:
             if loss is not None and self._mark_lost(feed, loss, generation):
                 found.append(feed.spec.name)
         return found
+
+    # -- partitions attached with rows (issue 28.5) ------------------------------------------------
+    def check_partitions(self) -> list[str]:
+        """List the published leaf partitions of every capturing feed with option
+        ``backfill_attached`` (this replica's captures only: a leader's work) and backfill the
+        new ones holding rows. Returns the ids of the backfills started."""
+        if not self._capture:
+            return []
+        with self._lock:
+            feeds = [f for f in self._feeds.values()
+                     if f.spec.slot_lost is None and not f.paused and f.spec.options.backfill_attached
+                     and f.thread is not None and f.thread.is_alive()]
+        return [b for found in parallel(feeds, self._check_partitions) for b in found]
+
+    def _check_partitions(self, feed: _Feed) -> list[str]:
+        spec = feed.spec
+        try:
+            leaves = partitions.list_leaves(spec.dsn, spec.publication_name, spec.partitions)
+        except SourceError as exc:  # tried again at the next check
+            log.debug("feed %s: partition check failed: %s", spec.name, exc)
+            return []
+        started = []
+        if leaves.attached:
+            assert feed.backfills is not None
+            try:
+                record = feed.backfills.start(leaves.attached, chunk_rows=DEFAULT_CHUNK_ROWS,
+                                              parallel=DEFAULT_PARALLEL, skip_refused=True)
+                started.append(record.id)
+                log.info("feed %s: partition %s attached with rows: backfill %s reads them",
+                         spec.name, ", ".join(record.tables), record.id,
+                         extra={"feed": spec.name, "event": "partition_attached",
+                                "backfill": record.id, "tables": list(record.tables)})
+            except BackfillError as exc:
+                if exc.code == "source_error":  # tried again at the next check
+                    return []
+                log.warning("feed %s: partition %s attached with rows, not backfilled: %s",
+                            spec.name, ", ".join(leaves.attached), exc,
+                            extra={"feed": spec.name, "event": "partition_attached"})
+        if leaves.oids != spec.partitions:
+            with self._lock:
+                if self._feeds.get(spec.name) is feed:
+                    feed.spec = replace(feed.spec, partitions=leaves.oids)
+                    self._store.put(feed.spec, feed.paused)
+        return started
 
     def _mark_lost(self, feed: _Feed, lost: LostSlot, generation: int) -> bool:
         """Record that the feed's slot is gone (persisted: a restart keeps it failed), fail the

@@ -5,7 +5,9 @@ interval can be missed, but reconnects are logged by the capture itself, with th
 
 It also runs the slot check (issue 26): every SLOT_CHECK_SECONDS the supervisor probes each
 feed's slot, paused ones included, so a slot dropped or invalidated is reported within seconds
-(``failed``, an ERROR line saying changes were lost) even when no capture is running to notice."""
+(``failed``, an ERROR line saying changes were lost) even when no capture is running to notice.
+At the same pace it lists the partitions of the feeds' published tables (issue 28.5): one
+attached with rows is backfilled (``Supervisor.check_partitions``)."""
 
 from __future__ import annotations
 
@@ -66,12 +68,15 @@ class StateWatcher:
 
     async def run(self, interval: float = 0.25, slot_check: float = SLOT_CHECK_SECONDS) -> None:
         slots = asyncio.create_task(self._check_slots(slot_check))
+        # its own task: a check waiting on the source never delays the slot check
+        parts = asyncio.create_task(self._check_partitions(slot_check))
         try:
             while True:
                 await asyncio.to_thread(self.check)
                 await asyncio.sleep(interval)
         finally:
             slots.cancel()
+            parts.cancel()
 
     async def _check_slots(self, interval: float) -> None:
         while True:
@@ -80,3 +85,12 @@ class StateWatcher:
                 await asyncio.to_thread(self.supervisor.check_slots)
             except Exception:  # a check that failed is tried again: keep watching
                 log.exception("slot check failed")
+
+    async def _check_partitions(self, interval: float) -> None:
+        """Partitions attached with rows (issue 28.5), at the slot check's pace."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.supervisor.check_partitions)
+            except Exception:  # tried again at the next check
+                log.exception("partition check failed")

@@ -37,6 +37,43 @@ class ErrorBody(BaseModel):
 # -- reading --------------------------------------------------------------------------------------
 
 
+class DdlColumnOut(BaseModel):
+    """A column of the table after a captured DDL command."""
+
+    attnum: int
+    name: str
+    type: str = Field(description="`format_type(atttypid, atttypmod)`")
+    type_oid: int
+    not_null: bool
+    default: str | None = Field(description="The default expression (`pg_get_expr`), null for none")
+    generated: str | None = Field(None, description="Only when generated: `attgenerated` (`s`)")
+    identity: str | None = Field(None, description="Only for an identity column: `attidentity` "
+                                                   "(`a` always, `d` by default)")
+    added: bool | None = Field(None, description="Only when true: new since the table's previous "
+                                                 "captured command")
+    previous_name: str | None = Field(None, description="Only for a column renamed since the "
+                                                        "table's previous captured command")
+    missing_value: Any = Field(None, description="Only when PostgreSQL holds one (`attmissingval`: "
+                               "`ADD COLUMN ... DEFAULT` without a rewrite): the value rows that "
+                               "existed before read, encoded as in `after`")
+
+
+class DdlOut(BaseModel):
+    """`ddl` events (feed option `ddl: \"capture\"`): the command captured at its position."""
+
+    command: str = Field(description="The command tag: `ALTER TABLE`, `CREATE TABLE`, ...")
+    object_type: str | None = Field(description="`pg_event_trigger_ddl_commands().object_type`: "
+                                                "`table`, `table column`")
+    object: str | None = Field(description="Its `object_identity`: `public.orders`, "
+                                           "`public.orders.title`")
+    table: str = Field(description="`schema.table` of the table it touched")
+    old_name: str | None = Field(None, description="Only for a rename: the column's old name, or "
+                                                   "the table's old `schema.table`")
+    new_name: str | None = Field(None, description="Only for a rename: the new name")
+    columns: list[DdlColumnOut] = Field(description="The table's columns after the command, in "
+                                                    "attnum order")
+
+
 class ChangeEvent(BaseModel):
     """One change event, as the contract's "Change event (JSON)" describes it."""
 
@@ -47,7 +84,7 @@ class ChangeEvent(BaseModel):
     commit_lsn: str
     xid: int
     commit_ts: str = Field(description="ISO 8601 commit time, UTC")
-    op: Literal["insert", "update", "delete", "truncate", "message", "read"]
+    op: Literal["insert", "update", "delete", "truncate", "message", "read", "ddl"]
     schema_: str | None = Field(None, alias="schema")
     table: str | None = None
     table_version: int | None = Field(None, description="Row changes: the table's schema version "
@@ -68,6 +105,8 @@ class ChangeEvent(BaseModel):
     transactional: bool | None = None
     tables: list[str] | None = Field(None, description="`truncate` events: `schema.table` names")
     options: dict[str, bool] | None = Field(None, description="`truncate` events")
+    ddl: DdlOut | None = Field(None, description="`ddl` events: the captured DDL command "
+                                                 "(`schema`/`table` name the table it touched)")
 
 
 class ChangesPage(BaseModel):
@@ -120,6 +159,16 @@ class ColumnOut(BaseModel):
                              "type that is not built in, its name as the source sent it")
     typmod: int
     key: bool = Field(description="Part of the replica identity")
+    previous_name: str | None = Field(None, description="Present only for a column renamed since "
+                                      "the previous version (known from captured DDL, feed "
+                                      "option `ddl: \"capture\"`; without it a rename reads as a "
+                                      "drop and an add)")
+    missing_value: Any = Field(None, description="Present only for a column added since the "
+                               "previous version that PostgreSQL gives a missing value "
+                               "(`attmissingval`: `ADD COLUMN ... DEFAULT` without a rewrite): the "
+                               "value rows that existed before read, encoded as in a change "
+                               "event's `after`. No change carries it to those rows. Absent: none "
+                               "(never SQL NULL)")
 
 
 class TableVersionOut(BaseModel):
@@ -127,6 +176,9 @@ class TableVersionOut(BaseModel):
     valid_from: str = Field(description="Commit LSN of the transaction that introduced it")
     replica_identity: str
     columns: list[ColumnOut]
+    previous_name: str | None = Field(None, description="Present only when the table's "
+                                      "`schema.table` differs from the previous version's (a "
+                                      "rename): that name")
 
 
 class TableOut(TableVersionOut):
@@ -277,6 +329,21 @@ class FeedOptionsIn(BaseModel):
         False, description="PostgreSQL 18+: the publication pgfeed creates publishes stored "
                            "generated columns (`WITH (publish_generated_columns = stored)`); "
                            "refused (422) on older sources")
+    backfill_attached: bool = Field(
+        True, description="A partition attached (`ATTACH PARTITION`) with rows to a published "
+                          "partitioned table is backfilled into the feed (with `partition_root`, "
+                          "as the root's rows): attaching writes no change, so its rows would "
+                          "otherwise never arrive. Detected within seconds")
+    ddl: Literal["off", "capture"] = Field(
+        "off", description="`capture`: pgfeed installs an event trigger on the source (superuser "
+                           "only) that records each DDL command touching a table of the feed in a "
+                           "feed-owned table, published by a feed-owned publication; each is "
+                           "served as an `op: \"ddl\"` event at its position (command, object, "
+                           "old and new names of a rename, the table's columns after it), and "
+                           "schema versions say which column was renamed (`previous_name`). "
+                           "Everything is dropped with the feed, and the trigger never makes the "
+                           "application's DDL fail. `off`: schema changes are derived from "
+                           "Relation messages (a rename reads as a drop and an add)")
 
 
 # A `schema.table` name (a bare name means public): non-blank, at most 200 characters. The pattern
@@ -453,6 +520,8 @@ class FeedOptionsOut(BaseModel):
     failover: bool = False
     keyless: str = "refuse"
     publish_generated_columns: bool = False
+    backfill_attached: bool = True
+    ddl: str = "off"
 
 
 class PublishedOut(BaseModel):

@@ -42,11 +42,13 @@ class DebeziumEnvelope(BaseModel):
     before: dict[str, Any] | None
     after: dict[str, Any] | None
     source: DebeziumSourceOut
-    op: Literal["c", "u", "d", "r", "t", "m"]
+    op: Literal["c", "u", "d", "r", "t", "m", "ddl"]
     ts_ms: int = Field(description="Commit time (not the time of reading)")
     ts_us: int
     transaction: None
     message: DebeziumMessageOut | None = Field(None, description="`m` envelopes only")
+    ddl: dict[str, Any] | None = Field(None, description="pgfeed's own `ddl` envelopes only (feed "
+                                       "option `ddl: \"capture\"`): the native event's `ddl`")
 
 
 class DebeziumChangesPage(BaseModel):

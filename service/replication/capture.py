@@ -29,6 +29,7 @@ from pgfeed.replication import protocol, slots
 from pgfeed.replication.commands import max_proto_version, streaming_mode
 from pgfeed.replication.connect import admin_connection, connect
 from pgfeed.replication.lost import LostSlot, SlotLostError, slot_loss
+from pgfeed.replication.schemanotes import SchemaAnnotator
 from pgfeed.replication.stream import ReplicationStream
 from pgfeed.replication.writer import LogWriter
 
@@ -68,6 +69,9 @@ class CaptureConfig:
     two_phase: bool = False
     heartbeat_seconds: float = 10.0
     failover: bool = False  # a failover slot (resumes on a promoted standby)
+    # option ddl "capture": the feed's DDL table in schema pgfeed (``replication.schemanotes``)
+    ddl_table: str | None = None
+    extra_publications: tuple[str, ...] = ()  # streamed beside ``publication`` (the DDL table's)
 
 
 Batch = list[StoredTransaction]
@@ -271,7 +275,8 @@ class Capture:
             start_lsn = self.changelog.confirmed_lsn()
             try:
                 stream.start(config.slot, start_lsn, proto_version=proto,
-                             publications=[config.publication], streaming=streaming,
+                             publications=[config.publication, *config.extra_publications],
+                             streaming=streaming,
                              messages=config.messages, two_phase=config.two_phase and proto >= 3)
             except SourceError as exc:
                 lost = self._lost()
@@ -304,6 +309,8 @@ class Capture:
         reported = -1  # flush position last sent to PostgreSQL
         last_feedback = 0.0
         heartbeat = _Heartbeat(self.config)
+        # Schema history annotations (missing values, captured DDL) with the frames they describe
+        annotate = SchemaAnnotator(self.config.dsn, self.config.ddl_table)
         try:
             while not stop.is_set():
                 # held backfill chunks go to the writer as soon as it is idle: look often
@@ -315,7 +322,9 @@ class Capture:
                 for wal_end, reply_requested in keepalives:
                     received = max(received, wal_end)
                     reply = reply or reply_requested
-                stored = process(feed_batch(frames), received)
+                assembled = feed_batch(frames)
+                stored = process(annotate.annotate(assembled) if assembled else assembled,
+                                 received)
                 target = assembler.confirmable_lsn
                 if keepalives and protocol.keepalive_confirmable(
                         received, assembler.in_transaction, assembler.hold_lsn):
@@ -352,6 +361,7 @@ class Capture:
         finally:
             writer.close()
             heartbeat.close()
+            annotate.close()
 
     def _durable(self, stored: Sequence[StoredTransaction]) -> None:
         """Once ``stored`` is durable (on the writer's or the capture thread): counters, and wake the

@@ -64,6 +64,7 @@ class Request:
     filters: tuple[PublishedTable, ...] = ()
     generated_columns: bool = False
     partition_root: bool = True  # publish_via_partition_root: a partitioned table's filter needs it
+    ddl: bool = False  # option ddl "capture": an event trigger (issue 27.2)
 
     @property
     def slot_name(self) -> str | None:
@@ -376,6 +377,7 @@ def judge(facts: Facts, request: Request) -> list[Finding]:
     out += _publication_rights(facts, request)
     out += _tables(facts, request)
     out += filter_findings(facts, request)
+    out += _ddl_capture(facts, request)
     out += _headroom(facts)
     out += _slot_risk(facts)
     out += _names(facts, request)
@@ -489,6 +491,19 @@ def _tables(facts: Facts, request: Request) -> list[Finding]:
                                "create tables with a primary key, or option keyless: identity_full "
                                "(an event trigger gives them REPLICA IDENTITY FULL)"))
     return out
+
+
+def _ddl_capture(facts: Facts, request: Request) -> list[Finding]:
+    """Option ddl "capture" installs an event trigger, which only a superuser may create."""
+    if not request.ddl:
+        return []
+    if facts.superuser:
+        return [Finding("ddl", "ok", "DDL capture: an event trigger records each DDL command on "
+                        "the feed's tables (served as op \"ddl\" events)")]
+    return [Finding("ddl", "error", f"option ddl \"capture\" installs an event trigger, and "
+                    f"event triggers need a superuser; role {facts.role} is not one",
+                    "create the feed as a superuser, or leave option ddl off (schema changes are "
+                    "then derived from Relation messages: a rename reads as a drop and an add)")]
 
 
 def _headroom(facts: Facts) -> list[Finding]:

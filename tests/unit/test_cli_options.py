@@ -11,7 +11,8 @@ from pgfeed.http_api.schemas import FeedOptionsIn
 ALL = ["--toast", "reselect", "--snapshot", "export", "--no-messages", "--two-phase", "--no-streaming",
        "--no-partition-root", "--heartbeat-seconds", "0.5", "--retention-hours", "none",
        "--retention-bytes", "1000", "--retention-consumer-max-idle-hours", "null", "--failover",
-       "--keyless", "identity_full", "--publish-generated-columns"]
+       "--keyless", "identity_full", "--publish-generated-columns", "--no-backfill-attached",
+       "--ddl", "capture"]
 
 
 def _body(*flags: str) -> dict[str, object]:
@@ -27,7 +28,8 @@ def test_every_api_option_has_a_flag_and_round_trips() -> None:
         "toast": "reselect", "snapshot": "export", "messages": False, "two_phase": True,
         "streaming": False, "partition_root": False, "heartbeat_seconds": 0.5,
         "retention": {"hours": None, "bytes": 1000, "consumer_max_idle_hours": None},
-        "failover": True, "keyless": "identity_full", "publish_generated_columns": True}
+        "failover": True, "keyless": "identity_full", "publish_generated_columns": True,
+        "backfill_attached": False, "ddl": "capture"}
 
 
 def test_flags_left_out_leave_the_server_defaults() -> None:

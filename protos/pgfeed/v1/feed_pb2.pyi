@@ -20,6 +20,7 @@ class Op(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OP_TRUNCATE: _ClassVar[Op]
     OP_MESSAGE: _ClassVar[Op]
     OP_READ: _ClassVar[Op]
+    OP_DDL: _ClassVar[Op]
 OP_UNSPECIFIED: Op
 OP_INSERT: Op
 OP_UPDATE: Op
@@ -27,6 +28,7 @@ OP_DELETE: Op
 OP_TRUNCATE: Op
 OP_MESSAGE: Op
 OP_READ: Op
+OP_DDL: Op
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("feed", "cursor", "tables", "ops")
@@ -63,7 +65,7 @@ class Transaction(_message.Message):
     def __init__(self, xid: _Optional[int] = ..., commit_lsn: _Optional[int] = ..., end_lsn: _Optional[int] = ..., commit_ts: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., origin: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., cursor: _Optional[str] = ..., final: _Optional[bool] = ..., backfill: _Optional[str] = ...) -> None: ...
 
 class Change(_message.Message):
-    __slots__ = ("lsn", "seq", "op", "schema", "table", "key", "before", "after", "unchanged_toast", "prefix", "content", "transactional", "tables", "options", "toast_filled", "table_version")
+    __slots__ = ("lsn", "seq", "op", "schema", "table", "key", "before", "after", "unchanged_toast", "prefix", "content", "transactional", "tables", "options", "toast_filled", "table_version", "ddl")
     class KeyEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +110,7 @@ class Change(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     TOAST_FILLED_FIELD_NUMBER: _ClassVar[int]
     TABLE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DDL_FIELD_NUMBER: _ClassVar[int]
     lsn: int
     seq: int
     op: Op
@@ -124,7 +127,52 @@ class Change(_message.Message):
     options: _containers.ScalarMap[str, bool]
     toast_filled: _containers.RepeatedScalarFieldContainer[str]
     table_version: int
-    def __init__(self, lsn: _Optional[int] = ..., seq: _Optional[int] = ..., op: _Optional[_Union[Op, str]] = ..., schema: _Optional[str] = ..., table: _Optional[str] = ..., key: _Optional[_Mapping[str, Value]] = ..., before: _Optional[_Mapping[str, Value]] = ..., after: _Optional[_Mapping[str, Value]] = ..., unchanged_toast: _Optional[_Iterable[str]] = ..., prefix: _Optional[str] = ..., content: _Optional[bytes] = ..., transactional: _Optional[bool] = ..., tables: _Optional[_Iterable[str]] = ..., options: _Optional[_Mapping[str, bool]] = ..., toast_filled: _Optional[_Iterable[str]] = ..., table_version: _Optional[int] = ...) -> None: ...
+    ddl: Ddl
+    def __init__(self, lsn: _Optional[int] = ..., seq: _Optional[int] = ..., op: _Optional[_Union[Op, str]] = ..., schema: _Optional[str] = ..., table: _Optional[str] = ..., key: _Optional[_Mapping[str, Value]] = ..., before: _Optional[_Mapping[str, Value]] = ..., after: _Optional[_Mapping[str, Value]] = ..., unchanged_toast: _Optional[_Iterable[str]] = ..., prefix: _Optional[str] = ..., content: _Optional[bytes] = ..., transactional: _Optional[bool] = ..., tables: _Optional[_Iterable[str]] = ..., options: _Optional[_Mapping[str, bool]] = ..., toast_filled: _Optional[_Iterable[str]] = ..., table_version: _Optional[int] = ..., ddl: _Optional[_Union[Ddl, _Mapping]] = ...) -> None: ...
+
+class Ddl(_message.Message):
+    __slots__ = ("command", "object_type", "object", "table", "old_name", "new_name", "columns")
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    OLD_NAME_FIELD_NUMBER: _ClassVar[int]
+    NEW_NAME_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    command: str
+    object_type: str
+    object: str
+    table: str
+    old_name: str
+    new_name: str
+    columns: _containers.RepeatedCompositeFieldContainer[DdlColumn]
+    def __init__(self, command: _Optional[str] = ..., object_type: _Optional[str] = ..., object: _Optional[str] = ..., table: _Optional[str] = ..., old_name: _Optional[str] = ..., new_name: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[DdlColumn, _Mapping]]] = ...) -> None: ...
+
+class DdlColumn(_message.Message):
+    __slots__ = ("attnum", "name", "type", "type_oid", "not_null", "default", "generated", "identity", "added", "previous_name", "missing_value")
+    ATTNUM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_OID_FIELD_NUMBER: _ClassVar[int]
+    NOT_NULL_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    ADDED_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_NAME_FIELD_NUMBER: _ClassVar[int]
+    MISSING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    attnum: int
+    name: str
+    type: str
+    type_oid: int
+    not_null: bool
+    default: str
+    generated: str
+    identity: str
+    added: bool
+    previous_name: str
+    missing_value: Value
+    def __init__(self, attnum: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[str] = ..., type_oid: _Optional[int] = ..., not_null: _Optional[bool] = ..., default: _Optional[str] = ..., generated: _Optional[str] = ..., identity: _Optional[str] = ..., added: _Optional[bool] = ..., previous_name: _Optional[str] = ..., missing_value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
 
 class Value(_message.Message):
     __slots__ = ("null_value", "bool_value", "int_value", "double_value", "string_value", "bytes_value", "numeric_value", "timestamp_value", "json_value", "list_value", "local_timestamp_value", "date_value", "time_value", "interval_value")

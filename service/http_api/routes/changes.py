@@ -18,6 +18,7 @@ from pgfeed_client._headers import (
     NEXT_HEADER,
 )
 from pgfeed.assembler.model import Op
+from pgfeed.decoding.values import load_value
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
 from pgfeed.feeds.reader import FeedReader
@@ -174,7 +175,7 @@ def get_splits(
 def list_tables(feed: FeedName, supervisor: SupervisorDep) -> Response:
     """Every relation the feed has seen: columns (name, type OID, type name, typmod, key flag) of
     its newest version first, then every version with the LSN it took effect at."""
-    tables: list[dict[str, Any]] = supervisor.catalog(feed).tables()
+    tables: list[dict[str, Any]] = supervisor.catalog(feed).tables(load_value)
     return Response(dumps({"tables": tables}), media_type=JSON_MEDIA_TYPE)
 
 
@@ -210,7 +211,7 @@ def get_table_schema(
     for relation_id in relation_ids:
         found = reader.schema_at(relation_id, cursor)
         if found is not None:
-            return Response(dumps(found.schema_at()), media_type=JSON_MEDIA_TYPE)
+            return Response(dumps(found.schema_at(load_value)), media_type=JSON_MEDIA_TYPE)
     raise ApiError(404, "schema_not_found", f"feed {feed!r}: table {table!r} has no schema "
                    f"version at {cursor}: its first change comes later")
 
@@ -225,5 +226,5 @@ def get_table_schema_history(feed: FeedName, table: TableName, supervisor: Super
     versions = supervisor.catalog(feed).versions(relation_ids[0])
     latest = versions[-1]
     body = {"relation_id": latest.relation_id, "schema": latest.schema, "table": latest.table,
-            "name": latest.qualified_name, "versions": [v.schema_at() for v in versions]}
+            "name": latest.qualified_name, "versions": [v.schema_at(load_value) for v in versions]}
     return Response(dumps(body), media_type=JSON_MEDIA_TYPE)

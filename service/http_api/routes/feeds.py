@@ -130,7 +130,8 @@ def _spec(body: FeedCreate) -> FeedSpec:
                           two_phase=o.two_phase, streaming=o.streaming,
                           partition_root=o.partition_root, heartbeat_seconds=o.heartbeat_seconds,
                           retention=Retention(**o.retention.model_dump()), failover=o.failover,
-                          keyless=o.keyless, publish_generated_columns=o.publish_generated_columns)
+                          keyless=o.keyless, publish_generated_columns=o.publish_generated_columns,
+                          backfill_attached=o.backfill_attached, ddl=o.ddl)
     try:
         names, filters = table_names(body.tables)
     except ValueError as exc:

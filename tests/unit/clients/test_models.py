@@ -21,6 +21,7 @@ EVENT = {
     "origin": "up", "prefix": "p", "content": base64.b64encode(b"\x00hi").decode(),
     "transactional": True, "tables": ["s.t"], "options": {"cascade": True},
     "toast_filled": ["big2"], "table_version": 4, "json_null": {"after": ["doc"]},
+    "ddl": {"command": "ALTER TABLE", "table": "s.t", "columns": []},
 }
 
 

@@ -14,6 +14,7 @@ import struct
 import threading
 import time
 from dataclasses import replace
+from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
@@ -445,3 +446,15 @@ def test_a_scan_lets_other_threads_run() -> None:
     inside = [t0, *(t for t in ticks if t0 < t < t1), t1]
     longest = max(b - a for a, b in itertools.pairwise(inside))
     assert t1 - t0 > 0.01 and longest < (t1 - t0) / 2, (t1 - t0, longest)
+
+
+def test_a_wide_numeric_after_a_nan_keeps_its_value() -> None:
+    """A NaN sends the column down the per-value path, whose quantize once used the default
+    28-digit context: 10^25 in a numeric(38,3) key became null there and not in C."""
+    columns: list[Column] = [("c0", 1700, True, NUMERIC_38_3), ("c1", 16, False, -1)]
+    wide = "1" + "0" * 25 + ".000"
+    payload = [b"I" + struct.pack(">I", RELID) + b"N" + tuple_data(["NaN", None]),
+               b"D" + struct.pack(">I", RELID) + b"K" + tuple_data([wide, None])]
+    dec, arrow = setup(columns)
+    expected, got, _ = both(dec, arrow, stored(payload), first_seq=0, max_changes=2)
+    assert [r["c0"] for r in expected] == [r["c0"] for r in got] == [None, Decimal(wide)]

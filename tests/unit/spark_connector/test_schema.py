@@ -268,7 +268,7 @@ def test_arrow_rows_past_the_range_end_are_cut() -> None:
 
     target = arrow_schema(change_schema())
     rows = [(1, s, lsn, None, 1, "insert", "public", "t", None, None, None, [], None, None, None,
-             None, None, None, None, None, None) for lsn, s in [(0x10, 0), (0x10, 1), (0x20, 0), (0x20, 1)]]
+             None, None, None, None, None, None, None) for lsn, s in [(0x10, 0), (0x10, 1), (0x20, 0), (0x20, 1)]]
     batch = rows_to_batch(rows, target)
     from pgfeed_client import Cursor
     assert _cut(batch, Cursor(0x20, 0), "commit_lsn", "seq").num_rows == 3

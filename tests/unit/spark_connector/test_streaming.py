@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
+import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from pgfeed_client import FeedClient, RetryPolicy
 from pgfeed_spark import FeedOptions, change_schema
 from pgfeed_spark._clients import shared_client
+from pgfeed_spark._evolve import Lineage, SchemaChangedError, Version
 from pgfeed_spark._streaming import PgFeedStreamReader
 from tests.unit.clients.test_http_client import FakeFeed, _change
 
@@ -176,3 +179,51 @@ def test_read_tasks_share_one_client_per_worker_and_server() -> None:
     c = FeedOptions.parse({"url": "http://127.0.0.1:1", "feed": "shop", "token": "t"})
     assert shared_client(a) is shared_client(b)  # same server and credentials
     assert shared_client(c) is not shared_client(a)
+
+
+# -- schemaEvolution: where a micro-batch ends when the table changes (issue 27.3) ----------------
+
+def _history_service() -> FakeService:
+    """The fake feed (head 0/4000) with a table whose version 2 (at 0/2000) drops qty and
+    version 3 (at 0/3000) adds flag."""
+    def col(name: str, oid: int, type_name: str, key: bool = False) -> dict[str, Any]:
+        return {"name": name, "type_oid": oid, "type_name": type_name, "typmod": -1, "key": key}
+
+    shapes = [[col("id", 23, "int4", True), col("qty", 23, "int4")], [col("id", 23, "int4", True)],
+              [col("id", 23, "int4", True), {**col("flag", 16, "bool"), "missing_value": True}]]
+    versions = [{"version": n + 1, "valid_from": f"0/{[0x100, 0x2000, 0x3000][n]:X}",
+                 "replica_identity": "default", "columns": c, "schema": "public", "table": "t"}
+                for n, c in enumerate(shapes)]
+
+    class WithHistory(FakeService):
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/schema/history"):
+                return httpx.Response(200, json={"schema": "public", "table": "t",
+                                                 "versions": versions})
+            return super().__call__(request)
+
+    return WithHistory()
+
+
+def _evolving_reader(service: FakeService, policy: str) -> PgFeedStreamReader:
+    reader = _reader(service, table="public.t", schemaEvolution=policy)
+    first = Version.of(FeedClient("http://pgfeed.test", transport=httpx.MockTransport(service))
+                       .table_schema_history("shop", "public.t")[0])
+    reader.opts = replace(reader.opts, lineage=Lineage.build("public.t", [first],
+                                                             rescue=policy == "rescue"))
+    return reader
+
+
+def test_a_stream_ends_its_micro_batch_before_a_version_it_cannot_hold() -> None:
+    service = _history_service()
+    add = _evolving_reader(service, "addNewColumns")  # the drop goes on; the new column stops
+    assert add.latestOffset({"cursor": "earliest"}, ReadAllAvailable()) == {"cursor": "0/2FFF"}
+    with pytest.raises(SchemaChangedError, match=r"public.t changed at 0/3000 \(version 2 -> 3: "
+                       r"added flag bool \(rows before it: True\)\).*restart"):
+        add.latestOffset({"cursor": "0/2FFF"}, ReadAllAvailable())
+    fail = _evolving_reader(service, "fail")  # every change stops
+    assert fail.latestOffset({"cursor": "earliest"}, ReadAllAvailable()) == {"cursor": "0/1FFF"}
+    with pytest.raises(SchemaChangedError, match=r"version 1 -> 2: dropped qty"):
+        fail.latestOffset({"cursor": "0/1FFF"}, ReadAllAvailable())
+    rescue = _evolving_reader(service, "rescue")  # never stops
+    assert rescue.latestOffset({"cursor": "earliest"}, ReadAllAvailable()) == {"cursor": "0/4000"}
