@@ -53,6 +53,9 @@ ASSEMBLER_MEMORY = 16 << 20
 # commits: no hand-over on their way to subscribers); bigger ones overlap with receiving.
 INLINE_APPEND_BYTES = 256 << 10
 HOLDING_POLL = 0.002  # seconds a read waits while backfill chunks wait for the writer to be idle
+# Held chunks with no free position (each takes a WAL position the stream passed, and an idle
+# source writes none): the heartbeat goes this often instead, its record giving the next ones.
+STARVED_HEARTBEAT = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,12 @@ class BatchHook(Protocol):
 
     @property
     def holding(self) -> bool: ...
+
+    @property
+    def starved(self) -> bool:
+        """Held chunks wait for a free position: the source wrote no WAL since the stream's
+        position (capture then sends its heartbeat early, STARVED_HEARTBEAT)."""
+        ...
 
     def process(self, batch: Batch, received: int) -> Batch: ...
 
@@ -353,7 +362,7 @@ class Capture:
                         now, last_feedback, FEEDBACK_INTERVAL):
                     stream.send_feedback(received, durable, durable, reply=False)
                     reported, last_feedback = durable, now
-                heartbeat.maybe_emit()
+                heartbeat.maybe_emit(soon=hook.starved)
             writer.close()  # stopping: what was received and committed becomes durable, then reported
             writer.raise_if_failed()
             if writer.durable_lsn > reported:
@@ -383,6 +392,7 @@ class Capture:
 
 class _NoHook:
     holding = False
+    starved = False
 
     def process(self, batch: Batch, received: int) -> Batch:
         return batch
@@ -410,12 +420,18 @@ class _Heartbeat:
         self.config = config
         self.interval = config.heartbeat_seconds
         self.next_at = time.monotonic() + self.interval
+        self.last_at = float("-inf")
         self.conn: psycopg.Connection | None = None
 
-    def maybe_emit(self) -> None:
-        if self.interval <= 0 or time.monotonic() < self.next_at:
+    def maybe_emit(self, *, soon: bool = False) -> None:
+        """Emit when due; with ``soon`` (held backfill chunks starved of positions) due every
+        STARVED_HEARTBEAT."""
+        now = time.monotonic()
+        if self.interval <= 0 or now < (min(self.next_at, self.last_at + STARVED_HEARTBEAT)
+                                        if soon else self.next_at):
             return
-        self.next_at = time.monotonic() + self.interval
+        self.last_at = now
+        self.next_at = now + self.interval
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = connect(self.config.dsn, "pgfeed-heartbeat")

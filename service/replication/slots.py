@@ -426,10 +426,14 @@ def emit_heartbeat(conn: psycopg.Connection, prefix: str) -> int:
 
     A non-transactional message does not flush WAL by itself; the walsender sends it once
     something else flushes WAL (any commit, or the WAL writer within ``wal_writer_delay``).
+    PostgreSQL 17+ flushes it at once (``flush``): held backfill chunks wait for it on an
+    idle source (``window.py``).
     """
+    query = ("SELECT pg_logical_emit_message(false, %s, '', true)::text"
+             if conn.info.server_version >= 170000 else
+             "SELECT pg_logical_emit_message(false, %s, '')::text")
     with conn.transaction():
-        row = conn.execute("SELECT pg_logical_emit_message(false, %s, '')::text",
-                           (prefix,)).fetchone()
+        row = conn.execute(query, (prefix,)).fetchone()
     return parse_lsn(row[0]) if row else 0
 
 
