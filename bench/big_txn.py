@@ -11,7 +11,8 @@ transaction in the middle of a backfill: one throwaway PostgreSQL cluster, ``pub
 
 Measured: the slot's ``pg_stat_replication_slots`` counters (``spill_bytes`` is what the
 walsender wrote to the source's disk for this slot; ``stream_bytes`` what it streamed before the
-commit), pgfeed's peak RSS (``VmHWM``), COMMIT -> durable, whether any of the transaction's
+commit), pgfeed's peak RSS (``VmHWM``) when the transaction is durable and after it was read
+(``format=count`` pages of 10,000), COMMIT -> durable, whether any of the transaction's
 changes were served before its COMMIT returned (polled during the INSERT), and that every one of
 its changes is served after, under one commit position (``format=count`` pages).
 
@@ -64,7 +65,7 @@ def served(server: Server, cursor: str) -> tuple[int, str]:
     total, nxt = 0, cursor
     while True:
         page = server.http.get(f"/v1/feeds/{FEED}/changes", params={
-            "tables": "public.orders", "format": "count", "limit": 100_000, "after": nxt}).json()
+            "tables": "public.orders", "format": "count", "limit": 10_000, "after": nxt}).json()
         total += page["count"]
         nxt = page["next"]
         if not page["has_more"]:
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 server.check()
                 time.sleep(0.01)
             durable = time.perf_counter()
+            rss_durable = peak_rss_mb(server.proc.pid)  # capture's peak, before any read of it
             slot = conn.execute(
                 "SELECT spill_txns, spill_bytes, stream_txns, stream_bytes FROM "
                 "pg_stat_replication_slots WHERE slot_name = %s",
@@ -133,7 +135,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "backfill_rows": b.get("rows", b.get("rows_read")),
                 "served_before_commit": max(early, default=0), "served_after": count,
                 "spill_txns": slot[0], "spill_mb": slot[1] / 2**20, "stream_txns": slot[2],
-                "stream_mb": slot[3] / 2**20, "rss_peak_mb": peak_rss_mb(server.proc.pid)}
+                "stream_mb": slot[3] / 2**20, "rss_capture_mb": rss_durable,
+                "rss_read_mb": peak_rss_mb(server.proc.pid)}
 
 
 def main() -> None:
@@ -148,7 +151,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pgfeed-bench-bigtxn-") as work:
         res = run(args, Path(work))
     print(res, flush=True)
-    ok = (res["spill_mb"] == 0 and res["rss_peak_mb"] <= RSS_LIMIT_MB
+    ok = (res["spill_mb"] == 0 and res["rss_capture_mb"] <= RSS_LIMIT_MB
           and res["served_before_commit"] == 0 and res["served_after"] == args.rows)
     text = "\n".join([
         "## One big transaction beside a backfill, default options (`bench/big_txn.py`)", "",
@@ -160,7 +163,9 @@ def main() -> None:
         f"| backfill still running at the COMMIT | {res['backfill_running_at_commit']} | yes |",
         f"| source spill written by the slot (MB, `spill_bytes`) | {res['spill_mb']:.0f} | 0 |",
         f"| streamed to pgfeed before the commit (MB, `stream_bytes`) | {res['stream_mb']:.0f} | |",
-        f"| pgfeed peak RSS (MB, VmHWM) | {res['rss_peak_mb']:.0f} | ≤ {RSS_LIMIT_MB} |",
+        (f"| pgfeed peak RSS until the transaction is durable (MB, VmHWM) "
+         f"| {res['rss_capture_mb']:.0f} | ≤ {RSS_LIMIT_MB} |"),
+        f"| pgfeed peak RSS after reading all of it (MB, VmHWM) | {res['rss_read_mb']:.0f} | |",
         f"| transaction on the source (s) | {res['txn_s']:.1f} | |",
         f"| COMMIT -> durable in pgfeed's log (s) | {res['commit_to_durable_s']:.2f} | |",
         f"| changes served before the COMMIT returned | {res['served_before_commit']:,} | 0 |",
