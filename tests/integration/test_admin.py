@@ -153,13 +153,14 @@ def test_feeds_create_on_the_cli_takes_every_option_the_api_takes(pgfeed_service
                "--no-streaming", "--no-partition-root", "--heartbeat-seconds", "2.5",
                "--retention-hours", "none", "--retention-bytes", "123456",
                "--retention-consumer-max-idle-hours", "6", "--no-failover", "--keyless", "identity_full",
-               "--no-publish-generated-columns", "--json")
+               "--no-publish-generated-columns", "--no-backfill-attached", "--ddl", "off", "--json")
     try:
         assert cli.returncode == 0, cli.stderr
         expected = {"toast": "omit", "snapshot": "never", "messages": False, "two_phase": True,
                     "streaming": False, "partition_root": False, "heartbeat_seconds": 2.5,
                     "retention": {"hours": None, "bytes": 123456, "consumer_max_idle_hours": 6.0},
-                    "failover": False, "keyless": "identity_full", "publish_generated_columns": False}
+                    "failover": False, "keyless": "identity_full", "publish_generated_columns": False,
+                    "backfill_attached": False, "ddl": "off"}
         assert json.loads(cli.stdout)["options"] == expected
         with httpx.Client(base_url=pgfeed_service.http_url, timeout=30) as client:
             assert client.get(f"/v1/feeds/{name}").json()["options"] == expected

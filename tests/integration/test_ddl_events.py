@@ -8,18 +8,16 @@ import contextlib
 import itertools
 from typing import Any
 
-import grpc
 import httpx
 import orjson
 import psycopg
 import pyarrow as pa
 import pytest
 
-from pgfeed_client import FeedClient, GrpcFeedClient
 from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.decoding.values import load_value
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
-from tests.fixtures.fix_service import FeedFactory
+from pgfeed_client import FeedClient, GrpcFeedClient
+from tests.fixtures.fix_service import FeedFactory, grpc_changes
 
 pytestmark = pytest.mark.pg
 
@@ -98,19 +96,6 @@ def _changes(base: str, feed: str, **params: Any) -> list[dict[str, Any]]:
     return changes
 
 
-def _grpc_changes(target: str, feed: str, count: int) -> list[Any]:
-    with grpc.insecure_channel(target) as channel:
-        call = feed_pb2_grpc.ChangeFeedStub(channel).Subscribe(
-            feed_pb2.SubscribeRequest(feed=feed, cursor="earliest"), timeout=60)
-        changes: list[Any] = []
-        for frame in call:
-            changes.extend(frame.changes)
-            if len(changes) >= count:
-                call.cancel()
-                break
-    return changes
-
-
 def test_ddl_capture_serves_events_at_their_position(make_served_feed: FeedFactory,
                                                      pg_dsn: str) -> None:
     """With ddl "capture": each DDL is an event between the last change of the old shape and the
@@ -171,7 +156,7 @@ def test_ddl_capture_serves_events_at_their_position(make_served_feed: FeedFacto
         [e["op"] for e in rows]
 
     # gRPC: OP_DDL with the same ddl, raw and through both clients
-    raw = _grpc_changes(service.grpc_target, name, len(events))
+    raw = grpc_changes(service.grpc_target, name, len(events))
     assert [c.op for c in raw] == [{"insert": 1, "update": 2, "ddl": 7}[e["op"]] for e in events]
     assert raw[7].ddl.old_name == "name" and raw[7].ddl.columns[1].previous_name == "name"
     assert raw[1].ddl.columns[3].missing_value.bool_value is True

@@ -13,17 +13,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import orjson
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed_client import FeedClient, GrpcFeedClient
 from pgfeed_client._json import embeddable
-from tests.fixtures.fix_service import FeedFactory
+from tests.fixtures.fix_service import FeedFactory, grpc_changes
 from tests.unit.encoding.jsondocs import documents, exact_tree, jsonb_text, same_numbers
 
 pytestmark = pytest.mark.pg
@@ -65,19 +63,6 @@ def _peek(dsn: str, slot: str, publication: str) -> list[bytes]:
     return result.stdout.splitlines()
 
 
-def _grpc_changes(target: str, feed: str, count: int) -> list[Any]:
-    with grpc.insecure_channel(target) as channel:
-        call = feed_pb2_grpc.ChangeFeedStub(channel).Subscribe(
-            feed_pb2.SubscribeRequest(feed=feed, cursor="earliest"), timeout=60)
-        changes: list[Any] = []
-        for frame in call:
-            changes.extend(frame.changes)
-            if len(changes) >= count:
-                call.cancel()
-                break
-    return changes
-
-
 def test_numbers_reach_readers_exactly(make_served_feed: FeedFactory, pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE fast_docs (id int PRIMARY KEY, doc jsonb, j json)")
@@ -112,7 +97,7 @@ def test_numbers_reach_readers_exactly(make_served_feed: FeedFactory, pg_dsn: st
     _assert_exact([(c.after["doc"], c.after["j"]) for c in changes], expected)
 
     # gRPC: json_value is the text itself, at any depth
-    raw = _grpc_changes(service.grpc_target, name, len(expected))
+    raw = grpc_changes(service.grpc_target, name, len(expected))
     assert [(c.after["doc"].json_value, c.after["j"].json_value) for c in raw] == \
         [(doc, j) for _, _, doc, j in expected]
     with GrpcFeedClient(service.grpc_target) as grpc_client:

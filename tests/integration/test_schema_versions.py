@@ -15,15 +15,14 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import grpc
 import httpx
 import psycopg
 import pyarrow as pa
 import pytest
 
 from pgfeed_client import JSON_NULL, FeedClient, GrpcFeedClient
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
-from tests.fixtures.fix_service import FeedFactory
+from pgfeed_proto.v1 import feed_pb2
+from tests.fixtures.fix_service import FeedFactory, grpc_changes
 
 pytestmark = pytest.mark.pg
 
@@ -58,19 +57,6 @@ def _columns(conn: psycopg.Connection[Any]) -> list[tuple[str, str, bool]]:
 def _schema(base: str, feed: str, at: str | None = None, table: str = "public.sv") -> httpx.Response:
     params = {} if at is None else {"at": at}
     return httpx.get(f"{base}/v1/feeds/{feed}/tables/{table}/schema", params=params, timeout=30)
-
-
-def _grpc_changes(target: str, feed: str, count: int) -> list[Any]:
-    with grpc.insecure_channel(target) as channel:
-        call = feed_pb2_grpc.ChangeFeedStub(channel).Subscribe(
-            feed_pb2.SubscribeRequest(feed=feed, cursor="earliest"), timeout=60)
-        changes: list[Any] = []
-        for frame in call:
-            changes.extend(frame.changes)
-            if len(changes) >= count:
-                call.cancel()
-                break
-    return changes
 
 
 def test_every_change_names_its_table_version(make_served_feed: FeedFactory, pg_dsn: str) -> None:
@@ -145,7 +131,7 @@ def test_every_change_names_its_table_version(make_served_feed: FeedFactory, pg_
 
     # gRPC: the same version on every change, raw and through the client; and the HTTP client
     service = make_served_feed.service
-    raw = [c for c in _grpc_changes(service.grpc_target, name, len(page["changes"]))
+    raw = [c for c in grpc_changes(service.grpc_target, name, len(page["changes"]))
            if c.op in (feed_pb2.OP_INSERT, feed_pb2.OP_UPDATE, feed_pb2.OP_DELETE)]
     assert [c.table_version for c in raw] == want_versions
     transactions = len({c["commit_lsn"] for c in page["changes"]})
@@ -201,9 +187,9 @@ def test_json_null_stays_apart_from_sql_null(make_served_feed: FeedFactory, pg_d
     with FeedClient(base) as client:
         http_changes = list(client.iter_changes(name))
     with GrpcFeedClient(service.grpc_target) as grpc_client:
-        grpc_changes = [c for t in itertools.islice(grpc_client.subscribe(name), len(JSON_ROWS))
+        client_changes = [c for t in itertools.islice(grpc_client.subscribe(name), len(JSON_ROWS))
                         for c in t.changes]
-    assert images(http_changes) == images(grpc_changes)
+    assert images(http_changes) == images(client_changes)
     first, second = http_changes[0].after, http_changes[1].after
     assert first is not None and second is not None
     assert first["jb"] is JSON_NULL and first["j"] is JSON_NULL
@@ -213,7 +199,7 @@ def test_json_null_stays_apart_from_sql_null(make_served_feed: FeedFactory, pg_d
     assert http_changes[4].after == {"id": 1, "jb": {"a": 1}, "j": JSON_NULL}
 
     # gRPC on the wire: json_value "null" for the document, null_value for SQL NULL
-    raw = _grpc_changes(service.grpc_target, name, len(JSON_ROWS))
+    raw = grpc_changes(service.grpc_target, name, len(JSON_ROWS))
     assert raw[0].after["jb"].WhichOneof("kind") == "json_value"
     assert raw[0].after["jb"].json_value == "null"
     assert raw[1].after["jb"].WhichOneof("kind") == "null_value"
