@@ -76,7 +76,7 @@ def test_a_cutover_sets_the_mirrors_sequences_and_inserts_without_a_key_conflict
     with httpx.Client(base_url=pgfeed_service.http_url, timeout=30) as client:
         created = client.post("/v1/feeds", json={
             "name": name, "dsn": pg_dsn, "tables": [f"public.{t}" for t in TABLES],
-            "options": {"heartbeat_seconds": 1}})
+            "options": {"heartbeat_seconds": 1, "messages": True}})
         assert created.status_code == 201, created.text
         try:
             wait_until(lambda: client.get(f"/v1/feeds/{name}").json()["state"] == "running", 30, "running")
