@@ -340,8 +340,8 @@ def test_pieces_of_one_release_stop_where_the_free_positions_end() -> None:
     tracker = WindowTracker()
     chunk = start(tracker)
     read(tracker, "c1", tuple(range(1, 21)))
-    original = window.PIECE_BYTES
-    window.PIECE_BYTES = 1  # one row a piece
+    original = window.PIECE_BYTES, window.RELEASE_BYTES
+    window.PIECE_BYTES, window.RELEASE_BYTES = 1, 1 << 20  # one row a piece, many a release
     try:
         tracker.process([other(305, 2100)], 2100)  # positions 2101..2107 are free
         units = tracker.release()
@@ -349,9 +349,37 @@ def test_pieces_of_one_release_stop_where_the_free_positions_end() -> None:
         assert tracker.release() == []  # none left until the stream moves on
         units += tracker.release() + step(tracker, [other(306, 2200)])[1:]
     finally:
-        window.PIECE_BYTES = original
+        window.PIECE_BYTES, window.RELEASE_BYTES = original
     assert [stored_ids(u) for u in units] == [[i] for i in range(1, 15)]
     assert not chunk.done.is_set()
+
+
+def test_one_piece_a_release_by_default_and_while_live_commits_are_slow_to_become_durable() -> None:
+    """RELEASE_BYTES 0 (the default: what kept live p99 under 20 ms) and a budget set aside
+    while a live commit was lately slow to become durable: one piece a release."""
+    import time
+
+    from pgfeed.backfill import window
+
+    assert window.RELEASE_BYTES == 0
+    tracker = WindowTracker()
+    start(tracker)
+    read(tracker, "c1", tuple(range(1, 21)))
+    original = window.PIECE_BYTES, window.RELEASE_BYTES
+    window.PIECE_BYTES = 1  # one row a piece
+    try:
+        tracker.process([other(305, 2100)], 2100)
+        assert len(tracker.release()) == 1  # the default
+        window.RELEASE_BYTES = 1 << 20
+        tracker.process([other(306, 2200)], 2200)
+        tracker.durable([other(306, 2200)])  # not slow: the budget applies
+        assert len(tracker.release()) == 7  # every free position of the commit record
+        tracker.process([other(307, 2300)], 2300)
+        time.sleep(window.LIVE_LATENCY * 1.5)
+        tracker.durable([other(307, 2300)])  # slow: one piece a release for PAUSE_SECONDS
+        assert len(tracker.release()) == 1
+    finally:
+        window.PIECE_BYTES, window.RELEASE_BYTES = original
 
 
 def test_a_truncate_while_a_chunk_is_held_redoes_it_from_its_last_stored_piece() -> None:
