@@ -44,8 +44,10 @@ from _serve_servers import FEED, Server, pgfeed_serve
 
 from pgfeed.localpg import LocalCluster
 
-TARGET_RATIO = 0.5  # backfill rows/s >= half of COPY's
-P99_TARGET_MS = 50.0
+# issue 28's targets: alone >= 0.9x COPY; beside live commits >= 0.5x COPY at live p99 <= 20 ms
+TARGET_RATIO = 0.9
+LIVE_TARGET_RATIO = 0.5
+P99_TARGET_MS = 20.0
 LOAD = """
 INSERT INTO wide (id, name, amount, at, doc)
 SELECT g, 'customer ' || g || ' ' || md5(g::text), (g %% 100000) * 1.37, '2026-01-01'::timestamptz
@@ -243,7 +245,7 @@ Machine: 2 cores shared with other work; `uptime` before: `{uptime}`; after: `{u
 | --- | --- | --- |
 | `COPY (SELECT …) TO STDOUT` -> /dev/null (psycopg client) | {copy_best:,.0f} rows/s | reference |
 | backfill into the feed, nothing else running | {best['rate']:,.0f} rows/s ({ratio:.2f}x COPY; {best['seconds']:.1f} s, {best['chunks']} chunks) | >= {TARGET_RATIO}x COPY: {"met" if ratio >= TARGET_RATIO else "NOT met"} |
-| backfill with a live subscriber at {args.live_rate:.0f} commits/s (`chunk_rows` {args.live_chunk_rows:,}, `parallel` {args.live_parallel or args.parallel}) | {live['rows_per_s']:,.0f} rows/s ({live['rows_per_s'] / copy_best:.2f}x COPY: chunks wait for gaps between live commits) | |
+| backfill with a live subscriber at {args.live_rate:.0f} commits/s (`chunk_rows` {args.live_chunk_rows:,}, `parallel` {args.live_parallel or args.parallel}) | {live['rows_per_s']:,.0f} rows/s ({live['rows_per_s'] / copy_best:.2f}x COPY; chunks are stored in the writer's gaps between live commits) | >= {LIVE_TARGET_RATIO}x COPY: {"met" if live['rows_per_s'] / copy_best >= LIVE_TARGET_RATIO else "NOT met"} |
 | commit -> subscriber latency during that backfill | p50 {live['p50']:.1f} ms, p99 {live['p99']:.1f} ms, max {live['max']:.1f} ms ({live['commits']:,} commits, {live['missing']} missing) | p99 <= {P99_TARGET_MS:.0f} ms: {"met" if live['p99'] <= P99_TARGET_MS else "NOT met"} |
 
 Source's extra load while backfilling alone: postgres {best['pg_cpu']:.1f} CPU-s

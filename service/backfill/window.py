@@ -62,6 +62,15 @@ MAX_REMEMBERED_KEYS = 1_000_000
 # waits behind one piece's append at most, never behind a whole chunk. Otherwise chunks go whole.
 PIECE_BYTES = 192 << 10  # with framing, under the log's in-memory tail limit for a transaction
 LIVE_SECONDS = 1.0
+# One idle moment of the writer takes pieces until they hold this many bytes (each piece its own
+# transaction at its own free position; 0: one piece a moment). Profiled (issue 28 targets, 5M
+# rows beside 500 commits/s): capture's loop turns ~550 times a second, about one idle moment a
+# turn, and one 192 KiB piece (~0.4 ms to append) a moment caps the backfill near 0.23x COPY
+# while its workers wait. 1 MiB a moment reached 0.42-0.55x COPY but live p99 60-180 ms (0.25x
+# and p99 23 ms with 0 on the same loaded machine; 512 KiB: 0.32x, p99 46 ms): more bytes a
+# second through the log cost live latency (bench/RESULTS.md, Backfill), so one piece stays the
+# default until the log takes bulk pieces without delaying live commits.
+RELEASE_BYTES = 0
 
 # Pacing: a live commit that took longer than LIVE_LATENCY from capture receiving it to durable
 # in the log holds the backfill's next chunks back for PAUSE_SECONDS (a chunk's read, its
@@ -300,13 +309,18 @@ class WindowTracker:
     def release(self, head: int = 0) -> list[StoredTransaction]:
         """Capture's other hook, when the log's writer is idle, right after ``process``: the
         held chunks as read transactions positioned after everything passed on so far, minus
-        the keys changed since their windows. With live transactions flowing, one piece of at
-        most PIECE_BYTES; otherwise every held chunk, whole. Never at or below ``head``, the
-        log's newest position (a unit the log holds that capture did not pass on)."""
+        the keys changed since their windows. With live transactions flowing, pieces of at
+        most PIECE_BYTES each until they hold RELEASE_BYTES (one piece while live commits are
+        slow to become durable); otherwise every held chunk, whole. Never at or below ``head``,
+        the log's newest position (a unit the log holds that capture did not pass on)."""
         with self._lock:
-            limit = PIECE_BYTES if time.monotonic() - self._live_at < LIVE_SECONDS else None
+            now = time.monotonic()
+            live = now - self._live_at < LIVE_SECONDS
+            # with live transactions flowing: bytes left this moment; one piece only while a live
+            # commit was lately slow to become durable (``durable``: the log's disk is behind)
+            budget = RELEASE_BYTES if now >= self._slow_until else 0
             out: list[StoredTransaction] = []
-            while self._held:
+            while self._held and (not live or not out or budget > 0):
                 held = self._held[0]
                 if held.chunk.problem is not None:
                     self._drop(held)
@@ -324,9 +338,10 @@ class WindowTracker:
                 # (0 when none passed this session, or days old on an idle source) would make
                 # age retention drop it at once while its part's progress stayed
                 commit_ts = max(self._commit_ts, pg_now_us())
-                out.append(self._piece(held, position, position + 1, commit_ts, limit))
-                if limit is not None:
-                    break
+                piece = self._piece(held, position, position + 1, commit_ts,
+                                    PIECE_BYTES if live else None)
+                out.append(piece)
+                budget -= len(piece.payload)
             return out
 
     def durable(self, units: Sequence[StoredTransaction]) -> None:

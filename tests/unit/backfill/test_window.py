@@ -283,7 +283,8 @@ def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progr
     ids = tuple(range(10, 40))  # rows of one size: ten to a piece
     read(tracker, "c1", ids)
     piece = len(entries(*ids).frames) // 3  # rows' frames: each its bytes and LSN
-    original, window.PIECE_BYTES = window.PIECE_BYTES, piece
+    original = window.PIECE_BYTES, window.RELEASE_BYTES
+    window.PIECE_BYTES = window.RELEASE_BYTES = piece  # one piece a release
     try:
         tracker.process([other(303, 2100)], 2100)
         first = tracker.release()
@@ -291,7 +292,7 @@ def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progr
         tracker.process([txn(304, 2200, UpdateMessage(None, REL, None, None, row(39, "live")))], 2200)
         rest = tracker.release() + tracker.release() + tracker.release()
     finally:
-        window.PIECE_BYTES = original
+        window.PIECE_BYTES, window.RELEASE_BYTES = original
     units = first + rest
     assert len(units) == 3 and chunk.outcome == "stored"
     assert [stored_ids(u) for u in units] == [  # 39 changed before the last pieces: left out
@@ -302,20 +303,100 @@ def test_while_live_commits_flow_a_chunk_is_stored_in_pieces_each_with_its_progr
     assert [u.commit_lsn for u in units] == sorted({u.commit_lsn for u in units})
 
 
+def test_one_idle_moment_of_the_writer_takes_several_pieces_up_to_the_release_budget() -> None:
+    """While live commits flow, a release hands back pieces of at most PIECE_BYTES each, and
+    goes on with the next while RELEASE_BYTES are not spent and free positions remain (one piece
+    a release held the backfill to 0.23x COPY beside 500 commits/s)."""
+    from pgfeed.backfill import window
+
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    ids = tuple(range(10, 70))  # rows of one size: ten to a piece
+    read(tracker, "c1", ids)
+    piece = len(entries(*ids).frames) // 6
+    original = window.PIECE_BYTES, window.RELEASE_BYTES
+    schema = FRAME.size + len(SCHEMA[0])  # each piece starts with the table's Relation
+    # spent after two pieces: one byte short of the budget, so a third piece goes too
+    window.PIECE_BYTES, window.RELEASE_BYTES = piece, 2 * (schema + piece) + 1
+    try:
+        tracker.process([other(303, 2100)], 2100)
+        first = tracker.release()
+        assert len(first) == 3 and not chunk.done.is_set()
+        tracker.process([other(304, 2200)], 2200)
+        rest = tracker.release()
+    finally:
+        window.PIECE_BYTES, window.RELEASE_BYTES = original
+    units = first + rest
+    assert [len(stored_ids(u)) for u in units] == [10] * 6 and chunk.outcome == "stored"
+    assert [stored_ids(u)[0] for u in units] == list(range(10, 70, 10))
+    assert [u.progress.last_key for u in units][-1] == '["69"]'  # type: ignore[union-attr]
+    # each piece its own free position inside the commit record it follows
+    assert [u.commit_lsn for u in units] == [2101, 2102, 2103, 2201, 2202, 2203]
+
+
+def test_pieces_of_one_release_stop_where_the_free_positions_end() -> None:
+    from pgfeed.backfill import window
+
+    tracker = WindowTracker()
+    chunk = start(tracker)
+    read(tracker, "c1", tuple(range(1, 21)))
+    original = window.PIECE_BYTES, window.RELEASE_BYTES
+    window.PIECE_BYTES, window.RELEASE_BYTES = 1, 1 << 20  # one row a piece, many a release
+    try:
+        tracker.process([other(305, 2100)], 2100)  # positions 2101..2107 are free
+        units = tracker.release()
+        assert [u.commit_lsn for u in units] == list(range(2101, 2108)) and tracker.starved
+        assert tracker.release() == []  # none left until the stream moves on
+        units += tracker.release() + step(tracker, [other(306, 2200)])[1:]
+    finally:
+        window.PIECE_BYTES, window.RELEASE_BYTES = original
+    assert [stored_ids(u) for u in units] == [[i] for i in range(1, 15)]
+    assert not chunk.done.is_set()
+
+
+def test_one_piece_a_release_by_default_and_while_live_commits_are_slow_to_become_durable() -> None:
+    """RELEASE_BYTES 0 (the default: what kept live p99 under 20 ms) and a budget set aside
+    while a live commit was lately slow to become durable: one piece a release."""
+    import time
+
+    from pgfeed.backfill import window
+
+    assert window.RELEASE_BYTES == 0
+    tracker = WindowTracker()
+    start(tracker)
+    read(tracker, "c1", tuple(range(1, 21)))
+    original = window.PIECE_BYTES, window.RELEASE_BYTES
+    window.PIECE_BYTES = 1  # one row a piece
+    try:
+        tracker.process([other(305, 2100)], 2100)
+        assert len(tracker.release()) == 1  # the default
+        window.RELEASE_BYTES = 1 << 20
+        tracker.process([other(306, 2200)], 2200)
+        tracker.durable([other(306, 2200)])  # not slow: the budget applies
+        assert len(tracker.release()) == 7  # every free position of the commit record
+        tracker.process([other(307, 2300)], 2300)
+        time.sleep(window.LIVE_LATENCY * 1.5)
+        tracker.durable([other(307, 2300)])  # slow: one piece a release for PAUSE_SECONDS
+        assert len(tracker.release()) == 1
+    finally:
+        window.PIECE_BYTES, window.RELEASE_BYTES = original
+
+
 def test_a_truncate_while_a_chunk_is_held_redoes_it_from_its_last_stored_piece() -> None:
     from pgfeed.backfill import window
 
     tracker = WindowTracker()
     chunk = start(tracker)
     read(tracker, "c1", tuple(range(1, 21)))
-    original, window.PIECE_BYTES = window.PIECE_BYTES, 1  # one row a piece
+    original = window.PIECE_BYTES, window.RELEASE_BYTES
+    window.PIECE_BYTES = window.RELEASE_BYTES = 1  # one row a piece, one piece a release
     try:
         tracker.process([other(305, 2100)], 2100)
         (piece,) = tracker.release()
         tracker.process([txn(306, 2200, TruncateMessage(None, 0, (REL,)))], 2200)
         assert tracker.release() == []
     finally:
-        window.PIECE_BYTES = original
+        window.PIECE_BYTES, window.RELEASE_BYTES = original
     assert stored_ids(piece) == [1]
     assert chunk.outcome == "redo" and chunk.result == piece.progress  # the worker goes on after it
     assert piece.progress == BackfillProgress("bf_1", 0, '["1"]', 11, 2, False)
