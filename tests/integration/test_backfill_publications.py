@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgfeed.localpg import LocalCluster
 from pgfeed_client import FeedClient
-from tests.fixtures.fix_pg import PG_VERSIONS, Clusters, create_database, drop_slots
+from tests.fixtures.fix_pg import PG_VERSIONS, Clusters, create_database, drop_slots, drop_subscription
 from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = pytest.mark.pg
@@ -63,15 +63,7 @@ def initial_copy(cluster: LocalCluster, dsn: str, publication: str,
                        60, "PostgreSQL's initial copy")
             yield sub
         finally:
-            sub.execute(sql.SQL("ALTER SUBSCRIPTION {} DISABLE").format(sql.Identifier(subscription)))
-            sub.execute(sql.SQL("ALTER SUBSCRIPTION {} SET (slot_name = NONE)").format(
-                sql.Identifier(subscription)))
-            sub.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sql.Identifier(subscription)))
-            with psycopg.connect(dsn, autocommit=True) as src:
-                wait_until(lambda: src.execute(
-                    "SELECT NOT active FROM pg_replication_slots WHERE slot_name = %s",
-                    (subscription,)).fetchone() == (True,), 30, "the subscription's slot released")
-                src.execute("SELECT pg_drop_replication_slot(%s)", (subscription,))
+            drop_subscription(sub, dsn, subscription)
 
 
 def copied(sub: psycopg.Connection, table: str, key: str,

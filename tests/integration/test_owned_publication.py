@@ -18,7 +18,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from pgfeed.localpg import LocalCluster
-from tests.fixtures.fix_pg import create_database
+from tests.fixtures.fix_pg import create_database, drop_subscription
 from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = pytest.mark.pg
@@ -143,15 +143,7 @@ def test_row_filter_and_column_list_equal_postgresqls_own_subscriber(
             assert status["published"] == [{"table": "public.orders", "where": "(region = 'eu'::text)",
                                              "columns": ["id", "region", "total"]}]
         finally:
-            sub.execute(sql.SQL("ALTER SUBSCRIPTION {} DISABLE").format(sql.Identifier(subscription)))
-            sub.execute(sql.SQL("ALTER SUBSCRIPTION {} SET (slot_name = NONE)").format(
-                sql.Identifier(subscription)))
-            sub.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sql.Identifier(subscription)))
-            with psycopg.connect(pg_dsn, autocommit=True) as src:
-                wait_until(lambda: src.execute(
-                    "SELECT NOT active FROM pg_replication_slots WHERE slot_name = %s",
-                    (subscription,)).fetchone() == (True,), 30, "the subscription's slot released")
-                src.execute("SELECT pg_drop_replication_slot(%s)", (subscription,))
+            drop_subscription(sub, pg_dsn, subscription)
             with _client(pgfeed_service) as client:
                 client.delete(f"/v1/feeds/{name}")
 
