@@ -1,22 +1,20 @@
 # pgfeed service image: `docker build -t pgfeed . && docker run -p 8000:8000 -p 50051:50051 -v pgfeed-data:/data pgfeed`
 # Several replicas: `pgfeed serve --store postgresql://… --replica-id …` needs no /data (the store
 # holds everything); deploy/compose.yaml runs three read-only replicas behind nginx.
-# Two stages: the builder compiles the transcoder (service/encoding/_transcode.c) into a wheel; the
-# final stage installs the wheels only (no sources to shadow the installed package, no compiler).
+# Two stages: the builder compiles the transcoder (service/pgfeed/encoding/_transcode.c) into a
+# wheel; the final stage installs the wheels only (no sources to shadow the installed package, no
+# compiler).
 
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
 COPY service ./service
 COPY clients ./clients
-COPY protos ./protos
-COPY spark_connector ./spark_connector
-COPY packaging ./packaging
-# two wheels: pgfeed (the server) and pgfeed-client (clients, Spark connector, gRPC stubs), which
-# pgfeed pins; the extension is optional for a source install, here a wheel without it is an error
-RUN pip wheel -q --no-deps -w /wheels . ./packaging/pgfeed-client \
+# two wheels: pgfeed (the server, service/) and pgfeed-client (clients and gRPC stubs, clients/),
+# which pgfeed pins; the extension is optional for a source install, here a wheel without it is an
+# error
+RUN pip wheel -q --no-deps -w /wheels ./service ./clients \
  && python -c "import glob, zipfile, sys; (w,) = glob.glob('/wheels/pgfeed-*.whl'); sys.exit(not any(n.startswith('pgfeed/encoding/_transcode') and n.endswith('.so') for n in zipfile.ZipFile(w).namelist()))"
 
 FROM python:3.11-slim

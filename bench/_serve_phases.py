@@ -21,7 +21,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT))
+import _checkout  # noqa: E402,F401  (this checkout's packages first)
 sys.path.insert(0, str(BENCH))
 
 import _serve_servers as servers
@@ -175,7 +175,7 @@ def reference_server(kind: str, *args: str) -> Iterator[tuple[subprocess.Popen[b
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(BENCH / "ceiling.py"), kind, str(port), *args],
                             cwd=ROOT, preexec_fn=_die_with_parent,  # noqa: PLW1509
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)])})
+                            env=dict(os.environ))
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -6,11 +6,9 @@ Run: .venv/bin/python bench/assemble.py [--streamed]   (prints messages/s; targe
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _checkout  # noqa: E402,F401  (this checkout's packages first)
 
 from pgfeed.assembler.spill import MemorySpillStore
 from pgfeed.assembler.transactions import TransactionAssembler

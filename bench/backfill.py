@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
+import _checkout  # noqa: E402,F401  (this checkout's packages first)
 sys.path.insert(0, str(BENCH))
 
 import psycopg

@@ -43,6 +43,7 @@ from urllib.parse import parse_qs
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+import _checkout  # noqa: E402,F401  (this checkout's packages first)
 
 import orjson
 import psycopg
@@ -56,7 +57,7 @@ from pgfeed.localpg import LocalCluster, free_port
 FEED = "fan"
 CPU_TARGET = 1.5  # pgfeed's server CPU a delivered row / the bare server's, on each surface
 P99_TARGET_MS = 50.0  # with 10 + 10 subscribers
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH.parent)])}
+ENV = dict(os.environ)
 
 
 # -- subscribers (``fanout.py client``): one process per surface ------------------------------------

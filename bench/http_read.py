@@ -31,7 +31,7 @@ import httpx
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT))
+import _checkout  # noqa: E402,F401  (this checkout's packages first)
 sys.path.insert(0, str(BENCH))
 RESULTS = BENCH / "RESULTS.md"
 START, END = "<!-- http:start -->", "<!-- http:end -->"
@@ -89,7 +89,7 @@ def _server(data_dir: Path, read_ahead: bool) -> Iterator[httpx.Client]:
     port = _free_port()
     flags = [] if read_ahead else ["--no-read-ahead"]
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(data_dir), str(port), *flags],
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+                              env=dict(os.environ))
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
             deadline = time.monotonic() + 30

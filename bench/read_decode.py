@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _checkout  # noqa: E402,F401  (this checkout's packages first)
 
 from pgfeed.assembler.framing import frame
 from pgfeed.assembler.model import StoredTransaction

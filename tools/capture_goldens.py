@@ -47,6 +47,9 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.checkout import SOURCE_ROOTS  # noqa: E402
+
+sys.path[:0] = [str(path) for path in SOURCE_ROOTS]  # this checkout's packages
 
 from pgfeed.localpg import LocalCluster
 from pgfeed.pgoutput import UnchangedToast, decode

@@ -17,6 +17,8 @@ import pytest
 from pgfeed.localpg import LocalCluster
 from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = pytest.mark.pg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +79,7 @@ def test_a_feeds_table_list_changes_from_the_next_commit(pgfeed_service: Service
             # Through the CLI, back to one table; the list survives in the catalogue.
             cli = subprocess.run([sys.executable, "-m", "pgfeed", "feeds", "set-tables", name,
                                   "--url", pgfeed_service.http_url, "--tables", "public.tl_b"],
-                                 env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                                 env={**os.environ, "PYTHONPATH": PYTHONPATH}, capture_output=True,
                                  text=True, timeout=60, check=False)
             assert cli.returncode == 0, cli.stderr
             assert client.get(f"/v1/feeds/{name}").json()["tables"] == ["public.tl_b"]
@@ -139,7 +141,7 @@ def test_delete_keeps_the_feed_when_the_source_cannot_drop_its_slot(
 
 def _cli(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pgfeed", *args, "--url", service.http_url],
-                          env={**os.environ, "PYTHONPATH": f"{ROOT}"},
+                          env={**os.environ, "PYTHONPATH": PYTHONPATH},
                           capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -19,6 +19,8 @@ from pgfeed_client.errors import ClientError
 from tests.fixtures.fix_service import FeedFactory, Service, wait_until
 from tests.integration.capture_helpers import MARKER_PREFIX, emit_marker
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = [pytest.mark.pg]
 
 TABLE = "bt"
@@ -349,17 +351,16 @@ def test_cli_backfill_follow_prints_plain_progress_off_a_terminal(
         pg_dsn: str, pgfeed_service: Service, make_served_feed: FeedFactory) -> None:
     import subprocess
     import sys
-    from pathlib import Path
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE clit (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO clit SELECT g, 'v' FROM generate_series(1, 4000) g")
     feed = make_served_feed(pg_dsn, tables=("public.clit",))
-    root = Path(__file__).resolve().parents[2]
+
     run = subprocess.run(
         [sys.executable, "-m", "pgfeed", "backfill", feed, "--tables", "public.clit",
          "--chunk-rows", "500", "--parallel", "1", "--follow", "--url", pgfeed_service.http_url],
-        capture_output=True, text=True, timeout=120, check=False, env={"PYTHONPATH": str(root), "PATH": "/usr/bin"})
+        capture_output=True, text=True, timeout=120, check=False, env={"PYTHONPATH": PYTHONPATH, "PATH": "/usr/bin"})
     assert run.returncode == 0, run.stderr
     last = run.stdout.strip().splitlines()[-1]
     assert " done public.clit: rows 4000 " in last and "chunks 9" in last, run.stdout  # 8 + the empty end
@@ -367,7 +368,7 @@ def test_cli_backfill_follow_prints_plain_progress_off_a_terminal(
     again = subprocess.run(
         [sys.executable, "-m", "pgfeed", "backfill", feed, "--tables", "public.nope",
          "--url", pgfeed_service.http_url],
-        capture_output=True, text=True, timeout=60, check=False, env={"PYTHONPATH": str(root), "PATH": "/usr/bin"})
+        capture_output=True, text=True, timeout=60, check=False, env={"PYTHONPATH": PYTHONPATH, "PATH": "/usr/bin"})
     assert again.returncode == 1 and "table_not_found" in again.stderr
 
 

@@ -19,6 +19,8 @@ from pgfeed_client import FeedClient
 from pgfeed_client.errors import ClientError
 from tests.fixtures.fix_service import FeedFactory, Service, current_lsn, wait_until
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = [pytest.mark.pg]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,7 +155,7 @@ def test_one_table_cancelled_alone_while_the_other_completes_then_retried_over_t
         [sys.executable, "-m", "pgfeed", "backfill", feed, "--retry-table", bid, "public.ca",
          "--follow", "--url", pgfeed_service.http_url],
         capture_output=True, text=True, timeout=120, check=False,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"})
+        env={"PYTHONPATH": PYTHONPATH, "PATH": "/usr/bin"})
     assert run.returncode == 0, run.stdout + run.stderr
     assert "public.ca retried" in run.stderr
     assert f"{bid} done public.ca: rows 30000 " in run.stdout, run.stdout

@@ -15,13 +15,15 @@ import psycopg
 
 from tests.fixtures.fix_service import Service, wait_until
 
+from tests.checkout import PYTHONPATH
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(service: Service | str, *args: str) -> subprocess.CompletedProcess[str]:
     url = service if isinstance(service, str) else service.http_url
     return subprocess.run([sys.executable, "-m", "pgfeed", *args, "--url", url], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          env={**os.environ, "PYTHONPATH": PYTHONPATH}, capture_output=True,
                           text=True, timeout=60, check=False)
 
 

@@ -17,10 +17,12 @@ import pytest
 
 from tests.fixtures.fix_service import FeedFactory, Service
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = pytest.mark.pg
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": f"{ROOT}"}
+ENV = {**os.environ, "PYTHONPATH": PYTHONPATH}
 
 
 def _pgfeed(*args: str, stdout: object) -> subprocess.Popen:

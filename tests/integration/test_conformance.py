@@ -17,7 +17,7 @@ import pytest
 from pgfeed.assembler.model import Transaction
 from pgfeed.encoding.to_json import change_to_dict, dumps
 from pgfeed.localpg import LocalCluster
-from pgfeed.peek import decode_rows, fetch_rows, peek_options
+from pgfeed.cli.peek import decode_rows, fetch_rows, peek_options
 from pgfeed.replication.session import connection_options, max_proto_version
 from tests.fixtures.fix_pg import ALL_PG_VERSIONS, create_database
 from tests.fixtures.fix_testdecoding import (

@@ -25,6 +25,8 @@ from pgfeed.feeds.supervisor import Supervisor
 from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
 from tests.integration.capture_helpers import MARKER_PREFIX, data_changes, emit_marker, read_all, wait_until
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +34,7 @@ _TD_LINE = re.compile(r"table public\.c: (INSERT|UPDATE|DELETE): id\[integer\]:(
 
 
 def start_service(data_dir: Path, http_port: int = 0) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     return subprocess.Popen([sys.executable, "-m", "pgfeed", "serve", "--data-dir", str(data_dir),
                              "--http-port", str(http_port), "--grpc-port", "0"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +42,7 @@ def _processes_mentioning(text: str) -> list[str]:
 
 def test_demo_shows_changes_flowing_and_ctrl_c_stops_everything() -> None:
     http_port, grpc_port = _free_port(), _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "TERM": "dumb"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "COLUMNS": "200", "TERM": "dumb"}
     demo = subprocess.Popen([sys.executable, "-m", "pgfeed", "demo", "--http-port", str(http_port),
                              "--grpc-port", str(grpc_port)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

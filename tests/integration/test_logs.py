@@ -18,6 +18,8 @@ import pytest
 
 from tests.fixtures.fix_service import wait_until
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = pytest.mark.pg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +44,7 @@ def test_json_logs_carry_the_events_that_matter_and_no_secret(pg_dsn: str, tmp_p
     http_port = _free_port()
     base = f"http://127.0.0.1:{http_port}"
     log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}",
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH,
            "PGFEED_ADMIN_TOKENS": json.dumps([TOKEN]), "PGFEED_RETENTION_CHECK_SECONDS": "0.3"}
     with log.open("w") as sink:
         serve = subprocess.Popen(

@@ -29,6 +29,8 @@ from pgfeed.replication import slots
 from tests.fixtures.fix_pg import PG_VERSIONS
 from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = pytest.mark.pg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,7 +193,7 @@ def test_a_slot_dropped_under_a_running_feed_fails_it_and_resync_marks_the_gap(
         assert again.status_code == 409 and "force" in again.json()["error"]["message"]
     cli = subprocess.run([sys.executable, "-m", "pgfeed", "feeds", "resync", name, "--url",
                           pgfeed_service.http_url], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+                         timeout=60, env={**os.environ, "PYTHONPATH": PYTHONPATH}, check=False)
     assert cli.returncode == 1 and "feed_state_conflict" in cli.stderr and "force" in cli.stderr
 
 

@@ -25,6 +25,8 @@ from pgfeed.localpg import LocalCluster
 from tests.fixtures.fix_pgstore import store_dsn
 from tests.fixtures.fix_service import run_service, wait_until
 
+from tests.checkout import PYTHONPATH
+
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "Sup3r-S3cret-value"
 
@@ -48,7 +50,7 @@ class Serve:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pgfeed", "serve", "--http-port", str(self.http_port),
                  "--grpc-port", str(self.grpc_port), *args],
-                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                cwd=ROOT, env={**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})},
                 stdout=subprocess.DEVNULL, stderr=sink)
 
     def ready(self, timeout: float = 30) -> Serve:
@@ -81,7 +83,7 @@ def refused(*args: str, env: dict[str, str] | None = None, http_port: int = 0,
     """Run a ``pgfeed serve`` expected to refuse: (exit code, its stderr lines)."""
     done = subprocess.run([sys.executable, "-m", "pgfeed", "serve", "--http-port", str(http_port),
                            "--grpc-port", str(grpc_port), *args], cwd=ROOT, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          env={**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})},
                           capture_output=True, text=True, check=False)
     return done.returncode, done.stderr.splitlines()
 
@@ -200,7 +202,7 @@ def claim_sessions(store: str) -> list[int]:
 def test_changelog_memory_is_not_offered_and_warns_when_used(tmp_path: Path,
                                                              servers: list[Serve]) -> None:
     shown = subprocess.run([sys.executable, "-m", "pgfeed", "serve", "--help"], cwd=ROOT,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                           env={**os.environ, "PYTHONPATH": PYTHONPATH}, capture_output=True,
                            text=True, check=True).stdout
     assert "memory" not in shown and "--changelog" not in shown
     serve = Serve(tmp_path, "--data-dir", str(tmp_path / "d"), "--changelog", "memory")

@@ -38,6 +38,8 @@ from tests.fixtures.fix_pg import create_database, drop_slots
 from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.integration.capture_helpers import MARKER_PREFIX, data_changes, read_all, wait_until
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +58,7 @@ class Replica:
     def __init__(self, store: str, replica_id: str, log_dir: Path) -> None:
         self.id = replica_id
         self.http_port, self.grpc_port = free_port(), free_port()
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}", "PGFEED_STORE": store}
+        env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PGFEED_STORE": store}
         self.stderr = open(log_dir / f"{replica_id}.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pgfeed", "serve", "--replica-id", replica_id, "--http-port",

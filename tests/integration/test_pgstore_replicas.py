@@ -31,6 +31,8 @@ from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.fixtures.fix_service import run_service, wait_until
 from tests.integration.test_pgstore import create_feed, feed_json, insert, replica, wait_ids
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = pytest.mark.pg
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,7 +195,7 @@ def test_serve_on_the_store_needs_no_data_dir(tmp_path, store, source):
     work.mkdir()
     tmp.mkdir()
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}", "PGFEED_STORE": store,
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PGFEED_STORE": store,
            "PGFEED_DATA_DIR": "/dev/null/pgfeed-data", "TMPDIR": str(tmp)}
     proc = subprocess.Popen([sys.executable, "-m", "pgfeed", "serve", "--data-dir", "/dev/null/x",
                              "--replica-id", "solo", "--http-port", str(port), "--grpc-port",

@@ -20,6 +20,8 @@ import pytest
 from pgfeed_client import parse_cursor
 from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = pytest.mark.pg
 
 
@@ -69,7 +71,7 @@ def _cli(service: Service, *args: str, token: str = ADMIN) -> subprocess.Complet
     """``pgfeed ARGS`` against the service, as an operator runs it."""
     return subprocess.run([sys.executable, "-m", "pgfeed", *args, "--url", service.http_url,
                            "--token", token],
-                          env={**os.environ, "PYTHONPATH": f"{ROOT}"},
+                          env={**os.environ, "PYTHONPATH": PYTHONPATH},
                           capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -20,6 +20,8 @@ import pytest
 
 from pgfeed_client import FeedClient, parse_cursor
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +78,7 @@ def test_a_spark_connect_session_reads_a_feed(served_feed: tuple[str, str], tmp_
 
     script = tmp_path / "connect_driver.py"
     script.write_text(DRIVER)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     proc = subprocess.run([sys.executable, str(script), base_url, feed, table,
                            str(tmp_path / "out"), str(tmp_path / "checkpoint")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=480, check=False)

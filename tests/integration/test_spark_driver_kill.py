@@ -17,6 +17,8 @@ from pyspark.sql import SparkSession
 
 from pgfeed_client import FeedClient, parse_cursor
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +57,7 @@ def test_a_killed_driver_resumes_with_every_change_exactly_once(
         expected = sorted((parse_cursor(c.commit_lsn).lsn, c.seq) for c in client.iter_changes(feed))
     script, out, checkpoint = tmp_path / "driver.py", tmp_path / "out", tmp_path / "checkpoint"
     script.write_text(DRIVER)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
 
     def driver(mode: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, str(script), base_url, feed, str(out), str(checkpoint), mode],

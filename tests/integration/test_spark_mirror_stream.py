@@ -22,6 +22,8 @@ from pgfeed_spark._mirror import committed
 from tests.integration import mirror_workload
 from tests.integration.test_spark_apply import COLUMNS, as_of, assert_no_overlaps
 
+from tests.checkout import PYTHONPATH
+
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +74,7 @@ def test_the_streaming_mirror_survives_a_driver_kill_mid_batch(
     script, out, checkpoint, flag = (tmp_path / "driver.py", tmp_path / "mirror",
                                      tmp_path / "checkpoint", tmp_path / "in-flight")
     script.write_text(DRIVER)
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
 
     log = tmp_path / "driver.log"
 

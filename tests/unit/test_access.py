@@ -1,4 +1,4 @@
-"""One access rule for both surfaces (service/access.py)."""
+"""One access rule for both surfaces (service/pgfeed/access.py)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.checkout import PYTHONPATH
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # pages of four 8 MiB blocks, built and freed 20 times after one warm-up page: the minor page
@@ -30,7 +32,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 def _faults(setting: str) -> int:
     out = subprocess.run([sys.executable, "-c", _PAGES, setting], capture_output=True, text=True,
-                         check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": PYTHONPATH})
     return int(out.stdout)
 
 

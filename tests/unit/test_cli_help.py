@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pgfeed.cli import build_parser
-from pgfeed.cli_output import walk_parsers
+from pgfeed.cli.output import walk_parsers
 from pgfeed.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ ALL = ["--toast", "reselect", "--snapshot", "export", "--no-messages", "--two-ph
 
 
 def _body(*flags: str) -> dict[str, object]:
-    from pgfeed.cli_options import options_from_args
+    from pgfeed.cli.options import options_from_args
 
     args = build_parser().parse_args(["feeds", "create", "f", "--dsn", "x", "--all-tables", *flags])
     return options_from_args(args)

@@ -9,9 +9,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_console_assets_are_package_data():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    config = tomllib.loads((ROOT / "service" / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["pgfeed.http_api"]
-    package = ROOT / "service" / "http_api"
+    package = ROOT / "service" / "pgfeed" / "http_api"
     assets = [p.relative_to(package).as_posix() for p in (package / "static").rglob("*") if p.is_file()]
     assert {"static/ui/index.html", "static/ui/console.js", "static/ui/console.css"} <= set(assets)
     for asset in assets:

@@ -1,6 +1,7 @@
-"""The things a newcomer and an operator rely on: both distributions build from a clean clone
-(pgfeed, the server; pgfeed-client, what applications and Spark executors install), each under
-names pgfeed owns; the client works without the server's dependencies; the Docker image installs
+"""The things a newcomer and an operator rely on: the three distributions build from a clean clone
+(pgfeed, the server; pgfeed-client, what applications install; pgfeed-spark, what Spark jobs
+install), each from its own folder and under names pgfeed owns; the README's install command works
+from a clean clone; the clients work without the server's dependencies; the Docker image installs
 the wheels only; CI = README command."""
 
 from __future__ import annotations
@@ -44,19 +45,21 @@ def _clean_clone(dest: Path) -> Path:
     tracked = _run("git", "ls-files", "-z", cwd=ROOT).split("\0")
     for name in filter(None, tracked):
         src = ROOT / name
-        if src.is_symlink():  # pgfeed -> service, packaging/pgfeed-client/pgfeed_client -> ...
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            (dest / name).symlink_to(os.readlink(src))
-        elif src.is_file():  # a file deleted but not yet committed is not in a clone either
+        if src.is_file():  # a file deleted but not yet committed is not in a clone either
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             (dest / name).write_bytes(src.read_bytes())
     return dest
 
 
+# Each folder is one distribution: its metadata beside the packages it ships.
+DISTRIBUTIONS = {"service": "pgfeed", "clients": "pgfeed-client", "spark_connector": "pgfeed-spark"}
+
+
 @dataclass(frozen=True)
 class Wheels:
-    server: Path  # pgfeed: the import name pgfeed (service/) and its compiled modules
-    client: Path  # pgfeed-client: pgfeed_client, pgfeed_spark, pgfeed_proto
+    server: Path  # pgfeed (service/): the import name pgfeed and its compiled modules
+    client: Path  # pgfeed-client (clients/): pgfeed_client, pgfeed_proto
+    spark: Path  # pgfeed-spark (spark_connector/): pgfeed_spark
 
 
 def _clean_env() -> dict[str, str]:
@@ -67,17 +70,18 @@ def _clean_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
-    """Both distributions built once, from a clean clone, as the image's builder stage builds them."""
+    """The three distributions built once, from a clean clone, as the image's builder stage does."""
     tmp = tmp_path_factory.mktemp("wheels")
     src = _clean_clone(tmp / "src")
     assert not list(src.rglob("*.so")), "a clean clone holds no compiled module"
     dist = tmp / "dist"
     # --no-build-isolation: the shared venv's setuptools, so the step needs no network
     _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", dist, src, src / "packaging" / "pgfeed-client", cwd=tmp, env=_clean_env())
-    (server,) = dist.glob("pgfeed-*.whl")
+         "-w", dist, *(src / folder for folder in DISTRIBUTIONS), cwd=tmp, env=_clean_env())
+    (server,) = dist.glob("pgfeed-0*.whl")
     (client,) = dist.glob("pgfeed_client-*.whl")
-    return Wheels(server, client)
+    (spark,) = dist.glob("pgfeed_spark-*.whl")
+    return Wheels(server, client, spark)
 
 
 @pytest.fixture(scope="module")
@@ -111,28 +115,36 @@ def _metadata_requires(wheel: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_each_wheel_holds_its_own_import_names(wheels: Wheels) -> None:
-    """pgfeed installs ``pgfeed`` only, pgfeed-client the clients: no top-level name another
-    project may own (``service``, ``clients``, ``spark_connector``), no file in both."""
-    server = zipfile.ZipFile(wheels.server).namelist()
-    client = zipfile.ZipFile(wheels.client).namelist()
-    tops = {n.split("/")[0] for n in server + client if ".dist-info/" not in n}
-    assert tops == {"pgfeed", "pgfeed_client", "pgfeed_spark", "pgfeed_proto"}, tops
-    assert {n.split("/")[0] for n in server if ".dist-info/" not in n} == {"pgfeed"}
+    """pgfeed installs ``pgfeed`` only, pgfeed-client the clients and the gRPC stubs, pgfeed-spark
+    the data source: no top-level name another project may own (``service``, ``clients``,
+    ``spark_connector``), no file in two."""
+    server, client, spark = (zipfile.ZipFile(w).namelist()
+                             for w in (wheels.server, wheels.client, wheels.spark))
+
+    def tops(names: list[str]) -> set[str]:
+        return {n.split("/")[0] for n in names if ".dist-info/" not in n}
+
+    assert tops(server) == {"pgfeed"}
+    assert tops(client) == {"pgfeed_client", "pgfeed_proto"}
+    assert tops(spark) == {"pgfeed_spark"}
     assert any(re.fullmatch(r"pgfeed/encoding/_transcode\.cpython-.*\.so", n) for n in server), server
     assert any(re.fullmatch(r"pgfeed/backfill/_rows\.cpython-.*\.so", n) for n in server), server
     assert "pgfeed/encoding/transcode.py" in server and "pgfeed/http_api/static/ui/index.html" in server
-    assert {"pgfeed_client/__init__.py", "pgfeed_spark/__init__.py", "pgfeed_proto/v1/feed_pb2.py",
+    assert {"pgfeed_client/__init__.py", "pgfeed_proto/v1/feed_pb2.py",
             "pgfeed_proto/v1/feed_pb2_grpc.py"} <= set(client)
-    # every subpackage of service/ is in the server wheel (setup.py finds them)
-    folders = {p.parent.relative_to(ROOT / "service").as_posix()
-               for p in (ROOT / "service").rglob("__init__.py")}
-    assert {f"pgfeed/{f}/__init__.py".replace("/./", "/") for f in folders} <= set(server)
-    # the server pins the client at its own version; the client needs no server dependency
+    assert "pgfeed_spark/__init__.py" in spark
+    # every subpackage of service/pgfeed is in the server wheel (setup.py finds them)
+    packages = {p.parent.relative_to(ROOT / "service").as_posix()
+                for p in (ROOT / "service" / "pgfeed").rglob("__init__.py")}
+    assert {f"{p}/__init__.py" for p in packages} <= set(server)
+    # one version; the server pins both clients at it; the clients need no server dependency
     version = _metadata_version(wheels.server)
-    assert version == _metadata_version(wheels.client)
+    assert version == _metadata_version(wheels.client) == _metadata_version(wheels.spark)
     assert f"pgfeed-client[grpc]=={version}" in _metadata_requires(wheels.server)
+    assert f'pgfeed-spark=={version}; extra == "spark"' in _metadata_requires(wheels.server)
     base = [r for r in _metadata_requires(wheels.client) if "extra ==" not in r]
     assert sorted(re.split(r"[<>=\[ ]", r)[0] for r in base) == ["httpx", "orjson"], base
+    assert f"pgfeed-client=={version}" in _metadata_requires(wheels.spark)
 
 
 def _metadata_version(wheel: Path) -> str:
@@ -199,16 +211,17 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> 
 @pytest.mark.spark
 def test_client_distribution_reads_a_feed_with_spark_without_the_server(
         wheels: Wheels, server_venv: Path, pg_clusters: Clusters, tmp_path: Path) -> None:
-    """The issue's Must-show: pip install pgfeed-client[spark] into a fresh venv pulls neither
-    FastAPI, uvicorn nor psycopg, and a Spark batch read works with it, against a real
-    `pgfeed serve` (the server wheel's console script)."""
+    """pip install pgfeed-spark into a fresh venv pulls neither FastAPI, uvicorn nor psycopg, and
+    a Spark batch read works with it, against a real `pgfeed serve` (the server wheel's console
+    script)."""
     env = _clean_env()
     venv = tmp_path / "client-venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path, env=env)
     vpy = venv / "bin" / "python"
     # a real resolution from the package index (pyspark from pip's cache): whatever
-    # pgfeed-client's metadata asks for is installed, so the check below means something
-    _run(sys.executable, "-m", "pip", "--python", vpy, "install", "-q", f"{wheels.client}[spark]",
+    # pgfeed-spark's and pgfeed-client's metadata ask for is installed, so the check below means
+    # something (pgfeed-client comes from its wheel, named beside)
+    _run(sys.executable, "-m", "pip", "--python", vpy, "install", "-q", wheels.spark, wheels.client,
          cwd=tmp_path, env=env)
     installed = _run(sys.executable, "-m", "pip", "--python", vpy, "list", "--format=freeze",
                      cwd=tmp_path, env=env).lower()
@@ -291,3 +304,42 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "./scripts/test" in readme and "./scripts/demo" in readme
     assert "exec ./scripts/test" in ci
+
+
+def test_no_symlink_in_the_tree() -> None:
+    """Each package lives under its import name in its folder: nothing joins them by a link."""
+    staged = _run("git", "ls-files", "-s", cwd=ROOT).splitlines()
+    links = [line.split("\t", 1)[1] for line in staged if line.startswith("120000 ")]
+    assert links == [], links
+
+
+def _readme_install_command() -> list[str]:
+    """The README's command that installs the three distributions from a checkout."""
+    readme = (ROOT / "README.md").read_text()
+    (line,) = [line for line in readme.splitlines() if line.startswith("pip install -e ./clients")]
+    return line.split("#", 1)[0].split()
+
+
+@pytest.mark.slow
+def test_the_readme_install_command_works_from_a_clean_clone(tmp_path: Path) -> None:
+    """A newcomer's ``pip install -e`` of what the README names, into a fresh venv, from a clean
+    clone: pip resolves the server's pins on its clients from the folders named beside it."""
+    command = _readme_install_command()
+    assert command[:2] == ["pip", "install"] and {"./clients", "./spark_connector"} <= set(command)
+    src, env = _clean_clone(tmp_path / "src"), _clean_env()
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path, env=env)
+    vpy = venv / "bin" / "python"
+    _run(sys.executable, "-m", "pip", "--python", vpy, *command[1:], "-q", cwd=src, env=env)
+    neutral = tmp_path / "elsewhere"
+    neutral.mkdir()
+    where = json.loads(_run(vpy, "-c", "import json, pgfeed, pgfeed_client, pgfeed_spark, "
+                            "pgfeed_proto.v1.feed_pb2 as p, pgfeed.encoding.transcode as t; "
+                            "print(json.dumps([m.__file__ for m in (pgfeed, pgfeed_client, "
+                            "pgfeed_spark, p)] + [t.IMPLEMENTATION]))", cwd=neutral, env=env))
+    assert where[:4] == [str(src / "service/pgfeed/__init__.py"),
+                         str(src / "clients/pgfeed_client/__init__.py"),
+                         str(src / "spark_connector/pgfeed_spark/__init__.py"),
+                         str(src / "clients/pgfeed_proto/v1/feed_pb2.py")], where
+    assert where[4] == "c"  # the editable install compiled the transcoder in place
+    assert "serve" in _run(venv / "bin" / "pgfeed", "--help", cwd=neutral, env=env)

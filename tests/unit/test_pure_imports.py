@@ -1,4 +1,4 @@
-"""Guideline 1: service/pgoutput and service/assembler stay pure (no I/O, network or concurrency
+"""Guideline 1: pgfeed.pgoutput and pgfeed.assembler stay pure (no I/O, network or concurrency
 libraries), checked by walking their imports with ``ast``, following first-party imports too.
 """
 
@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE_PACKAGES = ("service/pgoutput", "service/assembler", "service/decoding", "service/types")
+PURE_PACKAGES = ("service/pgfeed/pgoutput", "service/pgfeed/assembler", "service/pgfeed/decoding",
+                 "service/pgfeed/types")
 FORBIDDEN = ("psycopg", "asyncio", "sqlite3", "grpc", "fastapi", "socket", "threading")
 # Type loading reuses psycopg's text loaders (psycopg.adapt: no connection): the row loader and
 # the type registry (whose families declare loaders), and only those, may import psycopg. The
 # other forbidden modules stay forbidden there too.
-PSYCOPG_ALLOWED = ("service/decoding/values.py", "service/types/")
-# folder -> import name (the packages are installed under names pgfeed owns; see pyproject.toml)
-IMPORT_NAMES = {"service": "pgfeed", "clients": "pgfeed_client", "spark_connector": "pgfeed_spark"}
-FIRST_PARTY = {name: folder for folder, name in IMPORT_NAMES.items()}
+PSYCOPG_ALLOWED = ("service/pgfeed/decoding/values.py", "service/pgfeed/types/")
+# Each top-level folder holds its package under its import name: import name -> the folder holding it.
+# pgfeed_proto (clients/pgfeed_proto) is generated code and no unit of the house.
+FIRST_PARTY = {"pgfeed": "service", "pgfeed_client": "clients", "pgfeed_spark": "spark_connector"}
 
 
 def _modules() -> list[Path]:
@@ -27,9 +28,8 @@ def _modules() -> list[Path]:
 
 def _imports(path: Path) -> list[str]:
     """Absolute names of everything ``path`` imports (relative imports resolved)."""
-    folder, *parts = path.relative_to(ROOT).parts[:-1]
-    package = ".".join([IMPORT_NAMES.get(folder, folder), *parts])
-    return _imports_of(path.read_text(), package)
+    _folder, *parts = path.relative_to(ROOT).parts[:-1]
+    return _imports_of(path.read_text(), ".".join(parts))
 
 
 def _imports_of(source: str, package: str) -> list[str]:
@@ -54,8 +54,8 @@ def _first_party_file(name: str) -> Path | None:
     parts = name.split(".")
     if parts[0] not in FIRST_PARTY:
         return None
-    parts[0] = FIRST_PARTY[parts[0]]
-    for candidate in (ROOT.joinpath(*parts).with_suffix(".py"), ROOT.joinpath(*parts, "__init__.py")):
+    base = ROOT / FIRST_PARTY[parts[0]]
+    for candidate in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py")):
         if candidate.is_file():
             return candidate
     return None
@@ -86,7 +86,7 @@ def _violations(start: Path) -> list[str]:
 
 def test_pure_packages_have_modules() -> None:
     names = {str(p.relative_to(ROOT)) for p in _modules()}
-    assert "service/pgoutput/decode.py" in names and "service/pgoutput/_wire.py" in names
+    assert "service/pgfeed/pgoutput/decode.py" in names and "service/pgfeed/pgoutput/_wire.py" in names
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -99,11 +99,11 @@ def test_checker_sees_every_import_form() -> None:
               "def f():\n    import threading\nfrom ..errors import DecodeError\n")
     names = set(_imports_of(source, "pgfeed.pgoutput"))
     assert {"socket", "asyncio", "psycopg.adapt", "threading", "pgfeed.errors"} <= names
-    pure = ROOT / "service/pgoutput/decode.py"
+    pure = ROOT / "service/pgfeed/pgoutput/decode.py"
     assert [n for n in names if _forbidden(n, pure)] == [
         n for n in names if n.split(".")[0] in FORBIDDEN]
-    assert not _forbidden("psycopg.adapt", ROOT / "service/decoding/values.py")
-    assert _forbidden("asyncio", ROOT / "service/decoding/values.py")
+    assert not _forbidden("psycopg.adapt", ROOT / "service/pgfeed/decoding/values.py")
+    assert _forbidden("asyncio", ROOT / "service/pgfeed/decoding/values.py")
 
 
 def test_serving_starts_without_pyarrow() -> None:
@@ -122,41 +122,38 @@ def test_serving_starts_without_pyarrow() -> None:
 # Who may import whom, bottom floor first: a module imports only from its own unit or from units on
 # lower floors, so dependencies run one way (capture never reaches up into the feeds that drive it;
 # a change log never into the backfills it stores). Units are import names: ``pgfeed.<name>`` (a subpackage or
-# a top-level module of service/), ``pgfeed`` (its __init__), ``pgfeed_client`` and ``pgfeed_spark``. A new module
-# must be given a floor here (test_every_unit_has_a_floor).
+# a top-level module of service/pgfeed), ``pgfeed`` (its __init__), ``pgfeed_client`` and ``pgfeed_spark``. A new
+# module must be given a floor here (test_every_unit_has_a_floor).
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("pgfeed_client",),
     ("pgfeed_spark", "pgfeed", "pgfeed.errors", "pgfeed.dsn", "pgfeed.config", "pgfeed.logs",
      "pgfeed.tls", "pgfeed.localpg", "pgfeed.codegen", "pgfeed.protowire", "pgfeed.allocator"),
-    ("pgfeed.access", "pgfeed.pgoutput", "pgfeed.types", "pgfeed.cli_remote", "pgfeed.cli_output",
-     "pgfeed.ownership"),
+    ("pgfeed.access", "pgfeed.pgoutput", "pgfeed.types", "pgfeed.ownership"),
     ("pgfeed.assembler",),
     ("pgfeed.decoding",),
     ("pgfeed.encoding", "pgfeed.changelog"),
     ("pgfeed.replication",),
-    ("pgfeed.backfill", "pgfeed.peek"),
+    ("pgfeed.backfill",),
     ("pgfeed.feeds",),
     ("pgfeed.pgstore", "pgfeed.metrics"),
     ("pgfeed.grpc_api", "pgfeed.http_api"),
-    ("pgfeed.cli_options", "pgfeed.runtime", "pgfeed.tail_cli"),
-    ("pgfeed.demo",),
+    ("pgfeed.runtime",),
     ("pgfeed.cli",),
     ("pgfeed.__main__",),
 )
 FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 # Import cycles between files that another change breaks (issue 16: the assembler's framing helpers
 # leave its model module); none may be added.
-KNOWN_CYCLES = [["service/assembler/model.py", "service/assembler/spill.py"]]
+KNOWN_CYCLES = [["service/pgfeed/assembler/model.py", "service/pgfeed/assembler/spill.py"]]
 
 
 def _source_files() -> list[Path]:
-    return sorted(p for top in ("service", "clients", "spark_connector") for p in (ROOT / top).rglob("*.py"))
+    return sorted(p for name, top in FIRST_PARTY.items() for p in (ROOT / top / name).rglob("*.py"))
 
 
 def _unit(path: Path) -> str:
-    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
-    name = IMPORT_NAMES[folder]
-    if folder != "service" or parts == ["__init__"]:
+    _folder, name, *parts = path.relative_to(ROOT).with_suffix("").parts
+    if name != "pgfeed" or parts == ["__init__"]:
         return name
     return f"{name}.{parts[0]}"
 
@@ -274,13 +271,13 @@ def test_layer_checker_sees_a_cycle_and_an_upward_import(tmp_path: Path) -> None
     assert _upward("pgfeed.changelog", "pgfeed.encoding")  # same floor, another unit
     assert not _upward("pgfeed.feeds", "pgfeed.replication")
     assert not _upward("pgfeed.feeds", "pgfeed.feeds")
-    capture = ROOT / "service/replication/capture.py"
-    assert _unit(capture) == "pgfeed.replication" and _unit(ROOT / "service/__init__.py") == "pgfeed"
-    assert ROOT / "service/feeds/model.py" not in _targets(capture)
-    assert ROOT / "service/replication/stream.py" in _targets(capture)
-    sync = ROOT / "clients/_http_sync.py"  # `from pgfeed_client import _http_base`: the module, not __init__
-    assert ROOT / "clients/_http_base.py" in _targets(sync)
-    assert ROOT / "clients/__init__.py" not in _targets(sync)
+    capture = ROOT / "service/pgfeed/replication/capture.py"
+    assert _unit(capture) == "pgfeed.replication" and _unit(ROOT / "service/pgfeed/__init__.py") == "pgfeed"
+    assert ROOT / "service/pgfeed/feeds/model.py" not in _targets(capture)
+    assert ROOT / "service/pgfeed/replication/stream.py" in _targets(capture)
+    sync = ROOT / "clients/pgfeed_client/_http_sync.py"  # `from pgfeed_client import _http_base`: the module, not __init__
+    assert ROOT / "clients/pgfeed_client/_http_base.py" in _targets(sync)
+    assert ROOT / "clients/pgfeed_client/__init__.py" not in _targets(sync)
     a, b, c, d = (ROOT / f"service/{n}.py" for n in "abcd")
     assert _cycles({a: {b}, b: {c}, c: {a, d}, d: set()}) == [
         ["service/a.py", "service/b.py", "service/c.py"]]

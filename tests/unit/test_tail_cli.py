@@ -1,7 +1,7 @@
 """``pgfeed tail`` lines: numbers are written back exactly as the server sent them (a jsonb
 value can hold more digits than a float, or more than 64 bits), in --json and in text lines."""
 
-from pgfeed.tail_cli import _json, _loads, event_line
+from pgfeed.cli.tail import _json, _loads, event_line
 
 PAGE = (b'{"changes":[{"lsn":"0/10","seq":0,"commit_lsn":"0/20","xid":7,'
         b'"commit_ts":"2026-11-22T10:00:00+00:00","op":"insert","schema":"public","table":"t",'

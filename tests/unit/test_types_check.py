@@ -1,7 +1,7 @@
 """The type checker, run by the test command: ``mypy --strict`` on what clients install
-(``pgfeed_client``, ``pgfeed_spark``) and on ``pgfeed`` (service/), plain ``mypy`` (pyproject's
-[tool.mypy], with pydantic's plugin) on ``pgfeed`` too. Packages by import name: the folders are
-reached through the root's symlinks (pgfeed -> service/), so mypy names files ``pgfeed/...``.
+(``pgfeed_client``, ``pgfeed_spark``) and on ``pgfeed`` (service/pgfeed), plain ``mypy`` (pyproject's
+[tool.mypy], with pydantic's plugin) on ``pgfeed`` too. Packages by import name, found in the
+folders that hold them ([tool.mypy]'s ``mypy_path``).
 No error is tolerated anywhere.
 """
 
@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.checkout import PYTHONPATH
+
 ROOT = Path(__file__).resolve().parents[2]
 ERROR = re.compile(r"^(?P<path>[\w/.]+\.pyi?):\d+: error: ", re.MULTILINE)
 
 
 def _mypy(*args: str) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     out = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
                           "--cache-dir", str(ROOT / "build" / "mypy-cache"), *args],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)

@@ -179,7 +179,7 @@ ALLOWED_ROOTS = {"pgfeed"}  # the import name of service/
 
 @pytest.mark.parametrize("module", ["transactions.py", "spill.py"])
 def test_assembler_modules_import_only_the_standard_library_and_service(module: str) -> None:
-    path = Path(__file__).resolve().parents[3] / "service" / "assembler" / module
+    path = Path(__file__).resolve().parents[3] / "service" / "pgfeed" / "assembler" / module
     for node in ast.walk(ast.parse(path.read_text())):
         names = []
         if isinstance(node, ast.Import):

@@ -31,7 +31,7 @@ def copy_row(fields: list[bytes | None]) -> bytes:
 
 def implementations() -> list[object]:
     if rows._compiled is None:
-        pytest.fail("service/backfill/_rows.c is not built (setup.py build_ext --inplace)")
+        pytest.fail("service/pgfeed/backfill/_rows.c is not built (setup.py build_ext --inplace)")
     return [rows._compiled.copy_text_frames, rows._copy_text_frames]
 
 

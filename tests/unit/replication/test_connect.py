@@ -1,4 +1,4 @@
-"""One policy for every connection to a source (service/replication/connect.py): the session's
+"""One policy for every connection to a source (pgfeed.replication.connect): the session's
 settings, a timeout and a name by default (the DSN's own win), and errors without the password."""
 
 from __future__ import annotations

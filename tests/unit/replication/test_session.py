@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from pgfeed.peek import PeekError, peek_options
+from pgfeed.cli.peek import PeekError, peek_options
 from pgfeed.replication import session
 from pgfeed.replication.commands import start_replication
 from pgfeed.replication.connect import conninfo

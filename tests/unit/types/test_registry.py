@@ -1,4 +1,4 @@
-"""The type registry (``service/types``) is the one table of type rules: its generated C header
+"""The type registry (``service/pgfeed/types``) is the one table of type rules: its generated C header
 is fresh, the compiled encoder was built from it, every family's declaration names real types,
 Value fields and column kinds, and the tables derived from it are what the encoders use."""
 
