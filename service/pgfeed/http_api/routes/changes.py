@@ -120,7 +120,7 @@ async def list_changes(
         after=parse_cursor_param("after", after), limit=limit, tables=parse_tables(tables),
         ops=parse_ops_param(ops), to=None if to is None else parse_cursor_param("to", to),
         wait=wait, fmt=fmt)
-    return _answer(await serve_page(supervisor, feed, request, read_ahead, stop), metrics, feed,
+    return _answer(await serve_page(supervisor.served(feed), request, read_ahead, stop), metrics, feed,
                    served=fmt != "count")
 
 
@@ -142,7 +142,7 @@ async def list_transactions(
     would not fit in `max_changes`; only a transaction larger than that on its own is sliced."""
     request = PageRequest(after=parse_cursor_param("after", after), limit=max_changes, wait=wait,
                           fmt=fmt, transactions=limit)
-    return _answer(await serve_page(supervisor, feed, request, read_ahead, stop), metrics, feed)
+    return _answer(await serve_page(supervisor.served(feed), request, read_ahead, stop), metrics, feed)
 
 
 @router.get("/{feed}/splits", response_model=SplitsOut, summary="Cut a range into parts")
