@@ -355,7 +355,7 @@ class Serving(Generic[T]):
                     continue
             if not self.resolved:
                 await self.start()
-            out, page = await self._read(self.position, first)
+            out, page, inline = await self._read(self.position, first)
             first = False
             self.head = max(self.head, page.head)
             self._move(page.next)
@@ -367,6 +367,8 @@ class Serving(Generic[T]):
             has_more = page.next < self.bound(self.head)
             self.caught_up = not has_more
             progress = self._progress()
+            if inline and has_more and not count:
+                continue  # a burst past a small inline read: read on in a worker thread
             if count or has_more or progress is not None or self.done(page.next) \
                     or self.stopped or loop.time() >= deadline:
                 return Step(None, out, page.next, self.head, has_more, count, progress)
@@ -388,12 +390,13 @@ class Serving(Generic[T]):
         is the head of each request)."""
         return self.share is not None and after < self.bound(self.head) and self.window.to != "latest"
 
-    async def _read(self, after: Cursor, first: bool) -> tuple[T, Page[object]]:
+    async def _read(self, after: Cursor, first: bool) -> tuple[T, Page[object], bool]:
         """Inline once caught up (a small read of what the last commits added), else in a worker
-        thread; a first read through the shared pages when there are."""
+        thread; a first read through the shared pages when there are. Also: whether it was
+        inline."""
         if self.inline and self.caught_up and self.head - after.lsn <= INLINE_WAL_BYTES:
             try:
-                return self.read(after, inline=True)
+                return (*self.read(after, inline=True), True)
             except ReaderBusy:
                 pass
         if first and self.share is not None:
@@ -407,8 +410,8 @@ class Serving(Generic[T]):
 
             out = await share.read(self.key(after), read)
             page = pages[0] if pages else self._page_of(out)
-            return out, page
-        return await asyncio.to_thread(self.read, after)
+            return out, page, False
+        return (*await asyncio.to_thread(self.read, after), False)
 
     @staticmethod
     def _page_of(out: object) -> Page[object]:
