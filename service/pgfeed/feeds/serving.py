@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pgfeed.encoding.arrow_rows import ArrowSink
 
 __all__ = ["INLINE_CHANGES", "PROGRESS_SECONDS", "SCAN_CHANGES", "PageKey", "PageRead",
-           "PageShare", "ServedFeed", "Serving", "Step", "Window"]
+           "PLAIN", "PageShare", "ServedFeed", "Serving", "Step", "Window"]
 
 SCAN_CHANGES = 100_000  # changes one step scans at most (``limit`` when larger): a step returns
 INLINE_CHANGES = 200  # changes scanned by a read on the event loop once caught up
@@ -240,12 +240,21 @@ class Step(Generic[T]):
     progress: Transaction[object] | None = None
 
 
+PLAIN = Window()  # every change up to the head: what the shared tail can answer
+_START = Cursor(0)
+
+
 class Serving(Generic[T]):
     """One reader of a feed, from its cursor on: HTTP takes one step (a long-poll), gRPC steps on
     until the client leaves. ``encode`` turns a ``PageRead`` into the surface's page (run where
     the read runs); ``surface`` names the shared tail's encoding for unfiltered readers (None:
     never from the tail); ``inline``: a caught-up reader may read and encode on the event loop;
-    ``progress``: report passed-over transactions every ``PROGRESS_SECONDS``."""
+    ``progress``: report passed-over transactions every ``PROGRESS_SECONDS``. Only a reader of
+    the ``PLAIN`` window is answered from the tail."""
+
+    __slots__ = ("_passed", "_sent_at", "after", "caught_up", "encode", "feed", "head", "inline",
+                 "limit", "position", "progress", "resolved", "share", "share_params", "stop",
+                 "surface", "tail", "tail_limit", "to", "trimmed", "window")
 
     def __init__(self, feed: ServedFeed, after: CursorParam, limit: int, window: Window,
                  encode: Callable[[PageRead], T], *, surface: Surface | None = None,
@@ -264,16 +273,15 @@ class Serving(Generic[T]):
         self.share_params = share_params
         self.stop = stop
         self.resolved = False
-        self.tail = feed.tail() if surface is not None and not window.filtered and window.to is None \
-            and window.max_transactions is None and not window.whole_transactions else None
+        self.tail = feed.tail() if surface is not None and window is PLAIN else None
         self.surface: Surface = surface or "json"
-        self.position = Cursor(0)
+        self.position = _START
         self.head = 0
         self.to: Cursor | None = None
         self.trimmed = 0
         self.caught_up = False
         self._passed: Transaction[object] | None = None
-        self._sent_at = time.monotonic()
+        self._sent_at = time.monotonic() if progress else 0.0
 
     # -- the blocking half (worker threads, or the loop for a small caught-up read) ----------------
     def resolve(self) -> Cursor:

@@ -29,7 +29,7 @@ from pgfeed.errors import CursorAhead, FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
 from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.reader import parse_ops
-from pgfeed.feeds.serving import PageRead, ServedFeed, Serving, Window
+from pgfeed.feeds.serving import PLAIN, PageRead, ServedFeed, Serving, Window
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.metrics import Metrics
 
@@ -88,7 +88,9 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
         frames = _Frames(feed)
         stop = self._stopping.future()
         serving: Serving[list[bytes]] = Serving(
-            feed, parsed.cursor, PAGE_CHANGES, Window(tables=parsed.tables, ops=parsed.ops), frames,
+            feed, parsed.cursor, PAGE_CHANGES,
+            PLAIN if parsed.tables is None and parsed.ops is None
+            else Window(tables=parsed.tables, ops=parsed.ops), frames,
             surface="grpc", inline=True, progress=True, stop=stop)
         try:
             await serving.start()

@@ -16,7 +16,7 @@ from pgfeed.assembler.model import Op
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.reader import Page, parse_ops
-from pgfeed.feeds.serving import PageRead, ServedFeed, Serving, Window
+from pgfeed.feeds.serving import PLAIN, PageRead, ServedFeed, Serving, Window
 from pgfeed.http_api import encode
 from pgfeed.http_api.encode import Encoded
 from pgfeed.http_api.errors import ApiError, bad_parameter
@@ -122,14 +122,16 @@ async def serve_page(feed: ServedFeed, request: PageRequest, read_ahead: ReadAhe
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.wait
     encoder = _Encoder(feed, request)
-    shareable = (request.fmt == "json" and request.transactions is None and request.tables is None
-                 and request.ops is None and request.to is None)
-    window = Window(tables=request.tables, ops=request.ops, to=request.to,
-                    max_transactions=request.transactions,
-                    whole_transactions=request.transactions is not None)
+    if request.tables is None and request.ops is None and request.to is None \
+            and request.transactions is None:
+        window = PLAIN  # what the shared tail answers (JSON only)
+    else:
+        window = Window(tables=request.tables, ops=request.ops, to=request.to,
+                        max_transactions=request.transactions,
+                        whole_transactions=request.transactions is not None)
     serving: Serving[Encoded] = Serving(
         feed, request.after, request.limit, window, encoder,
-        surface="json" if shareable else None, inline=request.fmt in ("json", "count"),
+        surface="json" if request.fmt == "json" else None, inline=request.fmt in ("json", "count"),
         tail_limit=request.limit, share=read_ahead,
         share_params=(request.fmt, request.transactions),
         stop=None if stop is None else stop.future())
