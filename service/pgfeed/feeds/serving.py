@@ -374,9 +374,9 @@ class Serving(Generic[T]):
                 self._passed = page.passed
             has_more = page.next < self.bound(self.head)
             self.caught_up = not has_more
-            progress = self._progress()
             if inline and has_more and not count:
                 continue  # a burst past a small inline read: read on in a worker thread
+            progress = self._progress()
             if count or has_more or progress is not None or self.done(page.next) \
                     or self.stopped or loop.time() >= deadline:
                 return Step(None, out, page.next, self.head, has_more, count, progress)
