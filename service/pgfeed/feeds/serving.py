@@ -345,9 +345,12 @@ class Serving(Generic[T]):
         tail answers needs no worker thread: its cursor is resolved only when the log is read."""
         loop = asyncio.get_running_loop()
         notifier = self.feed.notifier
-        if not self.resolved and not (self.tail is not None and isinstance(self.after, Cursor)
-                                      and self.tail.may_answer(self.after)):
-            await self.start()
+        if not self.resolved:
+            after = self.after
+            if self.tail is not None and isinstance(after, Cursor) and self.tail.may_answer(after):
+                self.position = after  # resolved only if the log must be read
+            else:
+                await self.start()
         first = True
         while True:
             if self.tail is not None and not notifier.closed:
