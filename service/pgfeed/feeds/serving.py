@@ -252,7 +252,7 @@ class Serving(Generic[T]):
     ``progress``: report passed-over transactions every ``PROGRESS_SECONDS``. Only a reader of
     the ``PLAIN`` window is answered from the tail."""
 
-    __slots__ = ("_passed", "_sent_at", "after", "caught_up", "encode", "feed", "head", "inline",
+    __slots__ = ("_passed", "_sent_at", "_tailing", "after", "caught_up", "encode", "feed", "head", "inline",
                  "limit", "position", "progress", "resolved", "share", "share_params", "stop",
                  "surface", "tail", "tail_limit", "to", "trimmed", "window")
 
@@ -282,6 +282,7 @@ class Serving(Generic[T]):
         self.caught_up = False
         self._passed: Transaction[object] | None = None
         self._sent_at = time.monotonic() if progress else 0.0
+        self._tailing = False  # the last step was served from the tail
 
     # -- the blocking half (worker threads, or the loop for a small caught-up read) ----------------
     def resolve(self) -> Cursor:
@@ -354,11 +355,20 @@ class Serving(Generic[T]):
         first = True
         while True:
             if self.tail is not None and not notifier.closed:
+                if self._tailing and notifier.head <= self.position.lsn:
+                    # a stream the tail just served: nothing new yet, wait before asking it again
+                    # (the hot path of a live stream: one wait, no coroutine of its own)
+                    remaining = deadline - loop.time()
+                    if remaining <= 0 or self.stopped:
+                        return self._nothing()
+                    await notifier.wait_beyond(self.position.lsn, remaining, self.stop)
+                    continue
                 part = await self._from_tail()
                 if part is not None:
                     self._move(part.next)
                     self.caught_up = True
                     if part.change_count:
+                        self._tailing = True
                         self._served()
                         return Step(part, None, part.next, self.head, False, part.change_count)
                     if not await self._wait(deadline, self.position.lsn):
@@ -367,7 +377,7 @@ class Serving(Generic[T]):
             if not self.resolved:
                 await self.start()
             out, page, inline = await self._read(self.position, first)
-            first = False
+            first = self._tailing = False
             self.head = max(self.head, page.head)
             self._move(page.next)
             count = page.change_count
@@ -460,8 +470,9 @@ class Serving(Generic[T]):
         return not self.stopped
 
     def _served(self) -> None:
-        self._passed = None
-        self._sent_at = time.monotonic()
+        if self.progress:
+            self._passed = None
+            self._sent_at = time.monotonic()
 
     def _progress(self) -> Transaction[object] | None:
         """The passed transaction to report, when the stream has sent nothing for a while."""
