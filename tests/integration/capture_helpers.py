@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from pgfeed.assembler.model import Change, Transaction
+from pgfeed.decoding.model import Change, Transaction
 from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor

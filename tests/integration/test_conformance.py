@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfeed.assembler.model import Transaction
+from pgfeed.decoding.model import Transaction
 from pgfeed.encoding.to_json import change_to_dict, dumps
 from pgfeed.localpg import LocalCluster
 from pgfeed.cli.peek import decode_rows, fetch_rows, peek_options

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 
 from pgfeed_client._cursor import format_lsn
-from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.assembler.transactions import TransactionAssembler
 from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.dsn import mask_dsn, scrub

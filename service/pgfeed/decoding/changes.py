@@ -14,15 +14,9 @@ import orjson
 
 from pgfeed_client._cursor import format_lsn
 from pgfeed.assembler.framing import FRAME
-from pgfeed.assembler.model import (
-    BACKFILL_ORIGIN,
-    Change,
-    Op,
-    StoredTransaction,
-    Transaction,
-    backfill_id_of,
-)
-from pgfeed.assembler.relations import RelationCatalog, RelationSchema, TypeName, resolve_value_oid
+from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog, RelationSchema, TypeName, resolve_value_oid
 from pgfeed.decoding.plan import RelationPlan, WireRow
 from pgfeed.decoding.values import RowLoader, load_value
 from pgfeed.errors import SchemaError

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.decoding.changes import Segment, SunkChange
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.encoding import transcode

@@ -14,7 +14,7 @@ import orjson
 
 from pgfeed_client._cursor import format_lsn
 from pgfeed_client._json import MAX_EMBEDDED_DEPTH
-from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.decoding.changes import LazyChange, RawChange
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.encoding.transcode import Writers, json_writers, transcoded

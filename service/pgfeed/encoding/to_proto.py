@@ -17,8 +17,8 @@ from decimal import Decimal
 from typing import Any
 
 from pgfeed_client._cursor import Cursor, format_lsn
-from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.codegen import define
 from pgfeed.decoding.changes import LazyChange, RawChange
 from pgfeed.decoding.plan import RelationPlan

@@ -27,8 +27,8 @@ from typing import Any
 
 import orjson
 
-from pgfeed.assembler.model import Op
 from pgfeed.decoding.changes import RawChange
+from pgfeed.decoding.model import Op
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
 from pgfeed.protowire import ld_field, table_version_field, varint

@@ -15,16 +15,9 @@ from typing import TYPE_CHECKING, Generic, Literal, overload
 
 from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
 from pgfeed.assembler.framing import FRAME
-from pgfeed.assembler.model import (
-    BACKFILL_ORIGIN,
-    Change,
-    ChangeT_co,
-    Op,
-    StoredTransaction,
-    Transaction,
-    backfill_id_of,
-)
-from pgfeed.assembler.relations import RelationCatalog, RelationSchema, served_schema
+from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
+from pgfeed.decoding.model import Change, ChangeT_co, Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog, RelationSchema, served_schema
 from pgfeed.changelog.base import ChangeLog
 from pgfeed.decoding.changes import (
     DEFAULT_PLACEHOLDER,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.backfill.manager import BackfillManager
 from pgfeed.backfill.window import WindowTracker
 from pgfeed.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL

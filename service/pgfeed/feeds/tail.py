@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pgfeed_client._cursor import Cursor
-from pgfeed.assembler.model import Transaction
+from pgfeed.decoding.model import Transaction
 from pgfeed.decoding.changes import LazyChange, RawChange
 from pgfeed.encoding.to_json import change_events
 from pgfeed.encoding.to_proto import ColumnKinds, JsonColumnCache, transaction_frames

@@ -32,8 +32,8 @@ import orjson
 
 from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
-from pgfeed.assembler.toastfill import (
+from pgfeed.decoding.relations import RelationCatalog
+from pgfeed.decoding.toastfill import (
     Held,
     Image,
     apply_relation,

@@ -21,7 +21,7 @@ from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import OLDEST_METADATA, qualified_table
-from pgfeed.assembler.model import Op
+from pgfeed.decoding.model import Op
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.decoding.changes import LazyChange
 from pgfeed.encoding.to_proto import Framer, JsonColumnCache

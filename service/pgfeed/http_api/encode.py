@@ -11,8 +11,8 @@ import orjson
 
 from pgfeed_client._cursor import Cursor, format_lsn, parse_lsn
 from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
-from pgfeed.assembler.model import Change, Transaction
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.model import Change, Transaction
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.changes import LazyChange, SunkChange
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import change_events, transaction_json

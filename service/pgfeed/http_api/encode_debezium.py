@@ -9,7 +9,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 import pgfeed
-from pgfeed.assembler.model import Change
+from pgfeed.decoding.model import Change
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.encoding.to_debezium import DebeziumSource, envelopes
 from pgfeed.encoding.to_json import change_to_dict, dumps

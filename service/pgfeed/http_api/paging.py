@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import qualified_table
-from pgfeed.assembler.model import Op
+from pgfeed.decoding.model import Op
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import HeadNotifier, StopSignal

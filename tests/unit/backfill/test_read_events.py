@@ -9,8 +9,8 @@ import orjson
 import pytest
 from pgfeed_proto.v1 import feed_pb2
 
-from pgfeed.assembler.model import Op
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.model import Op
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.backfill.window import WindowTracker
 from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.encoding import transcode
@@ -62,7 +62,7 @@ def test_protobuf_frames_of_a_chunk_carry_op_read_and_the_backfill_id() -> None:
 
 def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it() -> None:
     from pgfeed_client._cursor import EARLIEST, Cursor
-    from pgfeed.assembler.relations import RelationCatalog
+    from pgfeed.decoding.relations import RelationCatalog
     from pgfeed.changelog.memory import MemoryChangeLog
     from pgfeed.feeds.reader import FeedReader
 

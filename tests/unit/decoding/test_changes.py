@@ -7,8 +7,9 @@ from decimal import Decimal
 import pytest
 
 from pgfeed.assembler.framing import frame
-from pgfeed.assembler.model import Op, StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.decoding.model import Op
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.errors import PgfeedError, SchemaError
 from pgfeed.pgoutput.encode import encode

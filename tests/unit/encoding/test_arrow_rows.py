@@ -23,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pgfeed.assembler.model import BACKFILL_ORIGIN, Change, Op, StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction
+from pgfeed.decoding.model import Change, Op
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.changes import Segment, TransactionDecoder
 from pgfeed.encoding import arrow_rows
 from pgfeed.encoding.to_arrow import ArrowColumn, typed_batch, typed_schema

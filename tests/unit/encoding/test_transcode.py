@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 from pgfeed_proto.v1 import feed_pb2
 
 from pgfeed.assembler.framing import frame
-from pgfeed.assembler.model import Op, StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.decoding.model import Op
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.changes import RawChange, TransactionDecoder
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps

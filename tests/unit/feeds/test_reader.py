@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pgfeed_client._cursor import EARLIEST, Cursor
-from pgfeed.assembler.model import Op
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.model import Op
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.errors import RetentionError
 from pgfeed.feeds.reader import FeedReader, ReaderBusy

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pgfeed_client._cursor import EARLIEST, Cursor
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.changelog.sqlite import SqliteChangeLog
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
 from pgfeed.feeds.toastindex import ToastIndex

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgfeed.assembler.relations import RelationCatalog, RelationSchema
-from pgfeed.assembler.toastfill import (
+from pgfeed.decoding.relations import RelationCatalog, RelationSchema
+from pgfeed.decoding.toastfill import (
     Held,
     MemoryImages,
     apply_relation,
