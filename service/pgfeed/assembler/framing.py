@@ -4,11 +4,32 @@ length (``FRAME``), and cutting a framed payload into bounded pieces on frame bo
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
-__all__ = ["FRAME", "chunk_bounds", "frame"]
+__all__ = ["FRAME", "Payloadlike", "chunk_bounds", "frame", "walk"]
 
 # One framed message inside StoredTransaction.payload: WAL position (XLogData dataStart), length.
 FRAME = struct.Struct(">QI")
+
+Payloadlike = bytes | bytearray | memoryview
+
+
+def walk(payload: Payloadlike, pos: int = 0, end: int | None = None,
+         ) -> Iterator[tuple[int, int, int, int]]:
+    """The frames of a stored payload from ``pos`` (a frame's start) to ``end`` (default: the
+    payload's end): ``(at, lsn, start, stop)``, the frame's offset, its WAL position and its
+    message's bounds (``payload[start]`` is the message's tag). The one walk of stored frames:
+    the decoder, the fill index, the backfill window and the log's readers all use it."""
+    if end is None:
+        end = len(payload)
+    unpack, size = FRAME.unpack_from, FRAME.size
+    while pos < end:
+        lsn, length = unpack(payload, pos)
+        start = pos + size
+        stop = start + length
+        yield pos, lsn, start, stop
+        pos = stop
+
 
 def frame(lsn: int, message: bytes | memoryview) -> bytes:
     return FRAME.pack(lsn, len(message)) + bytes(message)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, TypeAlias
 
-from pgfeed.assembler.framing import FRAME, chunk_bounds
+from pgfeed.assembler.framing import chunk_bounds, walk
 
 if TYPE_CHECKING:
     from pgfeed.assembler.spill import SpilledPayload
@@ -86,14 +86,8 @@ class StoredTransaction:
     def frames(self) -> Iterator[tuple[int, memoryview]]:
         """Yield ``(lsn, message)`` for each framed message of the payload (``buffer``)."""
         view = memoryview(self.buffer())
-        pos, end = 0, len(view)
-        unpack = FRAME.unpack_from
-        size = FRAME.size
-        while pos < end:
-            lsn, length = unpack(view, pos)
-            pos += size
-            yield lsn, view[pos:pos + length]
-            pos += length
+        for _at, lsn, start, stop in walk(view):
+            yield lsn, view[start:stop]
 
 
 def end_position(end_lsn: int) -> int:

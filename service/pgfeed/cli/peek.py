@@ -122,7 +122,7 @@ def decode_rows(rows: Iterable[Row], *, toast: str = "omit") -> Iterator[Transac
             for frame in stored.schema_frames:
                 catalog.add(stored.commit_lsn, frame)
             if stored.change_count:
-                yield decoder.decode(stored)
+                yield decoder.load(stored)
 
 
 def format_change(change: Change, txn: Transaction[object]) -> str:

@@ -18,7 +18,6 @@ from pgfeed.backfill.window import WindowTracker
 from pgfeed.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
 from pgfeed.changelog.base import ChangeLog, ChangeLogError, LeaseLost
 from pgfeed.dsn import mask_dsn
-from pgfeed.encoding.to_proto import JsonColumnCache
 from pgfeed.errors import (
     BackfillError,
     FeedExists,
@@ -552,8 +551,7 @@ class Supervisor:
         feed = self._get(name)
         with feed.catalog_lock:
             if feed.tail is None:
-                feed.tail = SharedTail(self._new_reader(feed),
-                                       JsonColumnCache(lambda: self.catalog(name)))
+                feed.tail = SharedTail(self._new_reader(feed))
         return feed.tail
 
     def _toast_index(self, feed: _Feed) -> ToastIndex | None:

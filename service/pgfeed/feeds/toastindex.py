@@ -1,6 +1,6 @@
 """A feed's fill index for ``toast=reselect``: the fill rule applied to its log once, in log order.
 
-``assembler.toastfill`` decides what an unchanged TOAST column of the change at position P is from
+``decoding.toastfill`` decides what an unchanged TOAST column of the change at position P is from
 the log up to P. This module runs that rule over the log exactly once per position and keeps the
 answers, so every reader at P gets the same value whatever it or anyone else read before, and
 after a restart (docs/design.md "Unchanged TOAST"). It is built lazily: a reader about to decode

@@ -37,8 +37,8 @@ def chunk_unit():  # type: ignore[no-untyped-def]
 
 def test_json_events_of_a_chunk_say_read_on_every_path() -> None:
     unit = chunk_unit()
-    lazy = TransactionDecoder(RelationCatalog()).decode(unit, lazy=True)
-    loaded = TransactionDecoder(RelationCatalog()).decode(unit)
+    lazy = TransactionDecoder(RelationCatalog()).decode(unit)
+    loaded = TransactionDecoder(RelationCatalog()).load(unit)
     fast = [orjson.loads(e) for e in change_events(lazy)]
     reference = [orjson.loads(dumps(change_to_dict(c, loaded))) for c in loaded.changes]
     assert fast == reference
@@ -51,9 +51,13 @@ def test_json_events_of_a_chunk_say_read_on_every_path() -> None:
 
 def test_protobuf_frames_of_a_chunk_carry_op_read_and_the_backfill_id() -> None:
     unit = chunk_unit()
-    for lazy in (True, False):
-        txn = TransactionDecoder(RelationCatalog()).decode(unit, lazy=lazy)
-        (frame,) = transaction_frames(txn)
+    for implementation in ("c", "reference"):  # the compiled encoder's runs, then loaded ones
+        txn = TransactionDecoder(RelationCatalog()).decode(unit)
+        saved, transcode.IMPLEMENTATION = transcode.IMPLEMENTATION, implementation
+        try:
+            (frame,) = transaction_frames(txn)
+        finally:
+            transcode.IMPLEMENTATION = saved
         msg = feed_pb2.Transaction.FromString(frame)
         assert (msg.backfill, msg.origin, msg.commit_lsn) == ("bf_1", "pgfeed.backfill", 0x5000_0000)
         assert [c.op for c in msg.changes] == [feed_pb2.OP_READ, feed_pb2.OP_READ]
@@ -64,6 +68,7 @@ def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it()
     from pgfeed_client._cursor import EARLIEST, Cursor
     from pgfeed.decoding.relations import RelationCatalog
     from pgfeed.changelog.memory import MemoryChangeLog
+    from pgfeed.decoding.runs import loaded
     from pgfeed.feeds.reader import FeedReader
 
     unit = chunk_unit()
@@ -78,5 +83,5 @@ def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it()
     assert other.passed is not None and other.passed.backfill == "bf_1"
     assert reader.page(EARLIEST, 1, ops=[Op.INSERT]).next == Cursor(unit.commit_lsn)
     mine = reader.page(EARLIEST, 10, tables=["public.t"], ops=[Op.READ])
-    assert [c.after for t in mine.transactions for c in t.changes] == [
+    assert [c.after for t in mine.transactions for c in loaded(t).changes] == [
         {"id": 1, "v": "read"}, {"id": 2, "v": "read"}]

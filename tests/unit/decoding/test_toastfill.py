@@ -1,4 +1,4 @@
-"""The toast=reselect fill rule (``assembler.toastfill``): what an unchanged TOAST column of the
+"""The toast=reselect fill rule (``decoding.toastfill``): what an unchanged TOAST column of the
 change at a position is, from the log before it alone."""
 
 from __future__ import annotations
