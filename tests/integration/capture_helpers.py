@@ -28,7 +28,7 @@ def read_all(supervisor: Supervisor, feed: str, toast: str = "placeholder") -> l
     decoder = TransactionDecoder(supervisor.catalog(feed), toast=toast)
     out = []
     for stored in log.read(EARLIEST, max_changes=10**12):
-        out.append(decoder.decode(stored))
+        out.append(decoder.load(stored))
     return out
 
 

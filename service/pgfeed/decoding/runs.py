@@ -129,13 +129,13 @@ def loaded(txn: Transaction[Read]) -> Transaction[Change]:
         if type(c) is RowRun:
             changes.extend(c.load())
         else:
-            changes.append(c)  # type: ignore[arg-type]
+            changes.append(c)
     return txn.with_changes(changes)
 
 
 def change_total(changes: Sequence[Read]) -> int:
     """How many changes ``changes`` holds (a run counts its rows)."""
-    return sum(c.count if type(c) is RowRun else 1 for c in changes)  # type: ignore[union-attr]
+    return sum(c.count if type(c) is RowRun else 1 for c in changes)
 
 
 # -- loading one row change ------------------------------------------------------------------------

@@ -172,7 +172,7 @@ class ArrowSink:
                                             txn.commit_lsn, commit_ts, txn.xid, flags, version)
             if rows:
                 if out and type(out[-1]) is int:
-                    out[-1] += rows  # type: ignore[operator]
+                    out[-1] += rows
                 else:
                     out.append(rows)
             if seq + 1 >= stop:
@@ -219,7 +219,7 @@ class ArrowSink:
                 if type(c) is RowRun:
                     self._scan(c, t, items)
                 else:
-                    items.append(c)  # type: ignore[arg-type]
+                    items.append(c)
             written.append((t, items))
         return written
 

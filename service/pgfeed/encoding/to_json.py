@@ -149,7 +149,7 @@ def change_events(txn: Transaction[Read]) -> list[bytes]:
         if type(change) is RowRun:
             out += run_bodies(change, True, middle, tail, reference)
         else:
-            append(reference(change))  # type: ignore[arg-type]
+            append(reference(change))
     return out
 
 

@@ -393,8 +393,8 @@ def transaction_frames(txn: Transaction[Read], *, frame_bytes: int = FRAME_BYTES
             bodies = run_bodies(item, False, b"", b"", reference)
             seq = item.first_seq
         else:
-            bodies = [change_bytes(item)]  # type: ignore[arg-type]  # no row: no json columns
-            seq = item.seq  # type: ignore[union-attr]
+            bodies = [change_bytes(item)]  # no row: no json columns
+            seq = item.seq
         for body in bodies:
             n = len(body)
             item_size = n + 3 if n < small else n + 11

@@ -51,7 +51,7 @@ class TailEntry:
         self._events: bytes | None = None
         # what the tail counts against its byte budget: the wire bytes, about what each
         # encoding takes again
-        self.size = sum(c.end - c.start if type(c) is RowRun else _LOADED  # type: ignore[union-attr]
+        self.size = sum(c.end - c.start if type(c) is RowRun else _LOADED
                         for c in txn.changes) * 3
 
     @property

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
-from pgfeed_client._cursor import Cursor, format_lsn, parse_lsn
+from pgfeed_client._cursor import Cursor, format_lsn
 from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 from pgfeed.decoding.model import Transaction
 from pgfeed.decoding.relations import RelationCatalog
@@ -132,15 +132,11 @@ def _arrow(page: Page, schema: pa.Schema, batches: list[pa.RecordBatch]) -> Enco
 
 def table_columns(catalog: RelationCatalog, table: str) -> Sequence[ArrowColumn]:
     """The newest shape of ``table`` (``schema.table``) the feed has seen, key flags included (they
-    shape ``_key``); none yet: no columns."""
+    shape ``_key``); none yet: no columns. Read from the catalogue's versions as they are."""
     from pgfeed.encoding.to_arrow import ArrowColumn
 
-    found: dict[str, Any] | None = None
-    for info in catalog.tables():
-        if info["name"] == table and (found is None or parse_lsn(info["valid_from"])
-                                      > parse_lsn(found["valid_from"])):
-            found = info
-    if found is None:
+    newest = catalog.newest(table)
+    if newest is None:
         return []
-    return [ArrowColumn(c["name"], c["type_name"], c["typmod"], c["type_oid"], bool(c.get("key")))
-            for c in found["columns"]]
+    return [ArrowColumn(c.name, c.type_name, c.typmod, c.type_oid, c.is_key)
+            for c in newest.columns]
