@@ -17,8 +17,8 @@ import _checkout  # noqa: E402,F401  (this checkout's packages first)
 
 from pgfeed.assembler.framing import frame
 from pgfeed.assembler.model import StoredTransaction
-from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.runs import change_total, loaded
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps
 from pgfeed.encoding.to_proto import transaction_frames

@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from pgfeed.decoding.model import Change, Transaction
 from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.model import Change, Transaction
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor
 from tests.fixtures.fix_service import wait_until

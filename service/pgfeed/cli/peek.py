@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 
 from pgfeed_client._cursor import format_lsn
-from pgfeed.decoding.model import Change, Op, Transaction
-from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.assembler.transactions import TransactionAssembler
 from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.dsn import mask_dsn, scrub
 from pgfeed.encoding.to_json import change_to_dict, dumps
 from pgfeed.errors import PgfeedError, SourceError

@@ -1,4 +1,6 @@
-"""Decode on read: a StoredTransaction's wire-form changes -> a Transaction of contract-shaped Changes.
+"""Decode on read: a StoredTransaction's wire-form changes -> a served Transaction: runs of row
+changes still in wire form (``runs.RowRun``, loaded on demand) and contract-shaped Changes for the
+rest (truncates, messages, DDL events).
 
 Schema for a transaction = the catalog's versions before its commit, then Relation/Type frames
 of its own payload as they come (an ALTER TABLE mid-transaction applies to later changes).

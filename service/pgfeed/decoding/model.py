@@ -59,8 +59,8 @@ class Change:
     ddl: dict[str, Any] | None = None
 
 
-# What a served transaction's changes are: ``Change``, or (reads that write straight from the wire,
-# ``decoding.changes``) a union with the read side's stand-ins for changes not decoded.
+# What a served transaction's changes are: ``Change``s, or as a read returns them ``Change | RowRun``
+# (``decoding.runs.Read``: runs of row changes still in wire form, loaded on demand).
 ChangeT_co = TypeVar("ChangeT_co", covariant=True)
 OtherT = TypeVar("OtherT")
 
@@ -69,7 +69,8 @@ OtherT = TypeVar("OtherT")
 class Transaction(Generic[ChangeT_co]):
     """A committed transaction as served: its metadata and decoded changes (possibly a slice).
     Covariant in its changes, which nobody alters once the transaction is built (a reference
-    encoder of ``Transaction[Change]`` takes no lazy read's; one of lazy reads takes both)."""
+    encoder of ``Transaction[Change]`` takes no read with runs, ``runs.loaded`` first; one of
+    ``Transaction[Read]`` takes both)."""
 
     xid: int
     commit_lsn: int

@@ -105,8 +105,13 @@ class RowRun:
         """Every change of the run, decoded (SchemaError when bytes do not fit the version)."""
         payload, plan, loading, commit_lsn, read = (self.payload, self.plan, self.loading,
                                                     self.commit_lsn, self.read)
-        return [load_row(loading, payload[begin:stop], plan, lsn, seq, commit_lsn, read)
-                for seq, lsn, _at, begin, stop in self.frames()]
+        out: list[Change] = []
+        append = out.append
+        seq = self.first_seq
+        for _at, lsn, begin, stop in walk(payload, self.start, self.end):
+            append(load_row(loading, payload[begin:stop], plan, lsn, seq, commit_lsn, read))
+            seq += 1
+        return out
 
     def load_at(self, at: int, seq: int) -> tuple[Change, int]:
         """Change ``seq``, whose frame starts at ``at`` (where a compiled encoder stopped),

@@ -17,18 +17,18 @@ from decimal import Decimal
 from typing import Any
 
 from pgfeed_client._cursor import Cursor, format_lsn
-from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.codegen import define
+from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.decoding.runs import Read, RowRun
 from pgfeed.encoding.to_json import dumps as json_dumps
 from pgfeed.encoding.transcode import run_bodies
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
 from pgfeed.protowire import HEADS as _HEADS
+from pgfeed.protowire import MapColumn as _Column
 from pgfeed.protowire import SMALL as _SMALL
+from pgfeed.protowire import V as _V
 from pgfeed.protowire import VALUE, ld_field, table_version_field, text_field, varint
 from pgfeed.protowire import VC as _VC
-from pgfeed.protowire import MapColumn as _Column
-from pgfeed.protowire import V as _V
 from pgfeed.protowire import map_column as _column
 from pgfeed.protowire import timestamp_field as _timestamp
 from pgfeed.types.interval import Interval

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.backfill.manager import BackfillManager
 from pgfeed.backfill.window import WindowTracker
 from pgfeed.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
 from pgfeed.changelog.base import ChangeLog, ChangeLogError, LeaseLost
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.dsn import mask_dsn
 from pgfeed.errors import (
     BackfillError,
@@ -49,8 +49,8 @@ from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.replication.capture import Capture, CaptureStats
 from pgfeed.replication.lost import LostSlot, describe
 from pgfeed.replication.preflight import Finding
-from pgfeed.replication.slots import PublishedTable
 from pgfeed.replication.sequences import SequenceSnapshot
+from pgfeed.replication.slots import PublishedTable
 from pgfeed_client._cursor import format_lsn
 
 log = logging.getLogger("pgfeed.supervisor")

@@ -32,6 +32,8 @@ import orjson
 
 from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import StoredTransaction
+from pgfeed.changelog.base import ChangeLog
+from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.toastfill import (
     Held,
@@ -40,8 +42,6 @@ from pgfeed.decoding.toastfill import (
     apply_row,
     apply_truncate,
 )
-from pgfeed.changelog.base import ChangeLog
-from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import (
     TAG_RELATION,

@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import qualified_table
-from pgfeed.decoding.model import Op
 from pgfeed.changelog.base import ChangeLogError
+from pgfeed.decoding.model import Op
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import HeadNotifier, StopSignal
 from pgfeed.feeds.reader import FeedReader, Page, parse_ops

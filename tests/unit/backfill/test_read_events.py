@@ -9,10 +9,10 @@ import orjson
 import pytest
 from pgfeed_proto.v1 import feed_pb2
 
-from pgfeed.decoding.model import Op
-from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.backfill.window import WindowTracker
 from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.model import Op
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps, transaction_json
 from pgfeed.encoding.to_proto import transaction_frames

@@ -8,9 +8,10 @@ import pytest
 
 from pgfeed.assembler.framing import frame
 from pgfeed.assembler.model import StoredTransaction
+from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.decoding.model import Op
 from pgfeed.decoding.relations import RelationCatalog
-from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.runs import RowRun, change_total, loaded
 from pgfeed.errors import PgfeedError, SchemaError
 from pgfeed.pgoutput.encode import encode
 from pgfeed.pgoutput.messages import (
@@ -313,6 +314,38 @@ def test_filters_skip_but_consume_changes() -> None:
     assert [(c.seq, c.op) for c in page.changes] == [(10, Op.MESSAGE), (11, Op.DELETE)]
 
 
+def test_rows_come_as_runs_of_one_relation_version_that_the_filters_keep() -> None:
+    """One lazy form (issue 29.2): consecutive row frames of one relation version are one run,
+    which carries its version's plan and loads to what the reference decodes; a frame of another
+    table, a message or a change the filters leave out ends a run; a page's bounds cut one."""
+    txn = _many()  # seq 0-9: orders (1, 2, 4, 5, 7, 8) and items (0, 3, 6, 9); message; delete
+    dec = decoder()
+    read = dec.decode(txn)
+    shape = [(c.plan.name, c.first_seq, c.count) if type(c) is RowRun else c.op
+             for c in read.changes]
+    assert shape == [("public.items", 0, 1), ("public.orders", 1, 2), ("public.items", 3, 1),
+                     ("public.orders", 4, 2), ("public.items", 6, 1), ("public.orders", 7, 2),
+                     ("public.items", 9, 1), Op.MESSAGE, ("public.orders", 11, 1)]
+    assert change_total(read.changes) == 12 and read.last_seq == 11
+    assert loaded(read).changes == dec.load(txn).changes
+    runs = [c for c in read.changes if type(c) is RowRun]
+    # items' version comes from the payload's own Relation frame (not numbered by the history)
+    assert {r.plan.name: r.plan.schema.version for r in runs} == {"public.items": 0,
+                                                                  "public.orders": 1}
+    # filters end runs (and never merge across what they leave out), bounds cut them
+    only = dec.decode(txn, tables={"public.orders"}, ops={Op.INSERT})
+    assert [(c.first_seq, c.count) for c in only.changes if type(c) is RowRun] == [
+        (1, 2), (4, 2), (7, 2)]
+    page = decoder().decode(txn, first_seq=2, max_changes=4)
+    assert [(c.first_seq, c.count) for c in page.changes if type(c) is RowRun] == [
+        (2, 1), (3, 1), (4, 2)]
+    # a run's frames load on demand, one at a time where an encoder stops
+    first = runs[1]
+    change, after = first.load_at(first.start, first.first_seq)
+    assert change == dec.load(txn).changes[1] and after < first.end
+    assert first.load_at(after, first.first_seq + 1)[0] == dec.load(txn).changes[2]
+
+
 def test_page_past_the_end_and_empty_page() -> None:
     txn = _many()
     page = decoder().load(txn, first_seq=12)
@@ -384,8 +417,8 @@ TYPED_ROWS = [
 
 @pytest.mark.parametrize("values", TYPED_ROWS)
 def test_fast_and_reference_paths_agree(values: tuple[str | None, ...]) -> None:
-    from pgfeed.decoding.runs import _fast_rows, _slow_rows
     from pgfeed.decoding.plan import RelationPlan
+    from pgfeed.decoding.runs import _fast_rows, _slow_rows
     from pgfeed.pgoutput.decode import decode
 
     plan = RelationPlan.of(catalog((0x10, TYPED)).at(ORDERS, 0x11))

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction
+from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.decoding.model import Change, Op
 from pgfeed.decoding.relations import RelationCatalog
-from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.decoding.runs import loaded
 from pgfeed.encoding import arrow_rows
 from pgfeed.encoding.to_arrow import ArrowColumn, typed_batch, typed_schema

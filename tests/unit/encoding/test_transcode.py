@@ -25,9 +25,9 @@ from pgfeed_proto.v1 import feed_pb2
 
 from pgfeed.assembler.framing import frame
 from pgfeed.assembler.model import StoredTransaction
-from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.decoding.model import Transaction
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.runs import Read, RowRun
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pgfeed_client._cursor import EARLIEST, Cursor
+from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.decoding.model import Op
 from pgfeed.decoding.relations import RelationCatalog
-from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.errors import RetentionError
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
 from tests.unit.changelog.txns import relation_frame, txn

@@ -7,8 +7,8 @@ import asyncio
 
 from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import StoredTransaction
-from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.encoding.to_json import change_events
 from pgfeed.encoding.to_proto import Framer
 from pgfeed.feeds.reader import FeedReader

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pgfeed_client._cursor import EARLIEST, Cursor
+from pgfeed.changelog.sqlite import SqliteChangeLog
 from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.runs import loaded
-from pgfeed.changelog.sqlite import SqliteChangeLog
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
 from pgfeed.feeds.toastindex import ToastIndex
 from tests.unit.decoding.test_changes import U, ins, relation, stored, upd
