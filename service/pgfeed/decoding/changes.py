@@ -169,7 +169,8 @@ class TransactionDecoder:
         ddl_table = self.ddl_table
         ddl_ops = ddl_table is not None and (ops is None or Op.DDL in ops)
         loading = self.loading
-        run: RowRun | None = None  # the last run: a row frame right after it, same plan, joins it
+        run: RowRun | None = None  # the last run: a row frame right after it, same relation, joins it
+        run_relation = -1
         resume = self._resume.get((commit_lsn, end, first_seq)) if first_seq else None
         if resume is not None:  # the next page of a transaction read page by page
             pos, seq, saved_plans, saved_types = resume
@@ -197,6 +198,12 @@ class TransactionDecoder:
                 break
             last = seq
             op = ops_of[tag]
+            if run is not None and run.end == at and tag in _ROW_TAGS and (
+                    ops is None or op in ops) and \
+                    _relation_id_at(payload, start + 1)[0] == run_relation:
+                run.end = frame_end  # the common case: the row right after the run's last
+                run.count += 1
+                continue
             if ops is not None and op not in ops and not ddl_ops:
                 continue
             if tag in _ROW_TAGS:
@@ -215,12 +222,9 @@ class TransactionDecoder:
                     continue
                 if tables is not None and plan.name not in tables:
                     continue
-                if run is not None and run.end == at and run.plan is plan:
-                    run.end = frame_end
-                    run.count += 1
-                else:
-                    run = RowRun(payload, at, frame_end, seq, 1, plan, read, commit_lsn, loading)
-                    append(run)
+                run = RowRun(payload, at, frame_end, seq, 1, plan, read, commit_lsn, loading)
+                run_relation = relation_id
+                append(run)
             elif tag == TAG_TRUNCATE:
                 if ops is not None and op not in ops:
                     continue
