@@ -3,10 +3,12 @@ length (``FRAME``), and cutting a framed payload into bounded pieces on frame bo
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["FRAME", "Payloadlike", "chunk_bounds", "frame", "walk"]
+__all__ = ["FRAME", "Payloadlike", "chunk_bounds", "extent", "frame", "walk"]
 
 # One framed message inside StoredTransaction.payload: WAL position (XLogData dataStart), length.
 FRAME = struct.Struct(">QI")
@@ -29,6 +31,40 @@ def walk(payload: Payloadlike, pos: int = 0, end: int | None = None,
         stop = start + length
         yield pos, lsn, start, stop
         pos = stop
+
+
+_u32 = struct.Struct(">I").unpack_from
+
+
+def _extent(payload: Payloadlike, pos: int, end: int, relation_id: int, limit: int,
+            tags: bytes) -> tuple[int, int]:
+    """``extent`` without the compiled module: the same walk, a Python step a frame."""
+    count = 0
+    for at, _lsn, start, stop in walk(payload, pos, end):
+        if count >= limit or stop > end or stop - start < 5 or payload[start] not in tags \
+                or _u32(payload, start + 1)[0] != relation_id:
+            return at, count
+        count += 1
+        pos = stop
+    return pos, count
+
+
+def _compiled() -> Any:
+    if os.environ.get("PGFEED_IMPL", "") == "reference":
+        return None
+    try:
+        from pgfeed.assembler import _framing
+    except ImportError:
+        return None
+    return _framing
+
+
+_framing = _compiled()
+# extent(payload, pos, end, relation_id, limit, tags) -> (pos after, count): from ``pos`` (a
+# frame's start), how many frames before ``end`` (at most ``limit``) are row changes (a tag in
+# ``tags``) of ``relation_id``: how far a run of rows goes (the decoder's common case, without a
+# Python step a frame when the compiled module is there).
+extent = _framing.extent if _framing is not None else _extent
 
 
 def frame(lsn: int, message: bytes | memoryview) -> bytes:

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from pgfeed_client._cursor import format_lsn
-from pgfeed.assembler.framing import walk
+from pgfeed.assembler.framing import extent, walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
 from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.decoding.plan import RelationPlan
@@ -169,81 +169,87 @@ class TransactionDecoder:
         ddl_table = self.ddl_table
         ddl_ops = ddl_table is not None and (ops is None or Op.DDL in ops)
         loading = self.loading
-        run: RowRun | None = None  # the last run: a row frame right after it, same relation, joins it
-        run_relation = -1
+        # the row tags the ops filter keeps (a run takes its next rows with these tags)
+        row_tags = bytes(t for t in sorted(_ROW_TAGS) if ops is None or ops_of[t] in ops)
         resume = self._resume.get((commit_lsn, end, first_seq)) if first_seq else None
         if resume is not None:  # the next page of a transaction read page by page
             pos, seq, saved_plans, saved_types = resume
             plans.update(saved_plans)
             types.update(saved_types)
-        for at, lsn, start, frame_end in walk(payload, pos, end):
-            tag = payload[start]
-            if tag not in _CHANGE_TAGS:  # Relation/Type (Begin/Commit/Origin are never stored)
-                if tag == TAG_RELATION:
-                    rel = decode(payload[start:frame_end])
-                    assert isinstance(rel, RelationMessage)
-                    plans[rel.relation_id] = self._payload_plan(rel, commit_lsn, types)
-                elif tag == TAG_TYPE:
-                    typ = decode(payload[start:frame_end])
-                    assert isinstance(typ, TypeMessage)
-                    types[typ.type_oid] = TypeName(typ.namespace, typ.name)
-                continue
-            seq += 1
-            if seq < first_seq:
-                continue
-            if seq >= stop:
-                if len(self._resume) >= 256:
-                    self._resume.clear()
-                self._resume[(commit_lsn, end, stop)] = (at, seq - 1, dict(plans), dict(types))
-                break
-            last = seq
-            op = ops_of[tag]
-            if run is not None and run.end == at and tag in _ROW_TAGS and (
-                    ops is None or op in ops) and \
-                    _relation_id_at(payload, start + 1)[0] == run_relation:
-                run.end = frame_end  # the common case: the row right after the run's last
-                run.count += 1
-                continue
-            if ops is not None and op not in ops and not ddl_ops:
-                continue
-            if tag in _ROW_TAGS:
-                relation_id = _relation_id_at(payload, start + 1)[0]
-                plan = plans.get(relation_id)
-                if plan is None:
-                    plan = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
-                if ddl_table is not None and plan.name == ddl_table:
-                    event = ddl_event(payload[start:frame_end], plan, lsn, seq) \
-                        if ddl_ops and tag == TAG_INSERT and not read else None
-                    if event is not None and (tables is None or event.ddl is not None
-                                              and event.ddl["table"] in tables):
-                        append(event)
+        frames: Iterator[tuple[int, int, int, int]] | None = walk(payload, pos, end)
+        while frames is not None:
+            jump = -1  # where the walk goes on after a run's rows were taken in one step
+            for at, lsn, start, frame_end in frames:
+                tag = payload[start]
+                if tag not in _CHANGE_TAGS:  # Relation/Type (Begin/Commit/Origin are never stored)
+                    if tag == TAG_RELATION:
+                        rel = decode(payload[start:frame_end])
+                        assert isinstance(rel, RelationMessage)
+                        plans[rel.relation_id] = self._payload_plan(rel, commit_lsn, types)
+                    elif tag == TAG_TYPE:
+                        typ = decode(payload[start:frame_end])
+                        assert isinstance(typ, TypeMessage)
+                        types[typ.type_oid] = TypeName(typ.namespace, typ.name)
                     continue
-                if ops is not None and op not in ops:
+                seq += 1
+                if seq < first_seq:
                     continue
-                if tables is not None and plan.name not in tables:
+                if seq >= stop:
+                    if len(self._resume) >= 256:
+                        self._resume.clear()
+                    self._resume[(commit_lsn, end, stop)] = (at, seq - 1, dict(plans), dict(types))
+                    break
+                last = seq
+                op = ops_of[tag]
+                if ops is not None and op not in ops and not ddl_ops:
                     continue
-                run = RowRun(payload, at, frame_end, seq, 1, plan, read, commit_lsn, loading)
-                run_relation = relation_id
-                append(run)
-            elif tag == TAG_TRUNCATE:
-                if ops is not None and op not in ops:
-                    continue
-                trunc = decode(payload[start:frame_end])
-                assert isinstance(trunc, TruncateMessage)
-                names = [(plans.get(r) or self._plan(r, commit_lsn, seq)).name
-                         for r in trunc.relation_ids]
-                if tables is not None and tables.isdisjoint(names):
-                    continue
-                append(Change(lsn, seq, Op.TRUNCATE, tables=names,
-                              options={"cascade": trunc.cascade,
-                                       "restart_identity": trunc.restart_identity}))
-            else:
-                if tables is not None or (ops is not None and op not in ops):
-                    continue
-                lmsg = decode(payload[start:frame_end])
-                assert isinstance(lmsg, LogicalMessage)
-                append(Change(lsn, seq, Op.MESSAGE, prefix=lmsg.prefix, content=lmsg.content,
-                              transactional=lmsg.transactional))
+                if tag in _ROW_TAGS:
+                    relation_id = _relation_id_at(payload, start + 1)[0]
+                    plan = plans.get(relation_id)
+                    if plan is None:
+                        plan = plans[relation_id] = self._plan(relation_id, commit_lsn, seq)
+                    if ddl_table is not None and plan.name == ddl_table:
+                        event = ddl_event(payload[start:frame_end], plan, lsn, seq) \
+                            if ddl_ops and tag == TAG_INSERT and not read else None
+                        if event is not None and (tables is None or event.ddl is not None
+                                                  and event.ddl["table"] in tables):
+                            append(event)
+                        continue
+                    if ops is not None and op not in ops:
+                        continue
+                    if tables is not None and plan.name not in tables:
+                        continue
+                    run = RowRun(payload, at, frame_end, seq, 1, plan, read, commit_lsn, loading)
+                    append(run)
+                    # the rows right after it of the same relation join it, in one step
+                    taken_to, taken = extent(payload, frame_end, end, relation_id, stop - seq - 1,
+                                             row_tags)
+                    if taken:
+                        run.end = taken_to
+                        run.count += taken
+                        seq = last = seq + taken
+                        jump = taken_to
+                        break
+                elif tag == TAG_TRUNCATE:
+                    if ops is not None and op not in ops:
+                        continue
+                    trunc = decode(payload[start:frame_end])
+                    assert isinstance(trunc, TruncateMessage)
+                    names = [(plans.get(r) or self._plan(r, commit_lsn, seq)).name
+                             for r in trunc.relation_ids]
+                    if tables is not None and tables.isdisjoint(names):
+                        continue
+                    append(Change(lsn, seq, Op.TRUNCATE, tables=names,
+                                  options={"cascade": trunc.cascade,
+                                           "restart_identity": trunc.restart_identity}))
+                else:
+                    if tables is not None or (ops is not None and op not in ops):
+                        continue
+                    lmsg = decode(payload[start:frame_end])
+                    assert isinstance(lmsg, LogicalMessage)
+                    append(Change(lsn, seq, Op.MESSAGE, prefix=lmsg.prefix, content=lmsg.content,
+                                  transactional=lmsg.transactional))
+            frames = walk(payload, jump, end) if jump >= 0 else None
         return Transaction(stored.xid, commit_lsn, stored.end_lsn, stored.commit_ts, origin,
                            changes, stored.change_count, last, backfill)
 
