@@ -33,16 +33,13 @@ def walk(payload: Payloadlike, pos: int = 0, end: int | None = None,
         pos = stop
 
 
-_u32 = struct.Struct(">I").unpack_from
-
-
 def _extent(payload: Payloadlike, pos: int, end: int, relation_id: int, limit: int,
             tags: bytes) -> tuple[int, int]:
     """``extent`` without the compiled module: the same walk, a Python step a frame."""
     count = 0
     for at, _lsn, start, stop in walk(payload, pos, end):
         if count >= limit or stop > end or stop - start < 5 or payload[start] not in tags \
-                or _u32(payload, start + 1)[0] != relation_id:
+                or int.from_bytes(payload[start + 1:start + 5], "big") != relation_id:
             return at, count
         count += 1
         pos = stop
