@@ -1,8 +1,9 @@
 """The server's packages and its optional compiled modules; everything else is in pyproject.toml.
 
 The package ``pgfeed`` and every subpackage are found here, so a new one is never left out of the
-wheel. The compiled modules are the read path's transcoder (pgfeed/encoding/_transcode.c) and the
-backfill row encoder (pgfeed/backfill/_rows.c); without a C compiler the build skips them and
+wheel. The compiled modules are the read path's transcoder (pgfeed/encoding/_transcode.c), the
+frame walk's run step (pgfeed/assembler/_framing.c) and the backfill row encoder
+(pgfeed/backfill/_rows.c); without a C compiler the build skips them and
 pgfeed uses the equivalent Python code.
 """
 
@@ -18,4 +19,5 @@ setup(packages=find_packages(include=["pgfeed", "pgfeed.*"]),
                         # _kinds.h: generated (pgfeed/types/kinds_header.py); _transcode_arrow.c:
                         # included (typed Arrow rows share the transcoder's text parsers)
                         ["pgfeed/encoding/_kinds.h", "pgfeed/encoding/_transcode_arrow.c"]),
+                       ("pgfeed.assembler._framing", "pgfeed/assembler/_framing.c", []),
                        ("pgfeed.backfill._rows", "pgfeed/backfill/_rows.c", []))])

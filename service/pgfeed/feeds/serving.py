@@ -15,7 +15,7 @@ pages. The work behind one step stays bounded: it scans at most ``SCAN_CHANGES``
 scanned, so a reader of a rare table still makes progress in few requests.
 
 The reader's page calls live here only (``PageRead``): the encoders receive a ``PageRead`` and
-say which form of a read they take.
+take its one form of a read (``PageRead.page``: row changes in runs of wire-form frames).
 """
 
 from __future__ import annotations
@@ -24,20 +24,17 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pgfeed_client._cursor import Cursor
-from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.changelog.base import ChangeLogError
-from pgfeed.decoding.changes import LazyChange, SunkChange
+from pgfeed.decoding.model import Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog
+from pgfeed.decoding.runs import Read, RowRun, change_total
 from pgfeed.feeds.model import FeedSpec
 from pgfeed.feeds.notify import HeadNotifier
 from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy
 from pgfeed.feeds.tail import INLINE_WAL_BYTES, SharedTail, Surface, TailSlice
-
-if TYPE_CHECKING:
-    from pgfeed.encoding.arrow_rows import ArrowSink
 
 __all__ = ["INLINE_CHANGES", "PROGRESS_SECONDS", "SCAN_CHANGES", "PageKey", "PageRead",
            "PLAIN", "PageShare", "ServedFeed", "Serving", "Step", "Window"]
@@ -47,7 +44,6 @@ INLINE_CHANGES = 200  # changes scanned by a read on the event loop once caught 
 PROGRESS_SECONDS = 1.0  # a stream passing over filtered-out transactions reports at least this often
 
 T = TypeVar("T")
-C = TypeVar("C")
 CursorParam = Cursor | Literal["latest"]
 
 
@@ -119,9 +115,9 @@ class PageShare(Protocol[T]):
 
 
 class PageRead:
-    """One read of the log from ``after``, in the form an encoder takes. ``limit`` counts kept
-    changes: a filtered read pages on until it kept ``limit`` or scanned its bound. What was read
-    last is ``page`` (the loop's progress and cursors come from it)."""
+    """One read of the log from ``after``, for an encoder to take (``page``). ``limit`` counts
+    kept changes: a filtered read pages on until it kept ``limit`` or scanned its bound. What was
+    read is kept as ``read_page`` (the loop's progress and cursors come from it)."""
 
     def __init__(self, reader: FeedReader, after: Cursor, limit: int, window: Window,
                  to: Cursor | None, *, scan: int, block: bool) -> None:
@@ -132,66 +128,49 @@ class PageRead:
         self.to = to
         self.scan = scan
         self.block = block
-        self.page: Page[object] | None = None
+        self.read_page: Page | None = None
 
-    def lazy(self) -> Page[LazyChange]:
-        """Row changes left in wire form for the transcoders."""
-        page = self._pages(lambda a, n, block: self.reader.page(a, n, **self._filters(), lazy=True,
-                                                                 block=block), cut=True)
-        self.page = page
-        return page
-
-    def eager(self) -> Page[Change]:
-        """Every change decoded (the reference encoders)."""
-        page = self._pages(lambda a, n, block: self.reader.page(a, n, **self._filters(),
-                                                                 block=block), cut=True)
-        self.page = page
-        return page
-
-    def sunk(self, sink: ArrowSink) -> Page[SunkChange]:
-        """Row changes written into ``sink`` (a typed Arrow read of one table)."""
-        page = self._pages(lambda a, n, block: self.reader.page(a, n, **self._filters(), sink=sink,
-                                                                 block=block), cut=False)
-        self.page = page
-        return page
-
-    def _filters(self) -> dict[str, Any]:
+    def page(self) -> Page:
+        """The page: row changes in runs of wire-form frames the encoders write or load. Pages
+        from ``after`` until ``limit`` changes are kept, the log (or ``to``) ends or ``scan``
+        changes were scanned: reads grow geometrically and the result is cut at ``limit``."""
         w = self.window
-        return {"tables": w.tables, "ops": w.ops, "to": self.to,
-                "max_transactions": w.max_transactions,
-                "whole_transactions": w.whole_transactions}
+        reader, block, to = self.reader, self.block, self.to
 
-    def _pages(self, read: Callable[[Cursor, int, bool], Page[C]], *, cut: bool) -> Page[C]:
-        """Pages from ``after`` until ``limit`` changes are kept, the log (or ``to``) ends or
-        ``scan`` changes were scanned. Reads that may keep more than wanted (``cut``) grow
-        geometrically and the result is cut at ``limit``; others ask for no more than is left."""
+        def read(after: Cursor, limit: int) -> Page:
+            return reader.page(after, limit, tables=w.tables, ops=w.ops, to=to,
+                               max_transactions=w.max_transactions,
+                               whole_transactions=w.whole_transactions, block=block)
+
         limit, left = self.limit, self.scan
         size = min(limit, left)
-        page = read(self.after, size, self.block)
+        page = read(self.after, size)
         left -= size
-        if not self.window.filtered or self.window.max_transactions is not None:
-            return page
-        pages, kept, scanned = [page], page.change_count, size
-        while kept < limit and page.has_more and left > 0:
-            size = min(left, max(limit - kept, scanned) if cut else limit - kept)
-            try:
-                page = read(page.next, size, self.block)
-            except ReaderBusy:  # on the event loop, another reader holds the decoder: stop here
-                break
-            pages.append(page)
-            kept += page.change_count
-            scanned += size
-            left -= size
-        merged = _merge(pages)
-        return _cut(merged, limit) if kept > limit else merged
+        if w.filtered and w.max_transactions is None:
+            pages, kept, scanned = [page], page.change_count, size
+            while kept < limit and page.has_more and left > 0:
+                size = min(left, max(limit - kept, scanned))
+                try:
+                    page = read(page.next, size)
+                except ReaderBusy:  # on the event loop, another reader holds the decoder
+                    break
+                pages.append(page)
+                kept += page.change_count
+                scanned += size
+                left -= size
+            page = _merge(pages)
+            if kept > limit:
+                page = _cut(page, limit)
+        self.read_page = page
+        return page
 
 
-def _merge(pages: Sequence[Page[C]]) -> Page[C]:
+def _merge(pages: Sequence[Page]) -> Page:
     """Consecutive pages as one (a transaction sliced between two pages made whole again)."""
     if len(pages) == 1:
         return pages[0]
-    out: list[Transaction[C]] = []
-    passed: Transaction[C] | None = None
+    out: list[Transaction[Read]] = []
+    passed: Transaction[Read] | None = None
     for page in pages:
         for txn in page.transactions:
             if out and out[-1].commit_lsn == txn.commit_lsn:
@@ -207,21 +186,46 @@ def _merge(pages: Sequence[Page[C]]) -> Page[C]:
     return Page(out, last.next, max(p.head for p in pages), last.has_more, passed)
 
 
-def _cut(page: Page[C], limit: int) -> Page[C]:
-    """``page`` ending after its ``limit``-th change (its ``next`` there, mid-transaction if so)."""
-    out: list[Transaction[C]] = []
+def _cut(page: Page, limit: int) -> Page:
+    """``page`` ending after its ``limit``-th change (its ``next`` there, mid-transaction if so;
+    a run of rows cut after the frame of that change)."""
+    out: list[Transaction[Read]] = []
     left = limit
     for txn in page.transactions:
-        if len(txn.changes) < left:
+        total = change_total(txn.changes)
+        if total < left:
             out.append(txn)
-            left -= len(txn.changes)
+            left -= total
             continue
-        changes = txn.changes[:left]
-        seq: int = changes[-1].seq  # type: ignore[attr-defined]
+        changes: list[Read] = []
+        seq = -1
+        for c in txn.changes:
+            if type(c) is RowRun:
+                if c.count > left:
+                    c = _first_rows(c, left)
+                left -= c.count
+                seq = c.last_seq
+            else:
+                left -= 1
+                seq = c.seq
+            changes.append(c)
+            if left == 0:
+                break
         out.append(replace(txn, changes=changes, last_seq=seq))
         nxt = Cursor(txn.commit_lsn) if seq >= txn.change_count - 1 else Cursor(txn.commit_lsn, seq)
         return Page(out, nxt, page.head, True, None)
     return page
+
+
+def _first_rows(run: RowRun, count: int) -> RowRun:
+    """The first ``count`` rows of ``run``, a run of their own."""
+    end = run.start
+    for n, (_seq, _lsn, _at, _begin, stop) in enumerate(run.frames(), 1):
+        end = stop
+        if n == count:
+            break
+    return RowRun(run.payload, run.start, end, run.first_seq, count, run.plan, run.read,
+                  run.commit_lsn, run.loading)
 
 
 @dataclass(slots=True)
@@ -237,7 +241,7 @@ class Step(Generic[T]):
     head: int
     has_more: bool
     change_count: int
-    progress: Transaction[object] | None = None
+    progress: Transaction[Read] | None = None
 
 
 PLAIN = Window()  # every change up to the head: what the shared tail can answer
@@ -280,7 +284,7 @@ class Serving(Generic[T]):
         self.to: Cursor | None = None
         self.trimmed = 0
         self.caught_up = False
-        self._passed: Transaction[object] | None = None
+        self._passed: Transaction[Read] | None = None
         self._sent_at = time.monotonic() if progress else 0.0
         self._tailing = False  # the last step was served from the tail
 
@@ -301,7 +305,7 @@ class Serving(Generic[T]):
         self.resolved = True
         return after
 
-    def read(self, after: Cursor, *, inline: bool = False) -> tuple[T, Page[object]]:
+    def read(self, after: Cursor, *, inline: bool = False) -> tuple[T, Page]:
         """A page from ``after``, encoded. Retention may have trimmed past ``after`` during the
         read (``resolve`` checked before it): checked again after it, so a page that is served
         has missed nothing."""
@@ -315,8 +319,8 @@ class Serving(Generic[T]):
             self.feed.check()
             raise
         reader.resolve(after)
-        assert read.page is not None, "an encoder reads its page"
-        return out, read.page
+        assert read.read_page is not None, "an encoder reads its page"
+        return out, read.read_page
 
     def key(self, after: Cursor) -> PageKey:
         return PageKey((self.feed.reader, self.trimmed, after, self.window, self.to,
@@ -411,7 +415,7 @@ class Serving(Generic[T]):
         is the head of each request)."""
         return self.share is not None and after < self.bound(self.head) and self.window.to != "latest"
 
-    async def _read(self, after: Cursor, first: bool) -> tuple[T, Page[object], bool]:
+    async def _read(self, after: Cursor, first: bool) -> tuple[T, Page, bool]:
         """Inline once caught up (a small read of what the last commits added), else in a worker
         thread; a first read through the shared pages when there are. Also: whether it was
         inline."""
@@ -422,7 +426,7 @@ class Serving(Generic[T]):
                 pass
         if first and self.share is not None:
             share = self.share
-            pages: list[Page[object]] = []
+            pages: list[Page] = []
 
             def read() -> T:
                 out, page = self.read(after)
@@ -435,7 +439,7 @@ class Serving(Generic[T]):
         return (*await asyncio.to_thread(self.read, after), False)
 
     @staticmethod
-    def _page_of(out: object) -> Page[object]:
+    def _page_of(out: object) -> Page:
         page = getattr(out, "page", None)
         assert isinstance(page, Page), "a shared page carries the page it encodes"
         return page
@@ -474,7 +478,7 @@ class Serving(Generic[T]):
             self._passed = None
             self._sent_at = time.monotonic()
 
-    def _progress(self) -> Transaction[object] | None:
+    def _progress(self) -> Transaction[Read] | None:
         """The passed transaction to report, when the stream has sent nothing for a while."""
         if not self.progress or self._passed is None \
                 or time.monotonic() - self._sent_at < PROGRESS_SECONDS:

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn
 
 import grpc
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
-
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import OLDEST_METADATA, qualified_table
-from pgfeed.assembler.model import Op
-from pgfeed.decoding.changes import LazyChange
-from pgfeed.encoding.to_proto import Framer, JsonColumnCache
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
+
+from pgfeed.decoding.model import Op
+from pgfeed.decoding.runs import Read
+from pgfeed.encoding.to_proto import Framer
 from pgfeed.errors import CursorAhead, FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
 from pgfeed.feeds.notify import StopSignal
@@ -39,7 +38,7 @@ log = logging.getLogger("pgfeed.grpc")
 
 PAGE_CHANGES = 10_000  # changes a step of a stream keeps at most (a step scans a bounded amount)
 TAIL_WAIT = 30.0  # seconds a caught-up stream waits on the notifier before looking again
-_NO_CHANGES: list[LazyChange] = []
+_NO_CHANGES: list[Read] = []
 _SHUTDOWN = "the server is shutting down: resume from the last cursor received"
 
 
@@ -54,14 +53,12 @@ class _Request:
 class _Frames:
     """A page read as frames (``encoding.to_proto``), in the thread that reads it."""
 
-    def __init__(self, feed: ServedFeed) -> None:
+    def __init__(self) -> None:
         self.framer = Framer()
-        self._kinds = JsonColumnCache(feed.catalog)
 
     def __call__(self, read: PageRead) -> list[bytes]:
-        page = read.lazy()
-        kinds = self._kinds.kinds(page.transactions, time.monotonic())
-        return self.framer.frames(page.transactions, page.next, kinds)
+        page = read.page()
+        return self.framer.frames(page.transactions, page.next)
 
 
 class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
@@ -85,7 +82,7 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
             feed = self.supervisor.served(parsed.feed)
         except FeedNotFound as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-        frames = _Frames(feed)
+        frames = _Frames()
         stop = self._stopping.future()
         serving: Serving[list[bytes]] = Serving(
             feed, parsed.cursor, PAGE_CHANGES,

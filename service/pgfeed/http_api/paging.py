@@ -12,7 +12,7 @@ from typing import Literal
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import qualified_table
-from pgfeed.assembler.model import Op
+from pgfeed.decoding.model import Op
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.reader import Page, parse_ops
@@ -168,23 +168,24 @@ class _Encoder:
 
     def __call__(self, read: PageRead) -> Encoded:
         request = self.request
+        page = read.page()
         if request.fmt == "count":  # where the page ends and how many changes it holds: no values
-            return encode.count_page(read.lazy())
-        if request.fmt == "json":  # row changes left in wire form for the transcoders
+            return encode.count_page(page)
+        if request.fmt == "json":
             if request.transactions is not None:
-                return encode.json_transactions(read.lazy())
-            return encode.json_changes(read.lazy())
+                return encode.json_transactions(page)
+            return encode.json_changes(page)
         if request.fmt == "debezium":
             from pgfeed.http_api.encode_debezium import debezium_changes, debezium_source
             source = debezium_source(self.feed.name, self.feed.spec().dsn)
-            return debezium_changes(read.eager(), source)
+            return debezium_changes(page, source)
         typed = self.typed_table
         if typed is None:
-            return encode.arrow_page(read.eager(), None, None)
-        sink = encode.arrow_sink(self.feed.catalog(), typed)
+            return encode.arrow_page(page, None, None)
+        # the table's newest shape as of this page (read after it): rows of older versions of
+        # it are the reference's
+        catalog = self.feed.catalog()
+        sink = encode.arrow_sink(catalog, typed)
         if sink is not None:
-            sunk = read.sunk(sink)
-            if tuple(encode.table_columns(self.feed.catalog(), typed)) == sink.columns:
-                return encode.sunk_arrow_page(sunk, sink)
-            # the table changed shape in this page: the reference's, whole
-        return encode.arrow_page(read.eager(), typed, self.feed.catalog())
+            return encode.sunk_arrow_page(page, sink)
+        return encode.arrow_page(page, typed, catalog)
