@@ -36,8 +36,19 @@ from pgfeed.feeds.notify import HeadNotifier
 from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy
 from pgfeed.feeds.tail import INLINE_WAL_BYTES, SharedTail, Surface, TailSlice
 
-__all__ = ["INLINE_CHANGES", "PROGRESS_SECONDS", "SCAN_CHANGES", "PageKey", "PageRead",
-           "PLAIN", "PageShare", "ServedFeed", "Serving", "Step", "Window"]
+__all__ = [
+    "INLINE_CHANGES",
+    "PLAIN",
+    "PROGRESS_SECONDS",
+    "SCAN_CHANGES",
+    "PageKey",
+    "PageRead",
+    "PageShare",
+    "ServedFeed",
+    "Serving",
+    "Step",
+    "Window",
+]
 
 SCAN_CHANGES = 100_000  # changes one step scans at most (``limit`` when larger): a step returns
 INLINE_CHANGES = 200  # changes scanned by a read on the event loop once caught up

@@ -28,7 +28,7 @@ from pgfeed.errors import CursorAhead, FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
 from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.reader import parse_ops
-from pgfeed.feeds.serving import PLAIN, PageRead, ServedFeed, Serving, Window
+from pgfeed.feeds.serving import PLAIN, PageRead, Serving, Window
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.metrics import Metrics
 
