@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
+from pgfeed.assembler.chunked import ChunkedPayload, segments
 from pgfeed.assembler.framing import walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
 from pgfeed.changelog.base import ChangeLog
@@ -284,10 +285,13 @@ def _filtered_chunk(stored: StoredTransaction, tables: set[str] | None,
         return True
     if tables is None:
         return False
-    payload = stored.payload
-    if not isinstance(payload, (bytes, bytearray)):
+    whole = stored.payload
+    if not isinstance(whole, (bytes, bytearray, ChunkedPayload)) or not len(whole):
         return False
+    _base, payload = segments(whole)  # its Relation frame comes first: its first chunk says
     for _at, _lsn, start, stop in walk(payload):
+        if stop > len(payload):  # a frame larger than a chunk: decode it to know
+            return False
         tag = payload[start]
         if tag == TAG_RELATION:
             rel = decode(bytes(payload[start:stop]))
