@@ -1,5 +1,5 @@
-"""A big transaction is read a chunk of the change log at a time (issue 29.2): paged over HTTP,
-its pages are what reading its payload whole gives, byte for byte, whatever the page cuts and
+"""A big transaction is read a chunk of the change log at a time (issue 29.2): paged over HTTP
+(JSON, typed Arrow) or streamed over gRPC, it is what reading its payload whole gives, byte for byte, whatever the page cuts and
 wherever a reader resumes; a chunk retention drops under a reader is a ``410``, never other bytes.
 
 The feed's SQLite log is told to store payloads in 4 KiB chunks (``chunk_bytes``, 4 MiB by
@@ -19,7 +19,7 @@ import pytest
 
 from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.chunked import ChunkedPayload
-from tests.fixtures.fix_service import FeedFactory, Service
+from tests.fixtures.fix_service import FeedFactory, Service, grpc_changes
 
 pg = pytest.mark.pg
 ROWS = 4000  # ~450 KB of payload: more than the log's in-memory tail keeps (256 KiB)
@@ -98,8 +98,13 @@ def test_a_big_transaction_pages_a_chunk_at_a_time_as_if_read_whole(
             whole = _pages(client, name, "earliest", limit=5000)
             whole_arrow = _pages(client, name, "earliest", limit=5000, format="arrow",
                                  tables="public.big")
+            whole_grpc = [c.SerializeToString() for c in
+                          grpc_changes(pgfeed_service.grpc_target, name, total + 1)]
         finally:
             reader.lazy_chunks = 1
+        # gRPC's frames, read a chunk at a time, are the whole read's.
+        assert [c.SerializeToString() for c in
+                grpc_changes(pgfeed_service.grpc_target, name, total + 1)] == whole_grpc
         # Read a chunk at a time, in pages cut mid-transaction (smaller than half the reference's
         # limit: no page read ahead for the reference can answer them).
         paged = _pages(client, name, "earliest", limit=137)
