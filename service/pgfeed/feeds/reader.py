@@ -93,6 +93,7 @@ class FeedReader:
         # The transaction a reader is paging through by seq: large ones are read from the log
         # once, not once per page (a chunked payload keeps only its last chunk loaded).
         self._current: StoredTransaction | None = None
+        # payloads of more chunks than this are read on demand (``_stored``); None: all whole
         self.lazy_chunks: int | None = LAZY_CHUNKS
 
     def resolve(self, cursor: Cursor | Literal["latest"], *, head: int | None = None,
