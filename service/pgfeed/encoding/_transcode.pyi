@@ -16,7 +16,8 @@ class Encoder:
               /) -> bytes: ...
     def json(self, data: bytes, lsn: int, seq: int, middle: bytes, tail: bytes, /) -> bytes: ...
 
-ARROW_KINDS: int  # _transcode_arrow.c's Arrow column kinds (arrow_rows.py's codes)
+ARROW_ABI: str  # arrow_abi.DIGEST of the interface it was built with (_arrow_abi.h)
+PROTO_TAGS: str  # prototags.DIGEST of the protobuf tags it was built with (_proto_tags.h)
 
 class Owned:
     """A buffer taken from ArrowRows (read-only, through the buffer protocol)."""

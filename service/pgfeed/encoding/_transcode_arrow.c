@@ -10,9 +10,9 @@
  * tests/unit/encoding/test_arrow_rows.py holds to it.
  */
 
-/* Arrow column kinds; arrow_rows.py passes one per output column (its _ARROW_CODES) */
-enum { A_INT16, A_INT32, A_INT64, A_FLOAT32, A_FLOAT64, A_BOOL, A_DECIMAL, A_DATE32,
-       A_TIMESTAMP, A_STRING, A_BINARY, A_LIST, A_COUNT };
+/* The interface with arrow_rows.py (Arrow column kinds A_*, metadata columns M_*, buffers()'
+ * slots S_*, row ops ROW_*, scan()'s flags F_*): generated from encoding/arrow_abi.py */
+#include "_arrow_abi.h"
 
 /* Column memory comes from PyMem_Raw* (the C library's allocator), which needs no GIL: scan()
  * appends with the GIL released. ERROR from these means out of memory, with no exception set
@@ -334,14 +334,12 @@ static int arrow_list(Column *c, Py_ssize_t row, int kind, Col v) {
 
 /* -- ArrowRows --------------------------------------------------------------------------------- */
 
-enum { M_OP, M_LSN, M_SEQ, M_COMMIT_LSN, M_COMMIT_TS, M_XID, M_TOAST_NAME, M_KEY_VALID,
-       M_TABLE_VERSION, M_COUNT };
-
-#define F_READ 1       /* a backfill chunk: its inserts are rows read, op "read" */
-#define F_ALLOW_U 2    /* unchanged TOAST values are null and listed (not toast=reselect) */
-#define F_WANT(op) (4 << (op)) /* op 0 insert, 1 update, 2 delete, 3 read */
-
-static const char *const OP_NAMES[] = {"insert", "update", "delete", "read"};
+/* buffers() appends one entry a metadata column, in M_ order, and the _unchanged_toast lists'
+ * offsets just before their names: the slots arrow_abi.Slot names */
+_Static_assert((int)S_TOAST_OFFSETS == (int)M_TOAST_NAME && (int)S_COUNT == (int)M_COUNT + 1
+               && (int)S_TOAST_NAME == (int)M_TOAST_NAME + 1
+               && (int)S_TABLE_VERSION == (int)M_TABLE_VERSION + 1,
+               "buffers() slots: see arrow_abi.Slot");
 
 typedef struct {
     PyObject_HEAD
@@ -432,10 +430,8 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
         if (src->kind == A_LIST) { PyErr_SetString(PyExc_ValueError, "a list key column"); return -1; }
         if (column_init(&self->cols[n + j], src->kind, src->precision, src->scale) < 0) return nomem();
     }
-    static const int meta_kinds[] = {A_STRING, A_INT64, A_INT64, A_INT64, A_INT64, A_INT64,
-                                     A_STRING, A_BOOL, A_INT32};
     for (int m = 0; m < M_COUNT; m++)
-        if (column_init(meta(self, m), meta_kinds[m], 0, 0) < 0) return nomem();
+        if (column_init(meta(self, m), META_KINDS[m], 0, 0) < 0) return nomem();
     int32_t zero = 0;
     if (grow_put(&self->toast_offsets, &zero, 4) < 0) return nomem();
     Py_INCREF(names);
@@ -568,7 +564,8 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
         Py_ssize_t length = be32(d + pos + 8), start = pos + 12;
         if (length < 5 || length > end - start) break;
         unsigned char tag = d[start];
-        int op = tag == 'I' ? ((flags & F_READ) ? 3 : 0) : tag == 'U' ? 1 : tag == 'D' ? 2 : -1;
+        int op = tag == 'I' ? ((flags & F_READ) ? ROW_READ : ROW_INSERT)
+                 : tag == 'U' ? ROW_UPDATE : tag == 'D' ? ROW_DELETE : -1;
         if (op < 0 || be32(d + start + 1) != relation_id) break;
         if (flags & F_WANT(op)) {
             mark(self);

@@ -31,6 +31,18 @@ from pgfeed.assembler.model import Op
 from pgfeed.decoding.changes import RawChange
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
+from pgfeed.prototags import (
+    CHANGE_KEY_ENTRY_KEY,
+    CHANGE_KEY_ENTRY_VALUE,
+    CHANGE_OP,
+    CHANGE_SCHEMA,
+    CHANGE_TABLE,
+    DIGEST,
+    OP_DELETE,
+    OP_INSERT,
+    OP_READ,
+    OP_UPDATE,
+)
 from pgfeed.protowire import ld_field, table_version_field, varint
 from pgfeed.types.registry import FAST_KINDS
 
@@ -63,6 +75,9 @@ _KIND_CODES = {kind: code for code, kind in enumerate(FAST_KINDS)}
 if _compiled is not None and getattr(_compiled, "KIND_NAMES", None) != FAST_KINDS:  # a stale build
     raise ImportError("service/pgfeed/encoding/_transcode.c knows other kinds than the type registry: "
                       "rebuild it (pip install -e .)")
+if _compiled is not None and getattr(_compiled, "PROTO_TAGS", None) != DIGEST:  # a stale build
+    raise ImportError("service/pgfeed/encoding/_transcode.c was built with other protobuf tags than "
+                      "pgfeed/prototags.py: rebuild it (pip install -e .)")
 
 _INSERT, _UPDATE, _DELETE = TAG_INSERT, TAG_UPDATE, TAG_DELETE
 Writers = dict[int, Any]  # message tag -> write(data, lsn, seq, middle, tail) -> bytes
@@ -90,17 +105,23 @@ def _compile(plan: RelationPlan) -> tuple[Writers, Writers]:
     # the relation version rides with the where part: one Encoder per version
     where_json = b',"schema":%s,"table":%s,"table_version":%d,' % (
         orjson.dumps(schema.schema), orjson.dumps(schema.table), schema.version)
-    where = (ld_field(b"\x22", schema.schema.encode()) + ld_field(b"\x2a", schema.table.encode())
-             + table_version_field(schema.version))
+    where = (ld_field(CHANGE_SCHEMA, schema.schema.encode())
+             + ld_field(CHANGE_TABLE, schema.table.encode()) + table_version_field(schema.version))
     encoder = _compiled.Encoder(
         bytes(_KIND_CODES[k] for k in plan.kinds), tuple(index[k] for k in plan.key_names),
-        tuple(b"\x0a" + varint(len(n.encode())) + n.encode() + b"\x12" for n in names),
+        tuple(CHANGE_KEY_ENTRY_KEY + varint(len(n.encode())) + n.encode() + CHANGE_KEY_ENTRY_VALUE
+              for n in names),
         tuple(orjson.dumps(n) + b":" for n in names),
-        (b"\x18\x01" + where, b"\x18\x02" + where, b"\x18\x03" + where),
+        tuple(_op_field(op) + where for op in (OP_INSERT, OP_UPDATE, OP_DELETE)),
         tuple(b'"op":"%s"%s' % (op, where_json) for op in (b"insert", b"update", b"delete")),
         _json_float, _json_text)
     tags = (_INSERT, _UPDATE, _DELETE)
     return dict.fromkeys(tags, encoder.json), dict.fromkeys(tags, encoder.proto)
+
+
+def _op_field(number: int) -> bytes:
+    """Change.op (a one-byte varint: Op's numbers are below 128)."""
+    return CHANGE_OP + bytes((number,))
 
 
 def _writers(plan: RelationPlan) -> tuple[Writers, Writers]:
@@ -141,7 +162,7 @@ def transcoded(writers: Writers, change: RawChange, middle: bytes, tail: bytes) 
 
 _READ_OP = Op.READ
 _JSON_INSERT, _JSON_READ = b'"op":"insert"', b'"op":"read"'
-_PROTO_INSERT, _PROTO_READ = b"\x18\x01", b"\x18\x06"
+_PROTO_INSERT, _PROTO_READ = _op_field(OP_INSERT), _op_field(OP_READ)
 
 
 def _as_read(written: bytes) -> bytes | None:
