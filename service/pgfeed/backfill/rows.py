@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgfeed.backfill.keys import Key, tuple_key
+from pgfeed.netorder import I16, I32, U32, U64
 
 __all__ = ["IMPLEMENTATION", "Rows", "copy_text_rows", "read_copy"]
 
-_i16 = struct.Struct(">h").unpack_from
-_u32 = struct.Struct(">I").pack
-_lsn8 = struct.Struct(">Q")
+_i16 = I16.unpack_from
+_u32 = U32.pack
+_lsn8 = U64
 LSN_BYTES = 8  # a frame: its LSN (zero until stored), >I length, the message
 # From a frame's start to its TupleData: the LSN, the length, 'I', the relation id, 'N'
 _TUPLE_AT = LSN_BYTES + 4 + 1 + 4 + 1
@@ -102,7 +103,7 @@ def _copy_text_frames(block: bytes | bytearray | memoryview, header: bytes) -> t
         parts = [header]
         for f in fields:
             v = None if f == b"\\N" else _unescape(f)
-            parts.append(b"n" if v is None else b"t" + struct.pack(">i", len(v)) + v)
+            parts.append(b"n" if v is None else b"t" + I32.pack(len(v)) + v)
         messages.append(b"".join(parts))
     rows = Rows.of(messages, ())
     return rows.frames, rows.starts.tobytes()

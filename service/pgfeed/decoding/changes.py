@@ -6,7 +6,6 @@ of its own payload as they come (an ALTER TABLE mid-transaction applies to later
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias, final, overload
 
@@ -26,6 +25,7 @@ from pgfeed.assembler.relations import RelationCatalog, RelationSchema, TypeName
 from pgfeed.decoding.plan import RelationPlan, WireRow
 from pgfeed.decoding.values import RowLoader, load_value
 from pgfeed.errors import SchemaError
+from pgfeed.netorder import U32
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import (
     TAG_DELETE,
@@ -75,7 +75,7 @@ _ROW_TAGS = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE})
 _CHANGE_TAGS = frozenset(_OPS)
 _frame_at = FRAME.unpack_from
 _FRAME_SIZE = FRAME.size
-_relation_id_at = struct.Struct(">I").unpack_from
+_relation_id_at = U32.unpack_from
 _UT = UNCHANGED_TOAST
 
 
