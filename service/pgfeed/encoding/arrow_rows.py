@@ -29,7 +29,7 @@ from pgfeed.assembler.model import Change, Op, Transaction
 from pgfeed.decoding.changes import Segment, SunkChange
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.encoding import transcode
-from pgfeed.encoding.arrow_abi import DIGEST, META_COLUMNS, ROW_OPS, ArrowKind, ScanFlag, Slot
+from pgfeed.encoding.arrow_abi import DIGEST, META_COLUMNS, ArrowKind, ScanFlag, Slot
 from pgfeed.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US
 from pgfeed.types.array import ELEMENT_OID
@@ -71,7 +71,8 @@ _WRITES: dict[str, frozenset[Any]] = {
     "time": frozenset({pa.string()}),
 }
 
-_WANT = {Op(op): ScanFlag[f"WANT_{op.upper()}"] for op in ROW_OPS}  # flags of ArrowRows.scan
+_WANT = {Op.INSERT: ScanFlag.WANT_INSERT, Op.UPDATE: ScanFlag.WANT_UPDATE,  # ArrowRows.scan
+         Op.DELETE: ScanFlag.WANT_DELETE, Op.READ: ScanFlag.WANT_READ}
 _ALL_OPS = sum(_WANT.values())
 
 
@@ -156,8 +157,8 @@ class ArrowSink:
     @staticmethod
     def flags(backfill: bool, toast_null: bool, ops: set[Op] | None) -> int:
         wanted = _ALL_OPS if ops is None else sum(_WANT[o] for o in ops if o in _WANT)
-        return (wanted | (ScanFlag.READ if backfill else 0)
-                | (ScanFlag.ALLOW_U if toast_null else 0))
+        return int(wanted | (ScanFlag.READ if backfill else 0)
+                   | (ScanFlag.ALLOW_U if toast_null else 0))
 
     def scan(self, payload: Any, pos: int, seq: int, stop: int, plan: RelationPlan,
              relation_id: int, stored: Any, flags: int) -> tuple[int, int, int] | None:

@@ -420,9 +420,6 @@ def _tail(cursor: str, final: bool) -> bytes:
 _FINAL = TRANSACTION_FINAL + _TRUE_FLAG
 
 
-_CHANGES = TRANSACTION_CHANGES
-
-
 def transaction_frames(txn: Transaction[LazyChange], *, kinds: ColumnKinds | None = None,
                        frame_bytes: int = FRAME_BYTES,
                        frame_changes: int = FRAME_CHANGES) -> list[bytes]:
@@ -445,6 +442,7 @@ def transaction_frames(txn: Transaction[LazyChange], *, kinds: ColumnKinds | Non
     previous_seq = -1
     scratch: list[bytes] = []
     change_parts, join, small, table_kinds = _change_parts, b"".join, _SMALL, None
+    changes_tag = TRANSACTION_CHANGES
     plan: RelationPlan | None = None
     writers: Writers = {}
     loaded: Change | None
@@ -474,7 +472,7 @@ def transaction_frames(txn: Transaction[LazyChange], *, kinds: ColumnKinds | Non
             parts.append(_tail(f"{lsn_text}:{previous_seq}", False))
             frames.append(join(parts))
             parts, size, count = [header], 0, 0
-        parts.append(_CHANGES + (_V[n] if n < small else varint(n)))
+        parts.append(changes_tag + (_V[n] if n < small else varint(n)))
         parts.append(body)
         size += item_size
         count += 1
