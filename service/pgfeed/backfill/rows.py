@@ -27,7 +27,6 @@ __all__ = ["IMPLEMENTATION", "Rows", "copy_text_rows", "read_copy"]
 
 _i16 = I16.unpack_from
 _u32 = U32.pack
-_lsn8 = U64
 LSN_BYTES = 8  # a frame: its LSN (zero until stored), >I length, the message
 # From a frame's start to its TupleData: the LSN, the length, 'I', the relation id, 'N'
 _TUPLE_AT = LSN_BYTES + 4 + 1 + 4 + 1
@@ -81,7 +80,7 @@ def _stamp_py(prefix: bytes, frames: bytes, starts: Any, runs: list[tuple[int, i
         at = len(out) - starts[start]
         out += frames[starts[start]:starts[stop]]
         for i in range(start, stop):
-            _lsn8.pack_into(out, at + starts[i], lsn)
+            U64.pack_into(out, at + starts[i], lsn)
     return bytes(out)
 
 
