@@ -2,9 +2,13 @@
  * do not edit. The interface between arrow_rows.py and ArrowRows (_transcode_arrow.c). */
 #ifndef PGFEED_ARROW_ABI_H
 #define PGFEED_ARROW_ABI_H
-#define ARROW_ABI_DIGEST "2ea2f46cdfde8911"
+#define ARROW_ABI_DIGEST "821056d81cd33395"
 /* Arrow column kinds (ArrowKind) */
 enum { A_INT16, A_INT32, A_INT64, A_FLOAT32, A_FLOAT64, A_BOOL, A_DECIMAL, A_DATE32, A_TIMESTAMP, A_STRING, A_BINARY, A_LIST, A_COUNT };
+/* a column spec's items, in the order ArrowRows() parses them (ColumnSpec) */
+enum { SPEC_KIND, SPEC_PRECISION, SPEC_SCALE, SPEC_ELEMENT, SPEC_COUNT };
+/* the items of a column's entry in buffers() (ColumnBuffer) */
+enum { B_VALID, B_VALUES, B_DATA, B_NULLS, B_COUNT };
 /* metadata columns after the table's columns and key fields (Meta) */
 enum { M_OP, M_LSN, M_SEQ, M_COMMIT_LSN, M_COMMIT_TS, M_XID, M_TOAST_NAME, M_KEY_VALID, M_TABLE_VERSION, M_COUNT };
 static const int META_KINDS[M_COUNT] = {A_STRING, A_INT64, A_INT64, A_INT64, A_INT64, A_INT64, A_STRING, A_BOOL, A_INT32};

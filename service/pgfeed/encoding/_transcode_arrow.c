@@ -388,11 +388,11 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
     Py_ssize_t lists = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *spec = PyTuple_GET_ITEM(specs, i);
-        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4) {
+        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != SPEC_COUNT) {
             PyErr_SetString(PyExc_ValueError, "a column spec is (kind, precision, scale, element kind)");
             return -1;
         }
-        lists += PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) == A_LIST;
+        lists += PyLong_AsLong(PyTuple_GET_ITEM(spec, SPEC_KIND)) == A_LIST;
     }
     if (PyErr_Occurred()) return -1;
     self->nlists = lists;
@@ -403,6 +403,8 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
     if (!self->cols || !self->keys || !self->newc || !self->marks) { PyErr_NoMemory(); return -1; }
     self->oldc = self->newc + n + 1;
     Py_ssize_t child = n + k + M_COUNT;
+    _Static_assert(SPEC_KIND == 0 && SPEC_PRECISION == 1 && SPEC_SCALE == 2 && SPEC_ELEMENT == 3
+                   && SPEC_COUNT == 4, "a spec parses as (kind, precision, scale, element)");
     for (Py_ssize_t i = 0; i < n; i++) {
         int kind, precision, scale, element;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(specs, i), "iiii", &kind, &precision, &scale, &element))
@@ -632,7 +634,8 @@ static PyObject *grow_take(Grow *g, Py_ssize_t n) {
     return (PyObject *)out;
 }
 
-/* (validity or None, values or None, data or None, null count) of one column, taken */
+/* one column's entry of buffers() (B_*: validity or None, values or None, data or None, null
+ * count), taken */
 static PyObject *column_buffers(Column *c, Py_ssize_t rows, int values) {
     Py_ssize_t bitmap = (rows + 7) / 8;
     PyObject *valid = c->nulls ? grow_take(&c->valid, bitmap) : Py_NewRef(Py_None);
@@ -640,11 +643,16 @@ static PyObject *column_buffers(Column *c, Py_ssize_t rows, int values) {
                      : grow_take(&c->values, is_var(c->kind) ? 4 * (rows + 1)
                                              : c->kind == A_BOOL ? bitmap : c->width * rows);
     PyObject *data = is_var(c->kind) ? grow_take(&c->data, c->data.len) : Py_NewRef(Py_None);
-    if (valid == NULL || vals == NULL || data == NULL) {
-        Py_XDECREF(valid); Py_XDECREF(vals); Py_XDECREF(data);
+    PyObject *nulls = PyLong_FromSsize_t(c->nulls), *out = PyTuple_New(B_COUNT);
+    if (valid == NULL || vals == NULL || data == NULL || nulls == NULL || out == NULL) {
+        Py_XDECREF(valid); Py_XDECREF(vals); Py_XDECREF(data); Py_XDECREF(nulls); Py_XDECREF(out);
         return NULL;
     }
-    return Py_BuildValue("(NNNn)", valid, vals, data, c->nulls);
+    PyTuple_SET_ITEM(out, B_VALID, valid);
+    PyTuple_SET_ITEM(out, B_VALUES, vals);
+    PyTuple_SET_ITEM(out, B_DATA, data);
+    PyTuple_SET_ITEM(out, B_NULLS, nulls);
+    return out;
 }
 
 /* buffers() -> [table columns..., key fields..., op, lsn, seq, commit_lsn, commit_ts, xid,

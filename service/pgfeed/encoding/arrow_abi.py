@@ -1,6 +1,7 @@
 """The interface between ``arrow_rows.py`` and the compiled ``ArrowRows`` (``_transcode_arrow.c``),
-defined once: Arrow column kinds, the metadata columns it writes after a table's, the slots of
-``buffers()``, the ops a row is written with and ``scan()``'s flags.
+defined once: Arrow column kinds, a column's spec, the metadata columns it writes after a table's,
+the slots of ``buffers()`` and the buffers of each, the ops a row is written with and ``scan()``'s
+flags.
 
 ``python -m pgfeed.encoding.tables`` writes ``_arrow_abi.h`` from this module;
 ``tests/unit/encoding/test_tables.py`` fails when the header is stale, and ``arrow_rows.py`` leaves
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 from enum import IntEnum, IntFlag
+from typing import NamedTuple
 
-__all__ = ["DIGEST", "META_COLUMNS", "META_KINDS", "ROW_OPS", "ArrowKind", "Meta", "ScanFlag",
-           "Slot", "definition"]
+__all__ = ["DIGEST", "META_COLUMNS", "META_KINDS", "ROW_OPS", "ArrowKind", "ColumnBuffer",
+           "ColumnSpec", "Meta", "ScanFlag", "Slot", "definition"]
 
 
 class ArrowKind(IntEnum):
@@ -33,6 +35,25 @@ class ArrowKind(IntEnum):
     STRING = 9
     BINARY = 10
     LIST = 11
+
+
+class ColumnSpec(NamedTuple):
+    """One table column as ``ArrowRows(columns, ...)`` takes it. C: parsed in this order,
+    ``SPEC_<FIELD>``."""
+
+    kind: int  # an ArrowKind
+    precision: int  # a decimal's (a list's: its elements')
+    scale: int
+    element: int  # a list's elements' ArrowKind, else 0
+
+
+class ColumnBuffer(IntEnum):
+    """The items of one column's entry in ``buffers()``. C: ``B_<NAME>``."""
+
+    VALID = 0  # the validity bitmap, None when no value is null
+    VALUES = 1  # fixed-width values, a bool bitmap, or int32 offsets (string, binary, list)
+    DATA = 2  # string and binary bytes, else None
+    NULLS = 3  # the null count
 
 
 class Meta(IntEnum):
@@ -106,6 +127,8 @@ def definition() -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
     """Every table above as (name, ((member, value), ...)): what the header and DIGEST are of."""
     return (
         ("A", tuple((k.name, k.value) for k in ArrowKind)),
+        ("SPEC", tuple((name.upper(), i) for i, name in enumerate(ColumnSpec._fields))),
+        ("B", tuple((b.name, b.value) for b in ColumnBuffer)),
         ("M", tuple((m.name, m.value) for m in Meta)),
         ("META_KINDS", tuple((m.name, META_KINDS[m].value) for m in Meta)),
         ("S", tuple((s.name, s.value) for s in Slot)),

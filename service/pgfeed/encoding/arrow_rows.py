@@ -29,7 +29,15 @@ from pgfeed.assembler.model import Change, Op, Transaction
 from pgfeed.decoding.changes import Segment, SunkChange
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.encoding import transcode
-from pgfeed.encoding.arrow_abi import DIGEST, META_COLUMNS, ArrowKind, ScanFlag, Slot
+from pgfeed.encoding.arrow_abi import (
+    DIGEST,
+    META_COLUMNS,
+    ArrowKind,
+    ColumnBuffer,
+    ColumnSpec,
+    ScanFlag,
+    Slot,
+)
 from pgfeed.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US
 from pgfeed.types.array import ELEMENT_OID
@@ -76,19 +84,20 @@ _WANT = {Op.INSERT: ScanFlag.WANT_INSERT, Op.UPDATE: ScanFlag.WANT_UPDATE,  # Ar
 _ALL_OPS = sum(_WANT.values())
 
 
-def _spec(t: pa.DataType) -> tuple[int, int, int, int] | None:
-    """(Arrow kind, precision, scale, element kind) of a column type, None if not one C writes."""
+def _spec(t: pa.DataType) -> ColumnSpec | None:
+    """How ArrowRows writes a column of type ``t``; None if not one C writes."""
     if pa.types.is_list(t):
         element = _spec(t.value_type)
-        if element is None or element[0] == ArrowKind.LIST:
+        if element is None or element.kind == ArrowKind.LIST:
             return None
-        return ArrowKind.LIST, element[1], element[2], element[0]
+        return ColumnSpec(ArrowKind.LIST, element.precision, element.scale, element.kind)
     if pa.types.is_decimal128(t):
-        return ArrowKind.DECIMAL, t.precision, t.scale, 0
+        return ColumnSpec(ArrowKind.DECIMAL, t.precision, t.scale, 0)
     if pa.types.is_timestamp(t):
-        return (ArrowKind.TIMESTAMP, 0, 0, 0) if t.unit == "us" and t.tz in (None, "UTC") else None
+        return ColumnSpec(ArrowKind.TIMESTAMP, 0, 0, 0) \
+            if t.unit == "us" and t.tz in (None, "UTC") else None
     code = _FIXED.get(t)
-    return None if code is None else (code, 0, 0, 0)
+    return None if code is None else ColumnSpec(code, 0, 0, 0)
 
 
 def _column_kind(value_oid: int) -> tuple[str, bool] | None:
@@ -114,7 +123,7 @@ class ArrowSink:
     ``columns``)."""
 
     def __init__(self, columns: Sequence[ArrowColumn], schema: pa.Schema,
-                 specs: list[tuple[int, int, int, int]]) -> None:
+                 specs: list[ColumnSpec]) -> None:
         assert _compiled is not None
         self.columns = tuple(columns)
         self.schema = schema
@@ -187,17 +196,19 @@ class ArrowSink:
                 arrays.append(_array(f.type, n, meta[slot]))
                 continue
             names = meta[Slot.TOAST_NAME]
-            child = pa.Array.from_buffers(pa.string(), memoryview(names[1]).nbytes // 4 - 1,
-                                          [_buf(names[0]), _buf(names[1]), _buf(names[2])],
-                                          names[3])
+            offsets = names[ColumnBuffer.VALUES]
+            child = pa.Array.from_buffers(
+                pa.string(), memoryview(offsets).nbytes // 4 - 1,
+                [_buf(names[ColumnBuffer.VALID]), _buf(offsets), _buf(names[ColumnBuffer.DATA])],
+                names[ColumnBuffer.NULLS])
             arrays.append(pa.Array.from_buffers(f.type, n, [None, _buf(meta[Slot.TOAST_OFFSETS])],
                                                 children=[child]))
         if KEY_FIELD in self.schema.names:
             key_type = self.schema.field(KEY_FIELD).type
             children = [_array(key_type.field(i).type, n, b) for i, b in enumerate(keys)]
             valid = meta[Slot.KEY_VALID]
-            arrays.append(pa.Array.from_buffers(key_type, n, [_buf(valid[0])], valid[3],
-                                                children=children))
+            arrays.append(pa.Array.from_buffers(key_type, n, [_buf(valid[ColumnBuffer.VALID])],
+                                                valid[ColumnBuffer.NULLS], children=children))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def batches(self, transactions: Sequence[Transaction[SunkChange]]) -> list[pa.RecordBatch]:
@@ -245,16 +256,18 @@ def _buf(b: Buffer | None) -> pa.Buffer | None:
 
 
 def _list(t: pa.ListType, n: int, b: tuple[Any, ...], elements: tuple[Any, ...]) -> pa.Array:
-    valid, offsets, _, nulls = b
+    offsets = b[ColumnBuffer.VALUES]
     count = int.from_bytes(memoryview(offsets)[-4:], "little", signed=True)  # the last list's end
     child = _array(t.value_type, count, elements)
-    return pa.Array.from_buffers(t, n, [_buf(valid), _buf(offsets)], nulls, children=[child])
+    return pa.Array.from_buffers(t, n, [_buf(b[ColumnBuffer.VALID]), _buf(offsets)],
+                                 b[ColumnBuffer.NULLS], children=[child])
 
 
 def _array(t: pa.DataType, n: int, b: tuple[Any, ...]) -> pa.Array:
-    valid, values, data, nulls = b
-    buffers = [_buf(valid), _buf(values)] + ([_buf(data)] if data is not None else [])
-    return pa.Array.from_buffers(t, n, buffers, nulls)
+    data = b[ColumnBuffer.DATA]
+    buffers = [_buf(b[ColumnBuffer.VALID]), _buf(b[ColumnBuffer.VALUES])] + (
+        [_buf(data)] if data is not None else [])
+    return pa.Array.from_buffers(t, n, buffers, b[ColumnBuffer.NULLS])
 
 
 def sink_for(columns: Sequence[ArrowColumn], schema: pa.Schema) -> ArrowSink | None:
@@ -263,6 +276,6 @@ def sink_for(columns: Sequence[ArrowColumn], schema: pa.Schema) -> ArrowSink | N
     if _compiled is None or not columns:
         return None
     specs = [_spec(schema.field(c.name).type) for c in columns]
-    if any(s is None or (s[0] == ArrowKind.LIST and c.key) for s, c in zip(specs, columns)):
+    if any(s is None or (s.kind == ArrowKind.LIST and c.key) for s, c in zip(specs, columns)):
         return None
     return ArrowSink(columns, schema, specs)  # type: ignore[arg-type]

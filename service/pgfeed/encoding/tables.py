@@ -217,13 +217,14 @@ def render_proto_header(tables: tuple[list[ProtoTag], list[tuple[str, int]]] | N
 def _check_arrow() -> None:
     """The relations arrow_abi states in prose, which the C code relies on."""
     A, M, S, F = arrow_abi.ArrowKind, arrow_abi.Meta, arrow_abi.Slot, arrow_abi.ScanFlag
+    B = arrow_abi.ColumnBuffer
     if set(arrow_abi.META_KINDS) != set(M):
         raise ValueError("META_KINDS must give every metadata column its kind")
     expected = [m.name for m in M]
     expected.insert(expected.index("TOAST_NAME"), "TOAST_OFFSETS")
     if [s.name for s in S] != expected or [s.value for s in S] != list(range(len(S))):
         raise ValueError("Slot must be Meta with TOAST_OFFSETS just before TOAST_NAME")
-    for enum in (A, M):
+    for enum in (A, M, B):
         if [e.value for e in enum] != list(range(len(enum))):
             raise ValueError(f"{enum.__name__} must count from 0")
     for i, op in enumerate(arrow_abi.ROW_OPS):
@@ -232,8 +233,8 @@ def _check_arrow() -> None:
 
 
 def render_arrow_header() -> str:
-    """``encoding/_arrow_abi.h``: the enums A_, M_, S_ and ROW_, META_KINDS, OP_NAMES and the F_
-    flags."""
+    """``encoding/_arrow_abi.h``: the enums A_, SPEC_, B_, M_, S_ and ROW_, META_KINDS, OP_NAMES
+    and the F_ flags."""
     _check_arrow()
 
     def enum(prefix: str, members: list[str]) -> list[str]:
@@ -249,6 +250,10 @@ def render_arrow_header() -> str:
         f'#define ARROW_ABI_DIGEST "{arrow_abi.DIGEST}"',
         "/* Arrow column kinds (ArrowKind) */",
         *enum("A", [a.name for a in A]),
+        "/* a column spec's items, in the order ArrowRows() parses them (ColumnSpec) */",
+        *enum("SPEC", [name.upper() for name in arrow_abi.ColumnSpec._fields]),
+        "/* the items of a column's entry in buffers() (ColumnBuffer) */",
+        *enum("B", [b.name for b in arrow_abi.ColumnBuffer]),
         "/* metadata columns after the table's columns and key fields (Meta) */",
         *enum("M", [m.name for m in M]),
         "static const int META_KINDS[M_COUNT] = {"
