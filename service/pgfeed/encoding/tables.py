@@ -70,6 +70,8 @@ def _wire_type(field: Any) -> int:
 
 
 def _varint(n: int) -> bytes:
+    """protowire.varint's loop: the generator imports nothing that imports what it generates
+    (protowire imports prototags), so it runs when prototags.py is missing."""
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)
@@ -149,6 +151,25 @@ def _py_bytes(b: bytes) -> str:
     return 'b"' + "".join(f"\\x{x:02x}" for x in b) + '"'
 
 
+def _by_message(tags: list[ProtoTag], heading: str, line: Callable[[ProtoTag], str]) -> list[str]:
+    """One line a tag, each message's under a heading naming it."""
+    out: list[str] = []
+    message = None
+    for t in tags:
+        if t.message != message:
+            message = t.message
+            out += ["", heading.format(message)]
+        out.append(line(t))
+    return out
+
+
+def _c_define(t: ProtoTag) -> str:
+    if len(t.tag) == 1:
+        return f"#define PB_{t.name} 0x{t.tag[0]:02x} /* {t.number}: {t.type_name} */"
+    literal = "".join(f"\\x{x:02x}" for x in t.tag)
+    return f'#define PB_{t.name}_BYTES "{literal}" /* {t.number}: {t.type_name} */'
+
+
 def render_proto_module(tables: tuple[list[ProtoTag], list[tuple[str, int]]] | None = None) -> str:
     """``pgfeed/prototags.py``: each tag as bytes (``CHANGE_LSN = b"\\x08"``), the Op values,
     ``VALUE`` (Value's tags by field name, as the type registry's families name them) and
@@ -167,12 +188,8 @@ def render_proto_module(tables: tuple[list[ProtoTag], list[tuple[str, int]]] | N
         "",
         f'DIGEST: Final = "{_digest(tags, enums)}"',
     ]
-    message = None
-    for t in tags:
-        if t.message != message:
-            message = t.message
-            lines += ["", f"# {message}"]
-        lines.append(f"{t.name}: Final = {_py_bytes(t.tag)}  # {t.number}: {t.type_name}")
+    lines += _by_message(tags, "# {}", lambda t: (
+        f"{t.name}: Final = {_py_bytes(t.tag)}  # {t.number}: {t.type_name}"))
     lines += ["", f"# {_PACKAGE} enums"]
     lines += [f"{name}: Final = {value}" for name, value in enums]
     value_tags = [t for t in tags if t.message == f"{_PACKAGE}.Value"]
@@ -196,16 +213,7 @@ def render_proto_header(tables: tuple[list[ProtoTag], list[tuple[str, int]]] | N
         "#define PGFEED_PROTO_TAGS_H",
         f'#define PROTO_TAGS_DIGEST "{_digest(tags, enums)}"',
     ]
-    message = None
-    for t in tags:
-        if t.message != message:
-            message = t.message
-            lines += ["", f"/* {message} */"]
-        if len(t.tag) == 1:
-            lines.append(f"#define PB_{t.name} 0x{t.tag[0]:02x} /* {t.number}: {t.type_name} */")
-        else:
-            literal = "".join(f"\\x{x:02x}" for x in t.tag)
-            lines.append(f'#define PB_{t.name}_BYTES "{literal}" /* {t.number}: {t.type_name} */')
+    lines += _by_message(tags, "/* {} */", _c_define)
     lines += ["", f"/* {_PACKAGE} enums */"]
     lines += [f"#define PB_{name} {value}" for name, value in enums]
     lines += ["", "#endif", ""]
