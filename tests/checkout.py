@@ -4,7 +4,8 @@ Each top-level folder holds one package under its import name (``service/pgfeed`
 ``clients/pgfeed_client`` and ``clients/pgfeed_proto``, ``spark_connector/pgfeed_spark``). The suite
 imports them from this checkout, whatever the venv has installed (a worktree may share another
 checkout's venv), and so do the servers, CLIs and Spark workers it starts: ``PYTHONPATH`` names the
-same folders (``pytest``'s ``pythonpath`` setting and ``conftest.py`` set both).
+same folders, then the checkout's root (scripts a test runs import ``tests.…`` helpers);
+``conftest.py`` sets both.
 """
 
 from __future__ import annotations
@@ -14,4 +15,4 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_ROOTS = tuple(ROOT / folder for folder in ("service", "clients", "spark_connector"))
-PYTHONPATH = os.pathsep.join(str(path) for path in SOURCE_ROOTS)
+PYTHONPATH = os.pathsep.join(str(path) for path in (*SOURCE_ROOTS, ROOT))
