@@ -4,6 +4,7 @@ from them, and the protobuf tags are the ones the protobuf runtime itself writes
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pgfeed.encoding import _transcode, arrow_abi, tables
 from pgfeed.encoding.arrow_abi import META_COLUMNS, META_KINDS, ArrowKind, Meta, Slot
 from pgfeed_client.pgtypes import METADATA_COLUMN_TYPES
 
+ROOT = Path(__file__).resolve().parents[3]
 _GENERATED = tables.generated()
 
 
@@ -126,3 +128,31 @@ def test_arrow_header_refuses_a_definition_out_of_step(monkeypatch: pytest.Monke
     monkeypatch.setattr(arrow_abi, "ROW_OPS", ("insert", "delete"))
     with pytest.raises(ValueError, match="WANT_DELETE"):
         tables.render_arrow_header()
+
+
+# A tag spelled by hand: a hex byte where C writes a field's key, a bytes literal handed to a
+# field writer or followed by a varint in Python.
+_C_HAND_TAG = re.compile(r"\b(?:put_ld|put_stamp|proto_entry|PUT1|put1)\([^;]*?\b0x[0-9a-fA-F]{2}\b")
+_PY_HAND_TAG = re.compile(r"""(?:text_field|ld_field|_strings|_timestamp|timestamp_field)\(b["']"""
+                          r"""|b["'](?:\\x[0-9a-f]{2})+["']\s*\+\s*\(?(?:varint|_?V\[|_?VC\[)""")
+_ENCODERS = ("service/pgfeed/encoding/to_proto.py", "service/pgfeed/encoding/transcode.py",
+             "service/pgfeed/protowire.py", *(f"service/pgfeed/types/{p.name}" for p in sorted(
+                 (ROOT / "service/pgfeed/types").glob("*.py"))))
+
+
+def _hand_tags(root: Path) -> list[str]:
+    c = root / "service/pgfeed/encoding/_transcode.c"
+    found = [f"_transcode.c:{n}" for n, line in enumerate(c.read_text().splitlines(), 1)
+             if _C_HAND_TAG.search(line)]
+    return found + [f"{name}:{n}" for name in _ENCODERS
+                    for n, line in enumerate((root / name).read_text().splitlines(), 1)
+                    if _PY_HAND_TAG.search(line)]
+
+
+def test_no_encoder_spells_a_tag_by_hand() -> None:
+    assert _hand_tags(ROOT) == [], "use pgfeed.prototags (Python) or PB_* (_proto_tags.h)"
+    assert _C_HAND_TAG.search("        return put_ld(b, 0x2a, t, n);")
+    assert _C_HAND_TAG.search("    if (c->lsn && (put1(b, 0x08) < 0 || put_varint(b, c->lsn) < 0))")
+    assert _PY_HAND_TAG.search('    out += text_field(b"\\x2a", txn.origin)')
+    assert _PY_HAND_TAG.search('        out.append(b"\\x10" + (_V[seq] if seq < _SMALL else 0))')
+    assert not _PY_HAND_TAG.search('_TRUE, _FALSE = VALUE["bool_value"] + b"\\x01"')
