@@ -17,8 +17,9 @@ import _checkout  # noqa: E402,F401  (this checkout's packages first)
 
 from pgfeed.assembler.framing import frame
 from pgfeed.assembler.model import StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.relations import RelationCatalog
+from pgfeed.decoding.runs import change_total, loaded
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps
 from pgfeed.encoding.to_proto import transaction_frames
 from pgfeed.pgoutput.encode import encode
@@ -82,14 +83,16 @@ def run(txns: list[StoredTransaction], catalog: RelationCatalog, mode: str,
     t0 = time.perf_counter()
     for stored in txns:
         for first in range(0, stored.change_count, page):  # pages, as the HTTP API serves them
-            txn = decoder.decode(stored, first_seq=first, max_changes=page, lazy=lazy)
-            total += len(txn.changes)
+            read = decoder.decode(stored, first_seq=first, max_changes=page)
+            total += change_total(read.changes)
+            if not lazy:
+                txn = loaded(read)
             if mode == "load+JSON":
                 nbytes += len(dumps({"changes": [change_to_dict(c, txn) for c in txn.changes]}))
             elif mode == "transcode JSON":
-                nbytes += len(b",".join(change_events(txn)))
+                nbytes += len(b",".join(change_events(read)))
             elif mode == "transcode proto":
-                nbytes += sum(len(f) for f in transaction_frames(txn))
+                nbytes += sum(len(f) for f in transaction_frames(read))
     return total / (time.perf_counter() - t0), nbytes
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from pgfeed.assembler.model import Change, Transaction
 from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.model import Change, Transaction
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor
 from tests.fixtures.fix_service import wait_until
@@ -28,7 +28,7 @@ def read_all(supervisor: Supervisor, feed: str, toast: str = "placeholder") -> l
     decoder = TransactionDecoder(supervisor.catalog(feed), toast=toast)
     out = []
     for stored in log.read(EARLIEST, max_changes=10**12):
-        out.append(decoder.decode(stored))
+        out.append(decoder.load(stored))
     return out
 
 

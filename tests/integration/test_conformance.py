@@ -14,10 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfeed.assembler.model import Transaction
+from pgfeed.cli.peek import decode_rows, fetch_rows, peek_options
+from pgfeed.decoding.model import Transaction
 from pgfeed.encoding.to_json import change_to_dict, dumps
 from pgfeed.localpg import LocalCluster
-from pgfeed.cli.peek import decode_rows, fetch_rows, peek_options
 from pgfeed.replication.session import connection_options, max_proto_version
 from tests.fixtures.fix_pg import ALL_PG_VERSIONS, create_database
 from tests.fixtures.fix_testdecoding import (

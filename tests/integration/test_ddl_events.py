@@ -14,7 +14,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.values import load_value
 from pgfeed_client import FeedClient, GrpcFeedClient
 from tests.fixtures.fix_service import FeedFactory, grpc_changes

@@ -73,15 +73,14 @@ def feed(live_feed: tuple[str, str, str]) -> Feed:
 def compiled_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Rows the server's compiled path wrote (the service runs in this process)."""
     counts: list[int] = []
-    scan = arrow_rows.ArrowSink.scan
+    write = arrow_rows.ArrowSink.write
 
     def counting(self: arrow_rows.ArrowSink, *args: Any) -> Any:
-        out = scan(self, *args)
-        if out is not None:
-            counts.append(out[2])
+        out = write(self, *args)
+        counts.extend(x for _t, items in out for x in items if type(x) is int)
         return out
 
-    monkeypatch.setattr(arrow_rows.ArrowSink, "scan", counting)
+    monkeypatch.setattr(arrow_rows.ArrowSink, "write", counting)
     return counts
 
 

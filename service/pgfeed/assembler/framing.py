@@ -3,12 +3,66 @@ length (``FRAME``), and cutting a framed payload into bounded pieces on frame bo
 
 from __future__ import annotations
 
+import os
 import struct
+from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["FRAME", "chunk_bounds", "frame"]
+__all__ = ["FRAME", "Payloadlike", "chunk_bounds", "extent", "frame", "walk"]
 
 # One framed message inside StoredTransaction.payload: WAL position (XLogData dataStart), length.
 FRAME = struct.Struct(">QI")
+
+Payloadlike = bytes | bytearray | memoryview
+
+
+def walk(payload: Payloadlike, pos: int = 0, end: int | None = None,
+         ) -> Iterator[tuple[int, int, int, int]]:
+    """The frames of a stored payload from ``pos`` (a frame's start) to ``end`` (default: the
+    payload's end): ``(at, lsn, start, stop)``, the frame's offset, its WAL position and its
+    message's bounds (``payload[start]`` is the message's tag). The one walk of stored frames:
+    the decoder, the fill index, the backfill window and the log's readers all use it."""
+    if end is None:
+        end = len(payload)
+    unpack, size = FRAME.unpack_from, FRAME.size
+    while pos < end:
+        lsn, length = unpack(payload, pos)
+        start = pos + size
+        stop = start + length
+        yield pos, lsn, start, stop
+        pos = stop
+
+
+def _extent(payload: Payloadlike, pos: int, end: int, relation_id: int, limit: int,
+            tags: bytes) -> tuple[int, int]:
+    """``extent`` without the compiled module: the same walk, a Python step a frame."""
+    count = 0
+    for at, _lsn, start, stop in walk(payload, pos, end):
+        if count >= limit or stop > end or stop - start < 5 or payload[start] not in tags \
+                or int.from_bytes(payload[start + 1:start + 5], "big") != relation_id:
+            return at, count
+        count += 1
+        pos = stop
+    return pos, count
+
+
+def _compiled() -> Any:
+    if os.environ.get("PGFEED_IMPL", "") == "reference":
+        return None
+    try:
+        from pgfeed.assembler import _framing
+    except ImportError:
+        return None
+    return _framing
+
+
+_framing = _compiled()
+# extent(payload, pos, end, relation_id, limit, tags) -> (pos after, count): from ``pos`` (a
+# frame's start), how many frames before ``end`` (at most ``limit``) are row changes (a tag in
+# ``tags``) of ``relation_id``: how far a run of rows goes (the decoder's common case, without a
+# Python step a frame when the compiled module is there).
+extent = _framing.extent if _framing is not None else _extent
+
 
 def frame(lsn: int, message: bytes | memoryview) -> bytes:
     return FRAME.pack(lsn, len(message)) + bytes(message)

@@ -1,34 +1,23 @@
-"""Domain model: committed transactions as stored (wire-form changes) and as served (decoded Changes).
+"""Committed transactions as stored (wire-form changes): what capture writes and a change log keeps.
 
 Stored form keeps each change as the pgoutput message it arrived as, so capture does no per-row
-decoding; decoding happens on read (see ``decoding.changes``). Field names follow the contract.
+decoding; decoding happens on read (``decoding``: the served model lives there, ``decoding.model``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, TypeAlias
 
-from pgfeed.assembler.framing import FRAME, chunk_bounds
+from pgfeed.assembler.framing import chunk_bounds, walk
 
 if TYPE_CHECKING:
     from pgfeed.assembler.spill import SpilledPayload
 
 # In memory, or (a transaction that outgrew the assembler's memory) read back from the spill store.
 Payload: TypeAlias = "bytes | bytearray | SpilledPayload"
-
-
-class Op(StrEnum):
-    INSERT = "insert"
-    UPDATE = "update"
-    DELETE = "delete"
-    TRUNCATE = "truncate"
-    MESSAGE = "message"
-    READ = "read"  # a row a backfill read from the table (stored as an Insert frame)
-    DDL = "ddl"  # a DDL command captured on the source (option ddl "capture"; an Insert frame)
 
 
 # Origin of a backfill's transactions as served; the log stores ``BACKFILL_ORIGIN + ":" + id``
@@ -97,14 +86,8 @@ class StoredTransaction:
     def frames(self) -> Iterator[tuple[int, memoryview]]:
         """Yield ``(lsn, message)`` for each framed message of the payload (``buffer``)."""
         view = memoryview(self.buffer())
-        pos, end = 0, len(view)
-        unpack = FRAME.unpack_from
-        size = FRAME.size
-        while pos < end:
-            lsn, length = unpack(view, pos)
-            pos += size
-            yield lsn, view[pos:pos + length]
-            pos += length
+        for _at, lsn, start, stop in walk(view):
+            yield lsn, view[start:stop]
 
 
 def end_position(end_lsn: int) -> int:
@@ -132,68 +115,3 @@ def payload_pieces(payload: Payload, limit: int) -> Iterator[bytes | bytearray |
             yield view[start:end]
     else:
         yield from payload.pieces(limit)
-
-
-@dataclass(slots=True)
-class Change:
-    """One decoded change, shaped like the contract's change event.
-
-    Row values are Python values (see ``decoding.values``); columns whose value was an unchanged
-    TOAST datum are listed in ``unchanged_toast`` and handled per the feed's ``toast`` option.
-    """
-
-    lsn: int
-    seq: int
-    op: Op
-    schema: str | None = None
-    table: str | None = None
-    key: dict[str, Any] | None = None
-    before: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    unchanged_toast: list[str] = field(default_factory=list)
-    # op == "message"
-    prefix: str | None = None
-    content: bytes | None = None
-    transactional: bool | None = None
-    # op == "truncate"
-    tables: list[str] | None = None
-    options: dict[str, bool] | None = None
-    # toast == "reselect": the unchanged_toast columns whose value was filled from an old image
-    toast_filled: list[str] | None = None
-    # row changes: the relation version (``/tables``' ``versions[].version``) it was decoded with
-    table_version: int | None = None
-    # row changes: per image ("key", "before", "after") the json/jsonb columns holding the JSON
-    # document ``null`` (not SQL NULL); None when there are none
-    json_null: dict[str, list[str]] | None = None
-    # op == "ddl": the captured command (see ``decoding.changes.ddl_event``)
-    ddl: dict[str, Any] | None = None
-
-
-# What a served transaction's changes are: ``Change``, or (reads that write straight from the wire,
-# ``decoding.changes``) a union with the read side's stand-ins for changes not decoded.
-ChangeT_co = TypeVar("ChangeT_co", covariant=True)
-OtherT = TypeVar("OtherT")
-
-
-@dataclass(slots=True)
-class Transaction(Generic[ChangeT_co]):
-    """A committed transaction as served: its metadata and decoded changes (possibly a slice).
-    Covariant in its changes, which nobody alters once the transaction is built (a reference
-    encoder of ``Transaction[Change]`` takes no lazy read's; one of lazy reads takes both)."""
-
-    xid: int
-    commit_lsn: int
-    end_lsn: int
-    commit_ts: int  # microseconds since 2000-01-01 UTC
-    origin: str | None
-    changes: Sequence[ChangeT_co]
-    change_count: int = 0  # changes in the whole transaction (a page may carry a slice)
-    # seq of the last change the decoder scanned (filtered-out ones included), -1 if none: the
-    # next cursor is commit_lsn:last_seq, or commit_lsn once last_seq == change_count - 1.
-    last_seq: int | None = None
-    backfill: str | None = None  # the backfill id of a backfill chunk (origin "pgfeed.backfill")
-
-    def with_changes(self, changes: Sequence[OtherT]) -> Transaction[OtherT]:
-        """The same transaction (or slice) holding ``changes`` instead."""
-        return Transaction(self.xid, self.commit_lsn, self.end_lsn, self.commit_ts, self.origin,
-                           changes, self.change_count, self.last_seq, self.backfill)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from functools import partial
 from itertools import chain
 
-from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.framing import FRAME, walk
 from pgfeed.assembler.model import Payload, StoredTransaction, end_position
 from pgfeed.assembler.spill import SpilledPayload, SpillStore
 from pgfeed.errors import AssemblyError
@@ -45,7 +45,6 @@ from pgfeed.pgoutput.messages import (
 )
 
 _pack = FRAME.pack
-_unpack_frame = FRAME.unpack_from
 _HEADER = FRAME.size
 _unpack_xid = U32.unpack_from
 
@@ -526,17 +525,14 @@ def _drop_aborted(segment: bytes | bytearray, base: int, runs: list[tuple[int, i
     view = memoryview(segment)
     bounds = [offset for offset, _ in runs[1:]] + [sys.maxsize]
     kept: list[memoryview] = []
-    changes = run = pos = 0
-    while pos < len(view):
+    changes = run = 0
+    for pos, _lsn, start, end in walk(view):
         while bounds[run] <= base + pos:
             run += 1
-        _, length = _unpack_frame(view, pos)
-        end = pos + _HEADER + length
-        tag = view[pos + _HEADER]
+        tag = view[start]
         if tag not in _CHANGE:
             kept.append(view[pos:end])
         elif runs[run][1] not in aborted:
             kept.append(view[pos:end])
             changes += 1
-        pos = end
     return b"".join(kept), changes

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pgfeed.assembler.framing import FRAME
+from pgfeed.assembler.framing import walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, BackfillProgress, StoredTransaction
 from pgfeed.assembler.spill import SpilledPayload
 from pgfeed.backfill.keys import Key, add_key, key_positions, precedes, same_relation, tuple_key
@@ -451,14 +451,9 @@ class WindowTracker:
               relations: list[RelationMessage]) -> bool:
         """Keys of watched tables changed by a payload; False when one was not sent whole."""
         view = memoryview(payload)
-        pos, end = 0, len(view)
-        header = FRAME.size
         watched = self._watched
         ok = True
-        while pos < end:
-            length = _u32(view, pos + 8)[0]
-            start = pos + header
-            pos = start + length
+        for _at, _lsn, start, pos in walk(view):
             tag = view[start]
             if tag in _ROW:
                 relid = _u32(view, start + 1)[0]

@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 
 from pgfeed_client._cursor import format_lsn
-from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.assembler.transactions import TransactionAssembler
 from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.dsn import mask_dsn, scrub
 from pgfeed.encoding.to_json import change_to_dict, dumps
 from pgfeed.errors import PgfeedError, SourceError
@@ -122,7 +122,7 @@ def decode_rows(rows: Iterable[Row], *, toast: str = "omit") -> Iterator[Transac
             for frame in stored.schema_frames:
                 catalog.add(stored.commit_lsn, frame)
             if stored.change_count:
-                yield decoder.decode(stored)
+                yield decoder.load(stored)
 
 
 def format_change(change: Change, txn: Transaction[object]) -> str:

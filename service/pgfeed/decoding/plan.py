@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pgfeed.assembler.relations import RelationSchema
 from pgfeed.codegen import define
+from pgfeed.decoding.relations import RelationSchema
 from pgfeed.decoding.values import RowLoader, row_loader, sequence_loader
 from pgfeed.netorder import U16, U32
 from pgfeed.types.registry import fast_kind, json_kind

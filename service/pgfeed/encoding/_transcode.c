@@ -914,11 +914,83 @@ static PyObject *Encoder_json(Encoder *self, PyObject *const *args, Py_ssize_t n
     return call_end(&c, rc, &b);
 }
 
+/* A run of a transaction's row frames (``decoding.runs.RowRun``): one call writes them all.
+ * run(payload, pos, count, seq, json, middle, tail) -> (list of events, position after them)
+ * Writes up to ``count`` consecutive frames (FRAME: lsn Int64, length Int32, message) from
+ * ``pos``, the first one change ``seq``, as JSON events (``json`` true: with ``middle`` and
+ * ``tail``, as json()) or protobuf Changes (as proto()); stops before the first frame these rules
+ * refuse, whose position it returns (the caller takes that change by the reference path). */
+static PyObject *Encoder_run(Encoder *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (self->refs == NULL) { PyErr_SetString(PyExc_TypeError, "Encoder not initialised"); return NULL; }
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "run() takes payload, pos, count, seq, json, middle, tail");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), count = PyLong_AsSsize_t(args[2]);
+    long long seq = PyLong_AsLongLong(args[3]);
+    int json = PyObject_IsTrue(args[4]);
+    if (PyErr_Occurred() || json < 0) return NULL;
+    if (pos < 0 || count < 0 || seq < 0) { PyErr_SetString(PyExc_ValueError, "negative position"); return NULL; }
+    Call c;
+    c.view.obj = NULL;
+    c.newc = NULL;
+    if (PyObject_GetBuffer(args[0], &c.view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    Buf b;
+    buf_init(&b);
+    int rc = 0;
+    if (out == NULL) { rc = ERROR; goto done; }
+    if (self->ncols <= 64) {
+        c.newc = c.stack;
+        c.oldc = c.stack + 64;
+    } else {
+        c.newc = PyMem_Malloc(sizeof(Col) * 2 * self->ncols);
+        if (c.newc == NULL) { PyErr_NoMemory(); rc = ERROR; goto done; }
+        c.oldc = c.newc + self->ncols;
+    }
+    const unsigned char *d = c.view.buf;
+    Py_ssize_t end = c.view.len;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (end - pos < 12) break;
+        uint64_t lsn = 0;
+        for (int k = 0; k < 8; k++) lsn = lsn << 8 | d[pos + k];
+        Py_ssize_t length = (Py_ssize_t)((uint32_t)d[pos + 8] << 24 | (uint32_t)d[pos + 9] << 16
+                                         | (uint32_t)d[pos + 10] << 8 | d[pos + 11]);
+        if (length > end - pos - 12) break;
+        rc = parse_message(d + pos + 12, length, self->ncols, c.newc, c.oldc, &c.layout, 0);
+        if (rc == 0) {
+            c.lsn = lsn;
+            c.seq = (uint64_t)(seq + i);
+            b.len = 0;
+            rc = json ? json_change(self, &c, args[5], args[6], &b) : proto_change(self, &c, &b);
+        }
+        if (rc == FALLBACK) {
+            if (PyErr_Occurred()) PyErr_Clear();
+            rc = 0;
+            break;
+        }
+        if (rc < 0) break;
+        PyObject *event = PyBytes_FromStringAndSize((const char *)b.p, b.len);
+        if (event == NULL || PyList_Append(out, event) < 0) { Py_XDECREF(event); rc = ERROR; break; }
+        Py_DECREF(event);
+        pos += 12 + length;
+    }
+done:
+    if (c.newc != NULL && c.newc != c.stack) PyMem_Free(c.newc);
+    PyBuffer_Release(&c.view);
+    buf_free(&b);
+    if (rc < 0) { Py_XDECREF(out); return NULL; }
+    PyObject *result = Py_BuildValue("(Nn)", out, pos);
+    return result;
+}
+
 static PyMethodDef Encoder_methods[] = {
     {"proto", (PyCFunction)(void (*)(void))Encoder_proto, METH_FASTCALL,
      "proto(data, lsn, seq[, middle, tail]) -> serialized pgfeed.v1.Change"},
     {"json", (PyCFunction)(void (*)(void))Encoder_json, METH_FASTCALL,
      "json(data, lsn, seq, middle, tail) -> change event JSON"},
+    {"run", (PyCFunction)(void (*)(void))Encoder_run, METH_FASTCALL,
+     "run(payload, pos, count, seq, json, middle, tail) -> (events, pos after them)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,8 +2,8 @@
 
 The reference typed read (``to_arrow.typed_batch``) loads every value into a Python object
 (psycopg's loaders) and builds each column from a list: ~8 µs of server CPU a change. Here the
-decoder hands runs of a transaction's row frames to ``_transcode.ArrowRows`` (compiled, in
-``_transcode_arrow.c``), which walks the frames and TupleData in C and appends each column's text
+sink hands the runs of row frames a decoded page holds (``decoding.runs.RowRun``) to
+``_transcode.ArrowRows`` (compiled, in ``_transcode_arrow.c``), one call a run, which walks the frames and TupleData in C and appends each column's text
 to Arrow buffers (validity bitmaps, int/float/bool/date32/timestamp[us]/decimal128 values,
 offsets + data for strings and binaries); the page's batch is then ``pa.Array.from_buffers``.
 
@@ -12,9 +12,9 @@ Same values as the reference, by construction of the rules (``_transcode_arrow.c
 takes the reference path: a whole relation version when a column's kind is not one the C code
 converts to that column's Arrow type (arrays, uuid, an older shape of the table, ...), one
 change when a value or layout is (infinity, BC, a year past 9999, NaN in a float-less place,
-unchanged TOAST under ``toast=reselect``, binary columns, ...). Those changes
-stay ``Change`` objects in the page; ``batches`` interleaves their reference rows with the
-compiled ones in change order.
+unchanged TOAST under ``toast=reselect``, binary columns, ...). Those changes are loaded from
+their run (``RowRun.load_at``); ``batches`` interleaves their reference rows with the compiled
+ones in change order.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.decoding.changes import Segment, SunkChange
+from pgfeed.decoding.model import Change, Transaction
 from pgfeed.decoding.plan import RelationPlan
+from pgfeed.decoding.runs import Read, RowRun
 from pgfeed.encoding import transcode
 from pgfeed.encoding.arrow_abi import (
     DIGEST,
@@ -79,9 +79,8 @@ _WRITES: dict[str, frozenset[Any]] = {
     "time": frozenset({pa.string()}),
 }
 
-_WANT = {Op.INSERT: ScanFlag.WANT_INSERT, Op.UPDATE: ScanFlag.WANT_UPDATE,  # ArrowRows.scan
-         Op.DELETE: ScanFlag.WANT_DELETE, Op.READ: ScanFlag.WANT_READ}
-_ALL_OPS = sum(_WANT.values())
+_ALL_OPS = int(ScanFlag.WANT_INSERT | ScanFlag.WANT_UPDATE | ScanFlag.WANT_DELETE
+               | ScanFlag.WANT_READ)  # ArrowRows.scan: every op (a page's filter comes after)
 
 
 def _spec(t: pa.DataType) -> ColumnSpec | None:
@@ -163,23 +162,31 @@ class ArrowSink:
             kinds.append(kind)
         return bytes(transcode._KIND_CODES[k] for k in kinds)
 
-    @staticmethod
-    def flags(backfill: bool, toast_null: bool, ops: set[Op] | None) -> int:
-        wanted = _ALL_OPS if ops is None else sum(_WANT[o] for o in ops if o in _WANT)
-        return int(wanted | (ScanFlag.READ if backfill else 0)
-                   | (ScanFlag.ALLOW_U if toast_null else 0))
-
-    def scan(self, payload: Any, pos: int, seq: int, stop: int, plan: RelationPlan,
-             relation_id: int, stored: Any, flags: int) -> tuple[int, int, int] | None:
-        """Compiled rows from the frame at ``pos`` on: (pos, seq, rows) after them, or None
-        when the frame there is the reference's."""
-        kinds = self.kinds(plan)
+    def _scan(self, run: RowRun, txn: Transaction[Read], out: list[int | Change]) -> None:
+        """Append ``run``'s rows: compiled ones to the column buffers (counted in ``out`` as an
+        int), the ones the compiled rules refuse as loaded Changes."""
+        kinds = self.kinds(run.plan)
         if kinds is None:
-            return None
-        out: tuple[int, int, int] = self.rows.scan(
-            payload, pos, seq, stop, relation_id, kinds, stored.commit_lsn,
-            stored.commit_ts + PG_EPOCH_UNIX_US, stored.xid, flags, plan.schema.version)
-        return None if out[0] == pos else out
+            out.extend(run.load())
+            return
+        flags = int(_ALL_OPS | (ScanFlag.READ if run.read else 0) | (
+            ScanFlag.ALLOW_U if run.loading.toast != "reselect" else 0))  # reselect: the fill's
+        payload, pos, seq, stop = run.payload, run.start, run.first_seq - 1, run.last_seq + 1
+        relation_id, version = run.plan.schema.relation_id, run.plan.schema.version
+        commit_ts = txn.commit_ts + PG_EPOCH_UNIX_US
+        while True:
+            pos, seq, rows = self.rows.scan(payload, pos, seq, stop, relation_id, kinds,
+                                            txn.commit_lsn, commit_ts, txn.xid, flags, version)
+            if rows:
+                if out and type(out[-1]) is int:
+                    out[-1] += rows
+                else:
+                    out.append(rows)
+            if seq + 1 >= stop:
+                return
+            seq += 1
+            change, pos = run.load_at(pos, seq)  # refused by the compiled rules: the reference's
+            out.append(change)
 
     def _batch(self) -> pa.RecordBatch:
         bufs = self.rows.buffers()
@@ -211,10 +218,30 @@ class ArrowSink:
                                                 valid[ColumnBuffer.NULLS], children=children))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def batches(self, transactions: Sequence[Transaction[SunkChange]]) -> list[pa.RecordBatch]:
+    def write(self, transactions: Sequence[Transaction[Read]],
+              ) -> list[tuple[Transaction[Read], list[int | Change]]]:
+        """Scan the page's runs: per transaction, in change order, the counts of rows written
+        to the compiled columns (ints) and the changes the compiled rules refuse, loaded."""
+        written: list[tuple[Transaction[Read], list[int | Change]]] = []
+        for t in transactions:
+            items: list[int | Change] = []
+            for c in t.changes:
+                if type(c) is RowRun:
+                    self._scan(c, t, items)
+                else:
+                    items.append(c)
+            written.append((t, items))
+        return written
+
+    def batches(self, transactions: Sequence[Transaction[Read]]) -> list[pa.RecordBatch]:
         """The page's rows in change order: the compiled rows, sliced into batches of up to
         ``BATCH_ROWS`` that run on across transactions until a reference row, and the
-        reference's rows for the changes left as ``Change`` objects."""
+        reference's rows for the changes the compiled rules refuse. Once a sink."""
+        return self.assemble(self.write(transactions))
+
+    def assemble(self, written: list[tuple[Transaction[Read], list[int | Change]]],
+                 ) -> list[pa.RecordBatch]:
+        """The batches of what ``write`` wrote (the compiled columns taken, once)."""
         compiled = self._batch() if self.rows.rows else None
         out: list[pa.RecordBatch] = []
         pending: list[Transaction[Change]] = []
@@ -227,21 +254,21 @@ class ArrowSink:
                 out.append(compiled.slice(lo, min(BATCH_ROWS, end - lo)))
             start = end
 
-        for t in transactions:
+        for t, items in written:
             ref: list[Change] = []
-            for c in t.changes:
-                if isinstance(c, Segment):
+            for item in items:
+                if type(item) is int:
                     if ref:
                         pending.append(t.with_changes(ref))
                         ref = []
                     if pending:
                         out.append(typed_batch(pending, self.columns, self.schema))
                         pending = []
-                    end += c.rows
+                    end += item
                 else:
                     if end > start:
                         flush()
-                    ref.append(c)
+                    ref.append(item)  # type: ignore[arg-type]
             if ref:
                 pending.append(t.with_changes(ref))
         if end > start:

@@ -47,7 +47,7 @@ from pgfeed_client.pgtypes import (
     element_is_json,
     is_json,
 )
-from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.encoding import ARROW_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US

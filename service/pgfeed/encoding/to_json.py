@@ -14,10 +14,9 @@ import orjson
 
 from pgfeed_client._cursor import format_lsn
 from pgfeed_client._json import MAX_EMBEDDED_DEPTH
-from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.decoding.changes import LazyChange, RawChange
-from pgfeed.decoding.plan import RelationPlan
-from pgfeed.encoding.transcode import Writers, json_writers, transcoded
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.runs import Read, RowRun
+from pgfeed.encoding.transcode import run_bodies
 from pgfeed.pgoutput.messages import PG_EPOCH
 from pgfeed.types.registry import json_writers as value_writers
 
@@ -131,10 +130,10 @@ def transaction_to_dict(txn: Transaction[Change]) -> dict[str, Any]:
     return out
 
 
-def change_events(txn: Transaction[LazyChange]) -> list[bytes]:
-    """The JSON bytes of each change event of ``txn``: row changes left in wire form
-    (``RawChange``) are transcoded straight from their bytes where ``transcode`` can, everything
-    else goes through ``change_to_dict`` and ``dumps``; both write the same events."""
+def change_events(txn: Transaction[Read]) -> list[bytes]:
+    """The JSON bytes of each change event of ``txn``: its runs of row changes written by the
+    compiled encoder straight from their frames where it can (``transcode.run_bodies``),
+    everything else through ``change_to_dict`` and ``dumps``; both write the same events."""
     commit_lsn, xid, commit_ts = _header(txn)
     middle = b'"commit_lsn":"%s","xid":%d,"commit_ts":"%s",' % (
         commit_lsn.encode(), xid, commit_ts.encode())
@@ -142,23 +141,19 @@ def change_events(txn: Transaction[LazyChange]) -> list[bytes]:
         b"}" if txn.backfill is None else b',"backfill":' + orjson.dumps(txn.backfill) + b"}")
     out: list[bytes] = []
     append = out.append
-    plan: RelationPlan | None = None
-    writers: Writers = {}
+
+    def reference(change: Change) -> bytes:
+        return dumps(change_to_dict(change, txn))
+
     for change in txn.changes:
-        if type(change) is RawChange:
-            if change.plan is not plan:
-                plan = change.plan
-                writers = json_writers(plan)
-            event = transcoded(writers, change, middle, tail)
-            if event is not None:
-                append(event)
-                continue
-            change = change.load()
-        append(dumps(change_to_dict(change, txn)))
+        if type(change) is RowRun:
+            out += run_bodies(change, True, middle, tail, reference)
+        else:
+            append(reference(change))
     return out
 
 
-def transaction_json(txn: Transaction[LazyChange], cursor: str) -> bytes:
+def transaction_json(txn: Transaction[Read], cursor: str) -> bytes:
     """``transaction_to_dict`` plus ``cursor``, as JSON bytes (events from ``change_events``)."""
     commit_lsn, xid, commit_ts = _header(txn)
     fields = {"xid": xid, "commit_lsn": commit_lsn, "end_lsn": format_lsn(txn.end_lsn),

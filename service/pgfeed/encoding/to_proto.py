@@ -4,8 +4,8 @@ Writes the protobuf wire format directly (the generated classes parse it; a unit
 every value type against them): building messages field by field through the protobuf runtime
 costs ~5 µs a change, which would halve the gRPC stream. Per-type encoders are picked by the
 value's exact type (one dict lookup, no isinstance chains); map-entry heads are precomputed per
-column; json/jsonb columns are told apart by the feed's relation catalogue (``json_columns``),
-since a json value may load as any Python type.
+column; json/jsonb columns are told apart by the relation version a run of rows carries
+(``RelationPlan.json_kinds``), since a json value may load as any Python type.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ from decimal import Decimal
 from typing import Any
 
 from pgfeed_client._cursor import Cursor, format_lsn
-from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.codegen import define
-from pgfeed.decoding.changes import LazyChange, RawChange
-from pgfeed.decoding.plan import RelationPlan
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.runs import Read, RowRun
 from pgfeed.encoding.to_json import dumps as json_dumps
-from pgfeed.encoding.transcode import proto_writers as change_writers
-from pgfeed.encoding.transcode import Writers, transcoded
+from pgfeed.encoding.transcode import run_bodies
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
 from pgfeed.prototags import (
     CHANGE_AFTER,
@@ -82,25 +79,22 @@ from pgfeed.prototags import (
     VALUE_LIST_VALUES,
 )
 from pgfeed.protowire import HEADS as _HEADS
+from pgfeed.protowire import MapColumn as _Column
 from pgfeed.protowire import SMALL as _SMALL
+from pgfeed.protowire import V as _V
 from pgfeed.protowire import VALUE, ld_field, table_version_field, text_field, varint
 from pgfeed.protowire import VC as _VC
-from pgfeed.protowire import MapColumn as _Column
-from pgfeed.protowire import V as _V
 from pgfeed.protowire import map_column as _column
 from pgfeed.protowire import timestamp_field as _timestamp
 from pgfeed.types.interval import Interval
 from pgfeed.types.json import JsonText, proto_json
-from pgfeed.types.registry import json_kind, proto_writers
+from pgfeed.types.registry import proto_writers
 
 __all__ = [
     "FRAME_BYTES",
     "FRAME_CHANGES",
-    "ColumnKinds",
     "Framer",
-    "JsonColumnCache",
     "change_bytes",
-    "json_columns",
     "transaction_frames",
     "value_bytes",
 ]
@@ -109,10 +103,6 @@ __all__ = [
 # a single change does (it is then sent alone).
 FRAME_BYTES = 1 << 20
 FRAME_CHANGES = 10_000
-
-# a json/jsonb column or an array of them is "json" or "json[]" (registry.json_kind); every
-# other column is typed by its values
-ColumnKinds = Mapping[tuple[str, str], Mapping[str, str]]  # (schema, table) -> {column: kind}
 
 # -- Value: the type registry's writers (service/pgfeed/types), lists and null here --------------------------
 
@@ -388,7 +378,8 @@ def ddl_bytes(ddl: Mapping[str, Any]) -> bytes:
 
 def change_bytes(change: Change, kinds: Mapping[str, str] | None = None) -> bytes:
     """One decoded Change -> the serialized ``pgfeed.v1.Change``. ``kinds`` marks the json
-    columns of its table (see ``json_columns``)."""
+    columns of its table (``RelationPlan.json_kinds`` of the version it was decoded with: a json
+    column's value is JSON whatever Python type it loaded as; see ``value_bytes``)."""
     out: list[bytes] = []
     _change_parts(change, kinds, out)
     return b"".join(out)
@@ -420,12 +411,13 @@ def _tail(cursor: str, final: bool) -> bytes:
 _FINAL = TRANSACTION_FINAL + _TRUE_FLAG
 
 
-def transaction_frames(txn: Transaction[LazyChange], *, kinds: ColumnKinds | None = None,
-                       frame_bytes: int = FRAME_BYTES,
+def transaction_frames(txn: Transaction[Read], *, frame_bytes: int = FRAME_BYTES,
                        frame_changes: int = FRAME_CHANGES) -> list[bytes]:
     """A decoded Transaction (whole or a slice, as FeedReader pages give them) -> serialized
     ``pgfeed.v1.Transaction`` frames of at most ``frame_bytes`` bytes and ``frame_changes``
-    changes each (a single larger change gets a frame of its own).
+    changes each (a single larger change gets a frame of its own). Runs of row changes are
+    written by the compiled encoder where it can (``transcode.run_bodies``), with their relation
+    version's json columns on the reference path.
 
     Each frame's cursor is where to resume after it: ``commit_lsn:seq`` of its last change, and
     for the slice's last frame ``commit_lsn:last_seq`` (filtered-out changes included) or, once
@@ -440,49 +432,36 @@ def transaction_frames(txn: Transaction[LazyChange], *, kinds: ColumnKinds | Non
     parts: list[bytes] = [header]
     size = count = 0
     previous_seq = -1
-    scratch: list[bytes] = []
-    change_parts, join, small, table_kinds = _change_parts, b"".join, _SMALL, None
-    changes_tag = TRANSACTION_CHANGES
-    plan: RelationPlan | None = None
-    writers: Writers = {}
-    loaded: Change | None
-    for change in txn.changes:
-        seq = change.seq
-        if type(change) is RawChange:
-            if change.plan is not plan:
-                plan = change.plan
-                writers = change_writers(plan)
-            fast = transcoded(writers, change, b"", b"")
-            if fast is not None:
-                body, loaded = fast, None
-            else:
-                table_kinds = change.plan.json_kinds or None
-                loaded = change.load()
+    join, small, changes_tag = b"".join, _SMALL, TRANSACTION_CHANGES
+    for item in txn.changes:
+        if type(item) is RowRun:
+            kinds = item.plan.json_kinds or None
+
+            def reference(change: Change, kinds: Mapping[str, str] | None = kinds) -> bytes:
+                return change_bytes(change, kinds)
+
+            bodies = run_bodies(item, False, b"", b"", reference)
+            seq = item.first_seq
         else:
-            loaded = change  # its own table's json columns, never the previous change's
-            table_kinds = kinds.get((change.schema or "", change.table or "")) or None \
-                if kinds else None
-        if loaded is not None:
-            change_parts(loaded, table_kinds, scratch)
-            body = join(scratch)
-            scratch.clear()
-        n = len(body)
-        item_size = n + 3 if n < small else n + 11
-        if count and (size + item_size > budget or count >= frame_changes):
-            parts.append(_tail(f"{lsn_text}:{previous_seq}", False))
-            frames.append(join(parts))
-            parts, size, count = [header], 0, 0
-        parts.append(changes_tag + (_V[n] if n < small else varint(n)))
-        parts.append(body)
-        size += item_size
-        count += 1
-        previous_seq = seq
+            bodies = [change_bytes(item)]  # no row: no json columns
+            seq = item.seq
+        for body in bodies:
+            n = len(body)
+            item_size = n + 3 if n < small else n + 11
+            if count and (size + item_size > budget or count >= frame_changes):
+                parts.append(_tail(f"{lsn_text}:{previous_seq}", False))
+                frames.append(join(parts))
+                parts, size, count = [header], 0, 0
+            parts.append(changes_tag + (_V[n] if n < small else varint(n)))
+            parts.append(body)
+            size += item_size
+            count += 1
+            previous_seq = seq
+            seq += 1
     cursor = lsn_text if whole else f"{lsn_text}:{last_seq}"
     parts.append(_tail(cursor, whole))
     frames.append(b"".join(parts))
     return frames
-
-
 
 
 @dataclass(slots=True)
@@ -504,15 +483,15 @@ class Framer:
         self.frame_changes = frame_changes
         self._open: _Open | None = None
 
-    def frames(self, transactions: Iterable[Transaction[LazyChange]], next_cursor: Cursor,
-               kinds: ColumnKinds | None = None) -> list[bytes]:
+    def frames(self, transactions: Iterable[Transaction[Read]], next_cursor: Cursor,
+               ) -> list[bytes]:
         """Frames for one page: its transactions, then a closing frame when ``next_cursor``
         (the page's ``next``) shows that a transaction left open has been read to its end."""
         out: list[bytes] = []
         for txn in transactions:
             if self._open is not None and self._open.txn.commit_lsn != txn.commit_lsn:
                 out.append(self._close())
-            out.extend(transaction_frames(txn, kinds=kinds, frame_bytes=self.frame_bytes,
+            out.extend(transaction_frames(txn, frame_bytes=self.frame_bytes,
                                           frame_changes=self.frame_changes))
             last_seq = txn.last_seq if txn.last_seq is not None else txn.change_count - 1
             self._open = None if last_seq >= txn.change_count - 1 else _Open(txn)
@@ -525,44 +504,3 @@ class Framer:
         txn = self._open.txn
         self._open = None
         return _header(txn) + _tail(format_lsn(txn.commit_lsn), True)
-
-
-# -- json columns from the relation catalogue ------------------------------------------------------------
-
-def json_columns(catalog: RelationCatalog) -> dict[tuple[str, str], dict[str, str]]:
-    """``(schema, table) -> {column: "json" | "json[]"}`` for every relation the catalogue knows
-    (an empty mapping when it has no json/jsonb column), from each relation's newest version;
-    domains over json types count as json."""
-    out: dict[tuple[str, str], dict[str, str]] = {}
-    for table in catalog.tables():
-        versions = catalog.versions(table["relation_id"])
-        if not versions:
-            continue
-        newest = versions[-1]
-        out[(newest.schema, newest.table)] = _json_kinds(newest.columns)
-    return out
-
-
-class JsonColumnCache:
-    """``json_columns`` of a feed for a stream of pages, refreshed when a page brings a loaded
-    change of a table not known yet, and every ``refresh_seconds`` (an ALTER TABLE). Changes left
-    in wire form carry their own relation version, which ``transaction_frames`` reads instead."""
-
-    def __init__(self, catalog: Callable[[], RelationCatalog], refresh_seconds: float = 5.0) -> None:
-        self._catalog = catalog
-        self._refresh = refresh_seconds
-        self._kinds: ColumnKinds = {}
-        self._at = -refresh_seconds - 1.0
-
-    def kinds(self, transactions: Iterable[Transaction[LazyChange]], now: float) -> ColumnKinds:
-        kinds = self._kinds
-        if now - self._at > self._refresh or any(
-                type(c) is not RawChange and c.table is not None and (c.schema, c.table) not in kinds
-                for t in transactions for c in t.changes):
-            self._kinds = json_columns(self._catalog())
-            self._at = now
-        return self._kinds
-
-
-def _json_kinds(columns: Iterable[Any]) -> dict[str, str]:
-    return {col.name: kind for col in columns if (kind := json_kind(col.value_oid))}

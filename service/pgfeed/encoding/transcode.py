@@ -8,12 +8,13 @@ string, a timestamptz needs a ``T`` and ``:00``), so ``_transcode.c`` writes eve
 The replication session pins ``DateStyle=ISO``, ``TimeZone=UTC`` and ``extra_float_digits=3``
 (``replication.session.SETTINGS``), which is what makes the text forms predictable.
 
-The specification is the reference path: load the change (``RawChange.load``), then encode it
-(``to_json``, ``to_proto``). The compiled encoder is its only twin: per relation version one
-``Encoder`` built from the plan's per-column kinds (``RelationPlan.kinds``, from the type
+The specification is the reference path: load the change (``decoding.runs.RowRun.load``), then
+encode it (``to_json``, ``to_proto``). The compiled encoder is its only twin: per relation version
+one ``Encoder`` built from the plan's per-column kinds (``RelationPlan.kinds``, from the type
 registry), and anything outside its rules raises: a column type without a fast kind, a ``'u'``
 (unchanged TOAST) or ``'b'`` (binary) column, a text outside its kind's shape (``infinity``, BC,
-years past 9999), an odd layout. The caller then takes the reference path, so both give the same
+years past 9999), an odd layout. It writes a whole run of a transaction's row frames in one call
+(``run_bodies``) and stops before a change it refuses; that change takes the reference path, so both give the same
 events; ``tests/unit/encoding/test_transcode.py`` holds them to it. Without a C compiler (or with
 ``PGFEED_IMPL=reference``) every change takes the reference path; ``PGFEED_IMPL=c`` fails without
 the module. docs/fast-paths.md has the measurements.
@@ -23,14 +24,14 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from pgfeed.assembler.model import Op
-from pgfeed.decoding.changes import RawChange
+from pgfeed.decoding.model import Change
 from pgfeed.decoding.plan import RelationPlan
-from pgfeed.pgoutput.messages import TAG_DELETE, TAG_INSERT, TAG_UPDATE
+from pgfeed.decoding.runs import RowRun
 from pgfeed.prototags import (
     CHANGE_KEY_ENTRY_KEY,
     CHANGE_KEY_ENTRY_VALUE,
@@ -46,8 +47,7 @@ from pgfeed.prototags import (
 from pgfeed.protowire import ld_field, table_version_field, varint
 from pgfeed.types.registry import FAST_KINDS
 
-__all__ = ["IMPLEMENTATION", "json_event", "json_writers", "proto_change", "proto_writers",
-           "transcoded"]
+__all__ = ["IMPLEMENTATION", "encoder", "run_bodies"]
 
 
 def _load_compiled() -> Any:
@@ -79,12 +79,9 @@ if _compiled is not None and getattr(_compiled, "PROTO_TAGS", None) != DIGEST:  
     raise ImportError("service/pgfeed/encoding/_transcode.c was built with other protobuf tags than "
                       "pgfeed/prototags.py: rebuild it (pip install -e .)")
 
-_INSERT, _UPDATE, _DELETE = TAG_INSERT, TAG_UPDATE, TAG_DELETE
-Writers = dict[int, Any]  # message tag -> write(data, lsn, seq, middle, tail) -> bytes
-_NONE: Writers = {}
-# per relation version: its compiled writers, JSON and protobuf (empty: no fast kind for a column)
-_WRITERS: weakref.WeakKeyDictionary[RelationPlan, tuple[Writers, Writers]] = (
-    weakref.WeakKeyDictionary())
+# per relation version: its compiled Encoder, for live rows and for a backfill's (op "read"); None
+# when a column has no fast kind
+_ENCODERS: weakref.WeakKeyDictionary[RelationPlan, tuple[Any, Any]] = weakref.WeakKeyDictionary()
 
 
 def _json_float(t: bytes) -> bytes:
@@ -95,10 +92,11 @@ def _json_text(t: bytes) -> bytes:
     return orjson.dumps(t.decode())
 
 
-def _compile(plan: RelationPlan) -> tuple[Writers, Writers]:
-    """The relation version's Encoder (both formats share one) as ``{tag: write}`` per format."""
+def _compile(plan: RelationPlan, read: bool) -> Any:
+    """The relation version's Encoder (both formats share one); ``read``: Insert frames are a
+    backfill's rows, op "read"."""
     if plan.kinds is None:
-        return _NONE, _NONE
+        return None
     schema = plan.schema
     names = plan.column_names
     index = {n: i for i, n in enumerate(names)}
@@ -107,16 +105,15 @@ def _compile(plan: RelationPlan) -> tuple[Writers, Writers]:
         orjson.dumps(schema.schema), orjson.dumps(schema.table), schema.version)
     where = (ld_field(CHANGE_SCHEMA, schema.schema.encode())
              + ld_field(CHANGE_TABLE, schema.table.encode()) + table_version_field(schema.version))
-    encoder = _compiled.Encoder(
+    first, first_op = (OP_READ, b"read") if read else (OP_INSERT, b"insert")
+    return _compiled.Encoder(
         bytes(_KIND_CODES[k] for k in plan.kinds), tuple(index[k] for k in plan.key_names),
         tuple(CHANGE_KEY_ENTRY_KEY + varint(len(n.encode())) + n.encode() + CHANGE_KEY_ENTRY_VALUE
               for n in names),
         tuple(orjson.dumps(n) + b":" for n in names),
-        tuple(_op_field(op) + where for op in (OP_INSERT, OP_UPDATE, OP_DELETE)),
-        tuple(b'"op":"%s"%s' % (op, where_json) for op in (b"insert", b"update", b"delete")),
+        tuple(_op_field(op) + where for op in (first, OP_UPDATE, OP_DELETE)),
+        tuple(b'"op":"%s"%s' % (op, where_json) for op in (first_op, b"update", b"delete")),
         _json_float, _json_text)
-    tags = (_INSERT, _UPDATE, _DELETE)
-    return dict.fromkeys(tags, encoder.json), dict.fromkeys(tags, encoder.proto)
 
 
 def _op_field(number: int) -> bytes:
@@ -124,73 +121,39 @@ def _op_field(number: int) -> bytes:
     return CHANGE_OP + bytes((number,))
 
 
-def _writers(plan: RelationPlan) -> tuple[Writers, Writers]:
+def encoder(plan: RelationPlan, read: bool = False) -> Any:
+    """The compiled ``Encoder`` of a relation version (``read``: of a backfill's rows), or None
+    (a column without a fast kind, or no C module)."""
     if IMPLEMENTATION != "c":
-        return _NONE, _NONE
-    found = _WRITERS.get(plan)
+        return None
+    found = _ENCODERS.get(plan)
     if found is None:
-        found = _WRITERS[plan] = _compile(plan)
-    return found
+        found = _ENCODERS[plan] = (_compile(plan, False), _compile(plan, True))
+    return found[1 if read else 0]
 
 
-def json_writers(plan: RelationPlan) -> Writers:
-    """``{message tag: write(data, lsn, seq, middle, tail) -> event bytes}`` for one relation
-    version (empty when a column has no fast kind, or without the C module); see ``json_event``."""
-    return _writers(plan)[0]
-
-
-def proto_writers(plan: RelationPlan) -> Writers:
-    """``{message tag: write(data, lsn, seq, b"", b"") -> Change bytes}`` for one relation
-    version (empty when a column has no fast kind, or without the C module); see ``proto_change``."""
-    return _writers(plan)[1]
-
-
-def transcoded(writers: Writers, change: RawChange, middle: bytes, tail: bytes) -> bytes | None:
-    """``change`` written by ``writers`` (its relation version's ``json_writers`` or
-    ``proto_writers``), or None when it needs the reference path (load, then encode)."""
-    write = writers.get(change.tag)
+def run_bodies(run: RowRun, json: bool, middle: bytes, tail: bytes,
+               reference: Callable[[Change], bytes]) -> list[bytes]:
+    """Every change of ``run`` written: JSON events (``json``; ``middle`` is the transaction's
+    ``"commit_lsn":…,"commit_ts":…,`` part, ``tail`` its ``"unchanged_toast":[],"origin":…}``)
+    or serialized ``pgfeed.v1.Change``s. The compiled encoder writes the run in one call, up to
+    a change it refuses; ``reference`` writes that one loaded, and the encoder goes on after it."""
+    write = encoder(run.plan, run.read)
     if write is None:
-        return None
-    try:  # try costs nothing until it raises; contextlib.suppress cost ~0.3 µs a change
-        out: bytes = write(change.buf, change.lsn, change.seq, middle, tail)
-    except Exception:  # noqa: BLE001 - any refusal: the reference path decides
-        return None
-    if change.op is _READ_OP:  # a backfill's Insert frame: the same event with op "read"
-        return _as_read(out)
-    return out
-
-
-_READ_OP = Op.READ
-_JSON_INSERT, _JSON_READ = b'"op":"insert"', b'"op":"read"'
-_PROTO_INSERT, _PROTO_READ = _op_field(OP_INSERT), _op_field(OP_READ)
-
-
-def _as_read(written: bytes) -> bytes | None:
-    """An insert's event (JSON, or a protobuf Change, which writes its op field first) as the
-    same row read by a backfill; None (reference path) for anything else."""
-    if written[:2] == _PROTO_INSERT:
-        return _PROTO_READ + written[2:]
-    if _JSON_INSERT in written:
-        return written.replace(_JSON_INSERT, _JSON_READ, 1)
-    return None
-
-
-def json_event(change: RawChange, middle: bytes, tail: bytes) -> bytes:
-    """One change event as ``to_json.change_to_dict`` + ``dumps`` would write it (json values as
-    PostgreSQL wrote them). ``middle`` is the transaction's ``"commit_lsn":…,"commit_ts":…,``
-    part, ``tail`` its ``"unchanged_toast":[],"origin":…}``. Raises when the change needs the
-    reference path."""
-    return _or_raise(transcoded(json_writers(change.plan), change, middle, tail), change)
-
-
-def proto_change(change: RawChange) -> bytes:
-    """The serialized ``pgfeed.v1.Change`` that ``to_proto.change_bytes`` gives for the loaded
-    change (json values as PostgreSQL wrote them). Raises when it needs the reference path."""
-    return _or_raise(transcoded(proto_writers(change.plan), change, b"", b""), change)
-
-
-def _or_raise(written: bytes | None, change: RawChange) -> bytes:
-    if written is None:
-        raise ValueError(f"{change.plan.name}: change {change.seq} needs the reference path (a "
-                         "type, value or layout outside the fast path)")
-    return written
+        return [reference(c) for c in run.load()]
+    out: list[bytes] = []
+    pos, seq, left, payload = run.start, run.first_seq, run.count, run.payload
+    while True:
+        written, pos = write.run(payload, pos, left, seq, json, middle, tail)
+        out += written
+        n = len(written)
+        left -= n
+        if not left:
+            return out
+        seq += n
+        change, pos = run.load_at(pos, seq)
+        out.append(reference(change))
+        left -= 1
+        if not left:
+            return out
+        seq += 1

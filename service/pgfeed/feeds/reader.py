@@ -11,36 +11,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, overload
+from typing import Literal
 
 from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
-from pgfeed.assembler.framing import FRAME
-from pgfeed.assembler.model import (
-    BACKFILL_ORIGIN,
-    Change,
-    ChangeT_co,
-    Op,
-    StoredTransaction,
-    Transaction,
-    backfill_id_of,
-)
-from pgfeed.assembler.relations import RelationCatalog, RelationSchema, served_schema
+from pgfeed.assembler.framing import walk
+from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
 from pgfeed.changelog.base import ChangeLog
-from pgfeed.decoding.changes import (
-    DEFAULT_PLACEHOLDER,
-    LazyChange,
-    ReadChange,
-    SunkChange,
-    ToastMode,
-    TransactionDecoder,
-)
+from pgfeed.decoding.changes import DEFAULT_PLACEHOLDER, ToastMode, TransactionDecoder
+from pgfeed.decoding.model import Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog, RelationSchema, served_schema
+from pgfeed.decoding.runs import Read, change_total
 from pgfeed.errors import CursorAhead, RetentionError
 from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
-
-if TYPE_CHECKING:
-    from pgfeed.encoding.arrow_rows import ArrowSink
 
 __all__ = ["FeedReader", "Page", "ReaderBusy", "parse_ops"]
 
@@ -62,23 +46,23 @@ class ReaderBusy(Exception):
 
 
 @dataclass(slots=True)
-class Page(Generic[ChangeT_co]):
+class Page:
     """Decoded transactions (sliced when a page ends inside one, empty ones left out), the cursor
     after everything scanned, the log's head and whether the log holds more past ``next``.
     ``passed`` is the last transaction this page read whole and the filters left out entirely,
     when none of ``transactions`` comes after it (a stream can report that it got that far).
-    The changes are as ``page``'s ``lazy`` and ``sink`` read them (see
-    ``TransactionDecoder.decode``)."""
+    Row changes come as runs of wire-form frames (``decoding.runs.RowRun``), loaded on demand by
+    the encoders (``TransactionDecoder.decode``)."""
 
-    transactions: Sequence[Transaction[ChangeT_co]]
+    transactions: Sequence[Transaction[Read]]
     next: Cursor
     head: int
     has_more: bool
-    passed: Transaction[ChangeT_co] | None = None
+    passed: Transaction[Read] | None = None
 
     @property
     def change_count(self) -> int:
-        return sum(len(t.changes) for t in self.transactions)
+        return sum(change_total(t.changes) for t in self.transactions)
 
 
 class FeedReader:
@@ -133,41 +117,20 @@ class FeedReader:
                 f"transaction {oldest_text})", oldest=oldest_text)
         return cursor
 
-    @overload
     def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
              ops: Collection[Op] | None = None, to: Cursor | None = None,
              max_transactions: int | None = None, whole_transactions: bool = False,
-             lazy: Literal[False] = False, block: bool = True, sink: None = None,
-             ) -> Page[Change]: ...
-
-    @overload
-    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
-             ops: Collection[Op] | None = None, to: Cursor | None = None,
-             max_transactions: int | None = None, whole_transactions: bool = False,
-             lazy: bool, block: bool = True, sink: None = None) -> Page[LazyChange]: ...
-
-    @overload
-    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
-             ops: Collection[Op] | None = None, to: Cursor | None = None,
-             max_transactions: int | None = None, whole_transactions: bool = False,
-             lazy: bool = False, block: bool = True, sink: ArrowSink) -> Page[SunkChange]: ...
-
-    def page(self, after: Cursor, limit: int, *, tables: Collection[str] | None = None,
-             ops: Collection[Op] | None = None, to: Cursor | None = None,
-             max_transactions: int | None = None, whole_transactions: bool = False,
-             lazy: bool = False, block: bool = True,
-             sink: ArrowSink | None = None) -> Page[ReadChange]:
+             block: bool = True) -> Page:
         """Up to ``limit`` changes scanned after ``after`` (and up to ``to`` inclusive).
 
         ``max_transactions`` additionally stops after that many transactions (the
         ``/transactions`` endpoint); a transaction is still sliced at ``limit`` changes.
         ``whole_transactions`` ends the page before a transaction that would not fit in what is
-        left of ``limit``, so only a page's first transaction is ever sliced. ``lazy`` leaves row
-        changes in wire form for the encoders (``TransactionDecoder.decode``). Transactions are
-        decoded one at a time per feed; with ``block=False`` a page that would wait for another
-        reader's transaction ends there instead, or raises ReaderBusy before its first one (an
-        event loop reading a small page inline must not stall). ``sink`` (a typed Arrow read of
-        one table) takes the row changes it writes itself (``TransactionDecoder.decode``).
+        left of ``limit``, so only a page's first transaction is ever sliced. Row changes stay
+        in wire form, in runs the encoders write or load (``TransactionDecoder.decode``).
+        Transactions are decoded one at a time per feed; with ``block=False`` a page that would
+        wait for another reader's transaction ends there instead, or raises ReaderBusy before
+        its first one (an event loop reading a small page inline must not stall).
         """
         if not block and getattr(self.changelog, "remote", False):  # round trips: not on the loop
             raise ReaderBusy("a shared store's log is read off the event loop")
@@ -178,8 +141,8 @@ class FeedReader:
         head = self.changelog.head()
         upto = None if to is None else to.lsn
         next_cursor = after
-        out: list[Transaction[ReadChange]] = []
-        passed: Transaction[ReadChange] | None = None
+        out: list[Transaction[Read]] = []
+        passed: Transaction[Read] | None = None
         remaining = limit
         count = 0
         batch = self._stored(after, limit, upto)
@@ -234,7 +197,7 @@ class FeedReader:
             try:
                 self._decoder.catalog = catalog
                 txn = self._decoder.decode(stored, first_seq=first, max_changes=budget,
-                                           tables=table_set, ops=op_set, lazy=lazy, sink=sink)
+                                           tables=table_set, ops=op_set)
             finally:
                 self._lock.release()
             last_seq = txn.last_seq
@@ -316,16 +279,12 @@ def _filtered_chunk(stored: StoredTransaction, tables: set[str] | None,
     payload = stored.payload
     if not isinstance(payload, (bytes, bytearray)):
         return False
-    pos, end = 0, len(payload)
-    while pos + FRAME.size < end:
-        length = FRAME.unpack_from(payload, pos)[1]
-        start = pos + FRAME.size
+    for _at, _lsn, start, stop in walk(payload):
         tag = payload[start]
         if tag == TAG_RELATION:
-            rel = decode(bytes(payload[start:start + length]))
+            rel = decode(bytes(payload[start:stop]))
             assert isinstance(rel, RelationMessage)
             return f"{served_schema(rel.namespace)}.{rel.relation_name}" not in tables
         if tag != TAG_TYPE:
             return False
-        pos = start + length
     return False

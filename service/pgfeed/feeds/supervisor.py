@@ -12,13 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.backfill.manager import BackfillManager
 from pgfeed.backfill.window import WindowTracker
 from pgfeed.changelog.backfills import DEFAULT_CHUNK_ROWS, DEFAULT_PARALLEL
 from pgfeed.changelog.base import ChangeLog, ChangeLogError, LeaseLost
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.dsn import mask_dsn
-from pgfeed.encoding.to_proto import JsonColumnCache
 from pgfeed.errors import (
     BackfillError,
     FeedExists,
@@ -50,8 +49,8 @@ from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.replication.capture import Capture, CaptureStats
 from pgfeed.replication.lost import LostSlot, describe
 from pgfeed.replication.preflight import Finding
-from pgfeed.replication.slots import PublishedTable
 from pgfeed.replication.sequences import SequenceSnapshot
+from pgfeed.replication.slots import PublishedTable
 from pgfeed_client._cursor import format_lsn
 
 log = logging.getLogger("pgfeed.supervisor")
@@ -552,8 +551,7 @@ class Supervisor:
         feed = self._get(name)
         with feed.catalog_lock:
             if feed.tail is None:
-                feed.tail = SharedTail(self._new_reader(feed),
-                                       JsonColumnCache(lambda: self.catalog(name)))
+                feed.tail = SharedTail(self._new_reader(feed))
         return feed.tail
 
     def _toast_index(self, feed: _Feed) -> ToastIndex | None:

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import time
 from dataclasses import dataclass
 from typing import Literal
 
 from pgfeed_client._cursor import Cursor
-from pgfeed.assembler.model import Transaction
-from pgfeed.decoding.changes import LazyChange, RawChange
+from pgfeed.decoding.model import Transaction
+from pgfeed.decoding.runs import Read, RowRun, change_total
 from pgfeed.encoding.to_json import change_events
-from pgfeed.encoding.to_proto import ColumnKinds, JsonColumnCache, transaction_frames
+from pgfeed.encoding.to_proto import transaction_frames
 from pgfeed.errors import PgfeedError
 from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy
 
@@ -42,25 +41,25 @@ class TailEntry:
     change events, each encoded the first time a reader of that surface asks, then shared (a
     feed followed over gRPC alone never encodes JSON, and the other way round)."""
 
-    __slots__ = ("_events", "_frames", "_kinds", "_txn", "change_count", "commit_lsn", "size")
+    __slots__ = ("_events", "_frames", "_txn", "change_count", "commit_lsn", "size")
 
-    def __init__(self, txn: Transaction[LazyChange], kinds: ColumnKinds) -> None:
+    def __init__(self, txn: Transaction[Read]) -> None:
         self.commit_lsn = txn.commit_lsn
-        self.change_count = len(txn.changes)
-        self._txn: Transaction[LazyChange] | None = txn
-        self._kinds = kinds
+        self.change_count = change_total(txn.changes)
+        self._txn: Transaction[Read] | None = txn
         self._frames: tuple[bytes, ...] | None = None
         self._events: bytes | None = None
         # what the tail counts against its byte budget: the wire bytes, about what each
         # encoding takes again
-        self.size = sum(len(c.buf) if type(c) is RawChange else _LOADED for c in txn.changes) * 3
+        self.size = sum(c.end - c.start if type(c) is RowRun else _LOADED
+                        for c in txn.changes) * 3
 
     @property
     def frames(self) -> tuple[bytes, ...]:
         """Serialized pgfeed.v1.Transaction frames, the last one final."""
         if self._frames is None:
             assert self._txn is not None
-            self._frames = tuple(transaction_frames(self._txn, kinds=self._kinds))
+            self._frames = tuple(transaction_frames(self._txn))
             self._release()
         return self._frames
 
@@ -99,14 +98,13 @@ class SharedTail:
     """The newest transactions of one feed, covering the positions ``(base, top]`` without a gap.
 
     ``reader`` is the tail's own (its decoder is not shared with replaying readers, so a fill
-    never waits for them); ``column_kinds`` serves json columns of changes that were loaded.
+    never waits for them).
     """
 
-    def __init__(self, reader: FeedReader, column_kinds: JsonColumnCache, *,
+    def __init__(self, reader: FeedReader, *,
                  max_entries: int = 4096, max_bytes: int = 64 << 20,
                  fill_changes: int = FILL_CHANGES) -> None:
         self.reader = reader
-        self._kinds = column_kinds
         self._max_entries = max_entries
         self._max_bytes = max_bytes
         self._fill_changes = fill_changes
@@ -188,19 +186,17 @@ class SharedTail:
         return self._add(*read)
 
     def _read(self, after: Cursor, *, block: bool, surfaces: frozenset[Surface] = frozenset(),
-              ) -> tuple[Page[LazyChange], list[TailEntry]]:
-        page = self.reader.page(after, self._fill_changes, whole_transactions=True, lazy=True,
-                                block=block)
+              ) -> tuple[Page, list[TailEntry]]:
+        page = self.reader.page(after, self._fill_changes, whole_transactions=True, block=block)
         if page.next.seq is not None:  # the first transaction alone exceeds a fill
             return page, []
-        kinds = self._kinds.kinds(page.transactions, time.monotonic())
-        entries = [TailEntry(txn, kinds) for txn in page.transactions]
+        entries = [TailEntry(txn) for txn in page.transactions]
         if surfaces:
             for entry in entries:
                 entry.encode(surfaces)
         return page, entries
 
-    def _add(self, page: Page[LazyChange], entries: list[TailEntry]) -> bool:
+    def _add(self, page: Page, entries: list[TailEntry]) -> bool:
         if page.next.seq is not None:
             # Readers page through that transaction themselves; the tail starts again after it.
             self._reset(page.next.lsn)

@@ -1,6 +1,6 @@
 """A feed's fill index for ``toast=reselect``: the fill rule applied to its log once, in log order.
 
-``assembler.toastfill`` decides what an unchanged TOAST column of the change at position P is from
+``decoding.toastfill`` decides what an unchanged TOAST column of the change at position P is from
 the log up to P. This module runs that rule over the log exactly once per position and keeps the
 answers, so every reader at P gets the same value whatever it or anyone else read before, and
 after a restart (docs/design.md "Unchanged TOAST"). It is built lazily: a reader about to decode
@@ -32,16 +32,16 @@ import orjson
 
 from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
-from pgfeed.assembler.toastfill import (
+from pgfeed.changelog.base import ChangeLog
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.relations import RelationCatalog
+from pgfeed.decoding.toastfill import (
     Held,
     Image,
     apply_relation,
     apply_row,
     apply_truncate,
 )
-from pgfeed.changelog.base import ChangeLog
-from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import (
     TAG_RELATION,

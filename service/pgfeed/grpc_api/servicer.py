@@ -17,14 +17,13 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import grpc
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
-
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import OLDEST_METADATA, qualified_table
-from pgfeed.assembler.model import Op
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
+
 from pgfeed.changelog.base import ChangeLogError
-from pgfeed.decoding.changes import LazyChange
-from pgfeed.encoding.to_proto import Framer, JsonColumnCache
+from pgfeed.decoding.model import Op
+from pgfeed.encoding.to_proto import Framer
 from pgfeed.errors import CursorAhead, FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
 from pgfeed.feeds.notify import StopSignal
@@ -59,7 +58,6 @@ class _Stream:
         self.request = request
         self.reader: FeedReader | None = None
         self.framer = Framer()
-        self._kinds = JsonColumnCache(lambda: supervisor.catalog(request.feed))
 
     def start(self) -> Cursor:
         """The feed's reader and the resolved start cursor (FeedNotFound, RetentionError)."""
@@ -67,20 +65,19 @@ class _Stream:
         return self.reader.resolve(self.request.cursor, start=True)  # type: ignore[arg-type]
 
     def read(self, after: Cursor, limit: int = PAGE_CHANGES, block: bool = True,
-             ) -> tuple[Page[LazyChange], list[bytes]]:
+             ) -> tuple[Page, list[bytes]]:
         assert self.reader is not None
         request = self.request
         try:
             page = self.reader.page(after, limit, tables=request.tables, ops=request.ops,
-                                    lazy=True, block=block)
+                                    block=block)
         except ChangeLogError:  # closed: NOT_FOUND if the feed was deleted while streaming
             self.supervisor.check_reader(request.feed, self.reader)
             raise
         # Retention may have trimmed past ``after`` while the stream ran: checked after the read,
         # so a read that returned is known to have missed nothing.
         self.reader.resolve(after)
-        kinds = self._kinds.kinds(page.transactions, time.monotonic())
-        frames = self.framer.frames(page.transactions, page.next, kinds)
+        frames = self.framer.frames(page.transactions, page.next)
         return page, frames
 
 
@@ -241,7 +238,7 @@ async def _expired(context: grpc.aio.ServicerContext, exc: RetentionError) -> No
 
 
 async def _read(stream: _Stream, position: Cursor,
-                tailing: bool) -> tuple[Page[LazyChange], list[bytes]]:
+                tailing: bool) -> tuple[Page, list[bytes]]:
     """The next page. A stream that has caught up reads its next (small) page on the event loop:
     handing a read to a worker thread and back costs ~0.2 ms of CPU here, more than a few live
     transactions take to read, and a live subscriber's latency is made of such steps. At most

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
-
-from pgfeed_client._cursor import Cursor, format_lsn, parse_lsn
+from pgfeed_client._cursor import Cursor, format_lsn
 from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
-from pgfeed.assembler.model import Change, Transaction
-from pgfeed.assembler.relations import RelationCatalog
-from pgfeed.decoding.changes import LazyChange, SunkChange
+from pgfeed.decoding.model import Transaction
+from pgfeed.decoding.relations import RelationCatalog
+from pgfeed.decoding.runs import loaded
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import change_events, transaction_json
 from pgfeed.feeds.reader import Page
@@ -37,7 +36,7 @@ class Encoded:
 
     body: bytes | memoryview  # an Arrow stream: a view of the buffer it was written into
     media_type: str
-    page: Page[object]
+    page: Page
     change_count: int
 
     def finish(self, head: int, to: Cursor | None) -> tuple[bytes | memoryview, dict[str, str]]:
@@ -55,16 +54,16 @@ class Encoded:
         return bytes(self.body) + tail, headers
 
 
-def json_changes(page: Page[LazyChange]) -> Encoded:
+def json_changes(page: Page) -> Encoded:
     events = [e for t in page.transactions for e in change_events(t)]
     return Encoded(b'{"changes":[' + b",".join(events) + b"],", JSON_MEDIA_TYPE, page,
                    len(events))
 
 
-def count_page(page: Page[LazyChange]) -> Encoded:
+def count_page(page: Page) -> Encoded:
     """A page without its changes: how many it holds and (``finish``) where it ends, for a
     reader that skips ahead (Spark's ``maxRowsPerTrigger`` finding a micro-batch's end)."""
-    count = sum(len(txn.changes) for txn in page.transactions)
+    count = page.change_count
     return Encoded(b'{"count":%d,' % count, JSON_MEDIA_TYPE, page, count)
 
 
@@ -76,9 +75,9 @@ def cursor_after(txn: Transaction[object]) -> str:
     return f"{format_lsn(txn.commit_lsn)}:{last}"
 
 
-def json_transactions(page: Page[LazyChange]) -> Encoded:
+def json_transactions(page: Page) -> Encoded:
     items = [transaction_json(txn, cursor_after(txn)) for txn in page.transactions]
-    count = sum(len(txn.changes) for txn in page.transactions)
+    count = page.change_count
     return Encoded(b'{"transactions":[' + b",".join(items) + b"],", JSON_MEDIA_TYPE, page,
                    count)
 
@@ -96,12 +95,13 @@ def arrow_sink(catalog: RelationCatalog, typed_table: str) -> ArrowSink | None:
     return arrow_rows.sink_for(columns, schema)
 
 
-def arrow_page(page: Page[Change], typed_table: str | None,
+def arrow_page(page: Page, typed_table: str | None,
                catalog: RelationCatalog | None) -> Encoded:
     """Generic change rows, or the typed rows of ``typed_table`` (its newest shape in
-    ``catalog``): the reference encoders."""
+    ``catalog``): the reference encoders, on the page's runs loaded."""
     from pgfeed.encoding import to_arrow  # pyarrow only once someone asks for Arrow
 
+    transactions = [loaded(t) for t in page.transactions]
     if typed_table is not None:
         assert catalog is not None
         columns = table_columns(catalog, typed_table)
@@ -109,20 +109,21 @@ def arrow_page(page: Page[Change], typed_table: str | None,
             schema = to_arrow.typed_schema(columns)
         except ValueError as exc:
             raise ApiError(400, "unsupported_table", str(exc)) from None
-        batches = [to_arrow.typed_batch(page.transactions, columns, schema)]
+        batches = [to_arrow.typed_batch(transactions, columns, schema)]
     else:
         schema = to_arrow.change_schema()
-        batches = [to_arrow.generic_batch(page.transactions)]
+        batches = [to_arrow.generic_batch(transactions)]
     return _arrow(page, schema, batches)
 
 
-def sunk_arrow_page(page: Page[SunkChange], sink: ArrowSink) -> Encoded:
-    """The typed rows of a page decoded into ``sink`` (made for its table's newest shape, which
-    the caller checked is still the newest after the read)."""
+def sunk_arrow_page(page: Page, sink: ArrowSink) -> Encoded:
+    """The typed rows of a page written by ``sink`` (made for its table's newest shape, which
+    the caller checked is still the newest after the read): its runs compiled straight from
+    their frames where the sink's rules allow."""
     return _arrow(page, sink.schema, sink.batches(page.transactions))
 
 
-def _arrow(page: Page[object], schema: pa.Schema, batches: list[pa.RecordBatch]) -> Encoded:
+def _arrow(page: Page, schema: pa.Schema, batches: list[pa.RecordBatch]) -> Encoded:
     from pgfeed.encoding import to_arrow
 
     return Encoded(to_arrow.ipc_stream(schema, batches), ARROW_MEDIA_TYPE, page,
@@ -131,15 +132,11 @@ def _arrow(page: Page[object], schema: pa.Schema, batches: list[pa.RecordBatch])
 
 def table_columns(catalog: RelationCatalog, table: str) -> Sequence[ArrowColumn]:
     """The newest shape of ``table`` (``schema.table``) the feed has seen, key flags included (they
-    shape ``_key``); none yet: no columns."""
+    shape ``_key``); none yet: no columns. Read from the catalogue's versions as they are."""
     from pgfeed.encoding.to_arrow import ArrowColumn
 
-    found: dict[str, Any] | None = None
-    for info in catalog.tables():
-        if info["name"] == table and (found is None or parse_lsn(info["valid_from"])
-                                      > parse_lsn(found["valid_from"])):
-            found = info
-    if found is None:
+    newest = catalog.newest(table)
+    if newest is None:
         return []
-    return [ArrowColumn(c["name"], c["type_name"], c["typmod"], c["type_oid"], bool(c.get("key")))
-            for c in found["columns"]]
+    return [ArrowColumn(c.name, c.type_name, c.typmod, c.type_oid, c.is_key)
+            for c in newest.columns]

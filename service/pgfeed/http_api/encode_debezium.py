@@ -9,7 +9,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 import pgfeed
-from pgfeed.assembler.model import Change
+from pgfeed.decoding.runs import loaded
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.encoding.to_debezium import DebeziumSource, envelopes
 from pgfeed.encoding.to_json import change_to_dict, dumps
@@ -28,11 +28,12 @@ def debezium_source(feed: str, dsn: str) -> DebeziumSource:
     return DebeziumSource(name=feed, db=None if db is None else str(db), version=pgfeed.__version__)
 
 
-def debezium_changes(page: Page[Change], source: DebeziumSource) -> Encoded:
-    """Envelopes of a page read decoded (not ``lazy``): each from its native event."""
+def debezium_changes(page: Page, source: DebeziumSource) -> Encoded:
+    """Envelopes of a page, its runs loaded: each from its native event."""
     items: list[bytes] = []
     count = 0
-    for txn in page.transactions:
+    for read in page.transactions:
+        txn = loaded(read)
         for change in txn.changes:
             count += 1
             items.extend(dumps(e) for e in envelopes(change_to_dict(change, txn), source))

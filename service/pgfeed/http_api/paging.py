@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import qualified_table
-from pgfeed.assembler.model import Op
 from pgfeed.changelog.base import ChangeLogError
+from pgfeed.decoding.model import Op
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import HeadNotifier, StopSignal
 from pgfeed.feeds.reader import FeedReader, Page, parse_ops
@@ -264,29 +264,27 @@ class _Reading:
         window = _Window(tables=request.tables, ops=request.ops, to=self.to,
                          max_transactions=request.transactions,
                          whole_transactions=request.transactions is not None)
+        page = reader.page(after, request.limit, **window)
         if request.fmt == "count":  # where the page ends and how many changes it holds: no values
-            return encode.count_page(reader.page(after, request.limit, **window, lazy=True))
-        if request.fmt == "json":  # row changes left in wire form for the transcoders
-            page = reader.page(after, request.limit, **window, lazy=True)
+            return encode.count_page(page)
+        if request.fmt == "json":
             if request.transactions is not None:
                 return encode.json_transactions(page)
             return encode.json_changes(page)
         if request.fmt == "debezium":
             from pgfeed.http_api.encode_debezium import debezium_changes, debezium_source
             source = debezium_source(self.feed, self.supervisor.spec(self.feed).dsn)
-            return debezium_changes(reader.page(after, request.limit, **window), source)
+            return debezium_changes(page, source)
         typed = self.typed_table
         if typed is None:
-            return encode.arrow_page(reader.page(after, request.limit, **window), None, None)
-        sink = encode.arrow_sink(self.supervisor.catalog(self.feed), typed)
+            return encode.arrow_page(page, None, None)
+        # the table's newest shape as of this page (read after it): rows of older versions of
+        # it are the reference's
+        catalog = self.supervisor.catalog(self.feed)
+        sink = encode.arrow_sink(catalog, typed)
         if sink is not None:
-            sunk = reader.page(after, request.limit, **window, sink=sink)
-            catalog = self.supervisor.catalog(self.feed)
-            if tuple(encode.table_columns(catalog, typed)) == sink.columns:
-                return encode.sunk_arrow_page(sunk, sink)
-            # the table changed shape in this page: the reference's, whole
-        page = reader.page(after, request.limit, **window)
-        return encode.arrow_page(page, typed, self.supervisor.catalog(self.feed))
+            return encode.sunk_arrow_page(page, sink)
+        return encode.arrow_page(page, typed, catalog)
 
 
 class _Window(TypedDict):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgfeed.assembler.annotations import ColumnNote, annotation_body, annotation_frame, ddl_notes
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.pgoutput.messages import RelationColumn, RelationMessage
 
 REL = 16384

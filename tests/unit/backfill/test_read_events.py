@@ -9,10 +9,10 @@ import orjson
 import pytest
 from pgfeed_proto.v1 import feed_pb2
 
-from pgfeed.assembler.model import Op
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.backfill.window import WindowTracker
 from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.model import Op
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps, transaction_json
 from pgfeed.encoding.to_proto import transaction_frames
@@ -37,8 +37,8 @@ def chunk_unit():  # type: ignore[no-untyped-def]
 
 def test_json_events_of_a_chunk_say_read_on_every_path() -> None:
     unit = chunk_unit()
-    lazy = TransactionDecoder(RelationCatalog()).decode(unit, lazy=True)
-    loaded = TransactionDecoder(RelationCatalog()).decode(unit)
+    lazy = TransactionDecoder(RelationCatalog()).decode(unit)
+    loaded = TransactionDecoder(RelationCatalog()).load(unit)
     fast = [orjson.loads(e) for e in change_events(lazy)]
     reference = [orjson.loads(dumps(change_to_dict(c, loaded))) for c in loaded.changes]
     assert fast == reference
@@ -51,19 +51,19 @@ def test_json_events_of_a_chunk_say_read_on_every_path() -> None:
 
 def test_protobuf_frames_of_a_chunk_carry_op_read_and_the_backfill_id() -> None:
     unit = chunk_unit()
-    for lazy in (True, False):
-        txn = TransactionDecoder(RelationCatalog()).decode(unit, lazy=lazy)
-        (frame,) = transaction_frames(txn)
-        msg = feed_pb2.Transaction.FromString(frame)
-        assert (msg.backfill, msg.origin, msg.commit_lsn) == ("bf_1", "pgfeed.backfill", 0x5000_0000)
-        assert [c.op for c in msg.changes] == [feed_pb2.OP_READ, feed_pb2.OP_READ]
-        assert [c.after["v"].string_value for c in msg.changes] == ["read", "read"]
+    txn = TransactionDecoder(RelationCatalog()).decode(unit)  # compiled or reference: the fixture's
+    (frame,) = transaction_frames(txn)
+    msg = feed_pb2.Transaction.FromString(frame)
+    assert (msg.backfill, msg.origin, msg.commit_lsn) == ("bf_1", "pgfeed.backfill", 0x5000_0000)
+    assert [c.op for c in msg.changes] == [feed_pb2.OP_READ, feed_pb2.OP_READ]
+    assert [c.after["v"].string_value for c in msg.changes] == ["read", "read"]
 
 
 def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it() -> None:
     from pgfeed_client._cursor import EARLIEST, Cursor
-    from pgfeed.assembler.relations import RelationCatalog
+    from pgfeed.decoding.relations import RelationCatalog
     from pgfeed.changelog.memory import MemoryChangeLog
+    from pgfeed.decoding.runs import loaded
     from pgfeed.feeds.reader import FeedReader
 
     unit = chunk_unit()
@@ -78,5 +78,5 @@ def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it()
     assert other.passed is not None and other.passed.backfill == "bf_1"
     assert reader.page(EARLIEST, 1, ops=[Op.INSERT]).next == Cursor(unit.commit_lsn)
     mine = reader.page(EARLIEST, 10, tables=["public.t"], ops=[Op.READ])
-    assert [c.after for t in mine.transactions for c in t.changes] == [
+    assert [c.after for t in mine.transactions for c in loaded(t).changes] == [
         {"id": 1, "v": "read"}, {"id": 2, "v": "read"}]

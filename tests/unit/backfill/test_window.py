@@ -70,9 +70,9 @@ def step(tracker: WindowTracker, units: list[StoredTransaction],
 
 
 def stored_ids(unit: StoredTransaction) -> list[int]:
-    from pgfeed.assembler.relations import RelationCatalog
     from pgfeed.decoding.changes import TransactionDecoder
-    txn_ = TransactionDecoder(RelationCatalog()).decode(unit)
+    from pgfeed.decoding.relations import RelationCatalog
+    txn_ = TransactionDecoder(RelationCatalog()).load(unit)
     assert all(c.op == "read" for c in txn_.changes) and txn_.origin == "pgfeed.backfill"
     assert txn_.backfill == "bf_1"
     return [c.after["id"] for c in txn_.changes]  # type: ignore[index]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pgfeed.assembler.relations import TypeName, resolve_value_oid
+from pgfeed.decoding.relations import TypeName, resolve_value_oid
 from pgfeed.decoding.values import load_value, row_loader
 from pgfeed.pgoutput.messages import UNCHANGED_TOAST
 from pgfeed.types.array import parse_array

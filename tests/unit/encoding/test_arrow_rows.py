@@ -23,9 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pgfeed.assembler.model import BACKFILL_ORIGIN, Change, Op, StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
-from pgfeed.decoding.changes import Segment, TransactionDecoder
+from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.model import Change, Op
+from pgfeed.decoding.relations import RelationCatalog
+from pgfeed.decoding.runs import loaded
 from pgfeed.encoding import arrow_rows
 from pgfeed.encoding.to_arrow import ArrowColumn, typed_batch, typed_schema
 from pgfeed.errors import DecodeError
@@ -106,20 +108,30 @@ def rows(batches: list[pa.RecordBatch], schema: pa.Schema) -> list[Any]:
     return [_exact(r) for r in pa.Table.from_batches(batches, schema).to_pylist()]
 
 
+class Segment:
+    """``rows`` consecutive rows the sink wrote to its compiled columns."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
 def both(dec: TransactionDecoder, arrow: list[ArrowColumn], txn: StoredTransaction,
          **kw: Any) -> tuple[list[Any], list[Any], list[Any]]:
     """(reference rows, compiled rows, the compiled page's changes)."""
     schema = typed_schema(arrow)
     tables = {"public.t"}
-    reference = dec.decode(txn, tables=tables, **kw)
+    reference = dec.load(txn, tables=tables, **kw)
     expected = rows([typed_batch([reference], arrow, schema)], schema)
     sink = arrow_rows.sink_for(arrow, schema)
     if sink is None:  # an Arrow type the C code never writes (lists): the reference's, whole
         assert any(pa.types.is_list(schema.field(c.name).type) for c in arrow)
-        return expected, expected, reference.changes
-    compiled = dec.decode(txn, tables=tables, sink=sink, **kw)
+        return expected, expected, list(reference.changes)
+    compiled = dec.decode(txn, tables=tables, **kw)
     assert compiled.last_seq == reference.last_seq
-    return expected, rows(sink.batches([compiled]), schema), compiled.changes
+    written = sink.write([compiled])
+    # the page's shape: counts of compiled rows (Segment) and the reference's changes, in order
+    shape = [Segment(x) if type(x) is int else x for _t, items in written for x in items]
+    return expected, rows(sink.assemble(written), schema), shape
 
 
 @st.composite
@@ -174,7 +186,8 @@ def test_compiled_rows_equal_the_reference(data: st.DataObject, toast: str, back
     payload.insert(at, other)  # another table's change between this one's
     dec, arrow = setup(columns, toast)
     if toast == "reselect" and columns[0][1] in (25, 1043):  # the fill index has a value for c0
-        dec.fills = lambda commit_lsn, seq: {"c0": (columns[0][1], "filled")} if seq % 2 else {}
+        dec.loading = replace(dec.loading, fills=lambda commit_lsn, seq: {
+            "c0": (columns[0][1], "filled")} if seq % 2 else {})
     txn = stored(payload)
     if backfill:
         txn = replace(txn, origin=f"{BACKFILL_ORIGIN}:b1")
@@ -232,7 +245,7 @@ def test_orders_values_nan_and_unchanged_toast() -> None:
     expected, got, changes = both(placeholder, arrow, stored(payload))
     assert got == expected and [type(c) for c in changes] == [Segment]
     reselect, _ = setup(_orders(), toast="reselect")  # the fill index's value: the reference's
-    reselect.fills = lambda commit_lsn, seq: {"note": (25, "filled")}
+    reselect.loading = replace(reselect.loading, fills=lambda commit_lsn, seq: {"note": (25, "filled")})
     expected, got, changes = both(reselect, arrow, stored(payload))
     assert got == expected and [type(c) for c in changes] == [Segment, Change, Segment]
     assert got[2]["note"] == "filled" and got[2]["_unchanged_toast"] == ["note"]
@@ -294,10 +307,12 @@ def _insert(i: int, created_at: str = "2026-01-01 00:00:00+00") -> bytes:
         [str(i), "c", "1.00", "new", None, created_at])
 
 
-def _page(dec: TransactionDecoder, payloads: list[list[bytes]], **kw: Any) -> list[Any]:
+def _page(dec: TransactionDecoder, payloads: list[list[bytes]], *, load: bool = False,
+          **kw: Any) -> list[Any]:
     """Transactions of ``payloads``, one after the other, decoded as one page is."""
-    return [dec.decode(replace(stored(p), commit_lsn=COMMIT + 0x100 * i, end_lsn=COMMIT + 0x100 * i + 8),
-                       tables={"public.t"}, **kw) for i, p in enumerate(payloads)]
+    out = [dec.decode(replace(stored(p), commit_lsn=COMMIT + 0x100 * i, end_lsn=COMMIT + 0x100 * i + 8),
+                      tables={"public.t"}, **kw) for i, p in enumerate(payloads)]
+    return [loaded(t) for t in out] if load else out
 
 
 def test_compiled_rows_run_on_across_transactions_up_to_a_batch_size(
@@ -310,17 +325,17 @@ def test_compiled_rows_run_on_across_transactions_up_to_a_batch_size(
     payloads = [[_insert(i)] for i in range(7)]
     payloads[4] = [_insert(4, "infinity")]
     payloads[5] = [_insert(50), _insert(51)]
-    expected = rows([typed_batch(_page(dec, payloads), arrow, schema)], schema)
+    expected = rows([typed_batch(_page(dec, payloads, load=True), arrow, schema)], schema)
     sink = arrow_rows.sink_for(arrow, schema)
     assert sink is not None
-    batches = sink.batches(_page(dec, payloads, sink=sink))
+    batches = sink.batches(_page(dec, payloads))
     assert [b.num_rows for b in batches] == [4, 1, 3]
     assert rows(batches, schema) == expected
     assert [r["id"] for r in expected] == [0, 1, 2, 3, 4, 50, 51, 6]
     monkeypatch.setattr(arrow_rows, "BATCH_ROWS", 3)
     sink = arrow_rows.sink_for(arrow, schema)
     assert sink is not None
-    batches = sink.batches(_page(dec, payloads, sink=sink))
+    batches = sink.batches(_page(dec, payloads))
     assert [b.num_rows for b in batches] == [3, 1, 1, 3]
     assert rows(batches, schema) == expected
 
@@ -331,10 +346,10 @@ def test_a_pages_buffers_are_handed_to_arrow_without_a_copy() -> None:
     dec, arrow = setup(_orders())
     schema = typed_schema(arrow)
     payloads = [[_insert(i)] for i in range(5)]
-    expected = rows([typed_batch(_page(dec, payloads), arrow, schema)], schema)
+    expected = rows([typed_batch(_page(dec, payloads, load=True), arrow, schema)], schema)
     sink = arrow_rows.sink_for(arrow, schema)
     assert sink is not None
-    page = _page(dec, payloads, sink=sink)
+    written = sink.write(_page(dec, payloads))
     compiled, taken = sink.rows, []
 
     def buffers() -> Any:  # recording what the compiled rows hand over
@@ -342,7 +357,7 @@ def test_a_pages_buffers_are_handed_to_arrow_without_a_copy() -> None:
         return taken
 
     sink.rows = SimpleNamespace(rows=compiled.rows, buffers=buffers)  # type: ignore[assignment]
-    batches = sink.batches(page)
+    batches = sink.assemble(written)
     owned = [b for item in taken for b in (item if isinstance(item, tuple) else (item,))
              if type(b).__name__ == "Owned"]
     assert len(owned) >= len(arrow)  # every column's values at least
@@ -353,7 +368,7 @@ def test_a_pages_buffers_are_handed_to_arrow_without_a_copy() -> None:
         compiled.buffers()
     with pytest.raises(ValueError, match="after buffers"):
         compiled.scan(b"", 0, 0, 0, 0, b"\0" * len(arrow), 0, 0, 0, 0, 1)
-    del sink, page
+    del sink, written
     taken.clear()  # the batches alone hold the memory now
     owned.clear()
     assert rows(batches, schema) == expected
@@ -408,7 +423,7 @@ def test_text_bytes_are_compiled_exactly_when_they_are_well_formed_utf8(raw: byt
     if not _decodes(raw):
         sink = arrow_rows.sink_for(arrow, typed_schema(arrow))
         with pytest.raises(DecodeError, match="UTF-8"):
-            dec.decode(txn, tables={"public.t"}, sink=sink)
+            sink.batches([dec.decode(txn, tables={"public.t"})])
         return
     expected, got, changes = both(dec, arrow, txn)
     assert got == expected and [type(c) for c in changes] == [Segment]
@@ -437,12 +452,12 @@ def test_a_scan_lets_other_threads_run() -> None:
         while not ticks:
             time.sleep(0.001)
         t0 = time.perf_counter()
-        decoded = dec.decode(payload, tables={"public.t"}, sink=sink)
+        written = sink.write([dec.decode(payload, tables={"public.t"})])
         t1 = time.perf_counter()
     finally:
         stop.set()
         thread.join()
-    assert [type(c) for c in decoded.changes] == [Segment] and decoded.changes[0].rows == 100_000
+    assert [items for _t, items in written] == [[100_000]]
     inside = [t0, *(t for t in ticks if t0 < t < t1), t1]
     longest = max(b - a for a, b in itertools.pairwise(inside))
     assert t1 - t0 > 0.01 and longest < (t1 - t0) / 2, (t1 - t0, longest)

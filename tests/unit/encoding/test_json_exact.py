@@ -21,9 +21,15 @@ from pgfeed_client._json import embeddable
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_arrow import ArrowColumn, generic_batch, typed_batch
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps
-from pgfeed.encoding.to_proto import json_columns, transaction_frames
+from pgfeed.encoding.to_proto import transaction_frames
 from tests.unit.encoding.jsondocs import documents, jsonb_text
-from tests.unit.encoding.test_transcode import RELID, decoder, stored, tuple_data
+from tests.unit.encoding.test_transcode import (
+    RELID,
+    decoder,
+    reference_frames,
+    stored,
+    tuple_data,
+)
 
 COLUMNS = [("id", 20, True), ("j", 114, False), ("jb", 3802, False)]
 ARROW = [ArrowColumn("id", "int8", -1, 20, key=True), ArrowColumn("j", "json", -1, 114),
@@ -57,8 +63,8 @@ def test_every_path_writes_documents_exactly(implementation: str, batch: list[st
     rel = struct.pack(">I", RELID)
     dec = decoder(COLUMNS)
     payload = [b"I" + rel + b"N" + tuple_data([str(i), j, jb]) for i, (j, jb) in enumerate(texts)]
-    lazy = dec.decode(stored(payload), lazy=True)
-    reference = dec.decode(stored(payload))
+    lazy = dec.decode(stored(payload))
+    reference = dec.load(stored(payload))
 
     # JSON: the fast path (or the reference one it hands a document to) and the reference path
     fast = change_events(lazy)
@@ -70,8 +76,7 @@ def test_every_path_writes_documents_exactly(implementation: str, batch: list[st
 
     # protobuf: json_value is the text at any depth (the document null is null_value)
     expected = [text for pair in texts for text in pair]
-    for frames in (transaction_frames(lazy),
-                   transaction_frames(reference, kinds=json_columns(dec.catalog))):
+    for frames in (transaction_frames(lazy), reference_frames(lazy)):
         changes = [c for f in frames for c in feed_pb2.Transaction.FromString(f).changes]
         assert [_proto_text(c.after[name]) for c in changes for name in ("j", "jb")] == expected
 
@@ -91,13 +96,13 @@ def test_the_issue_document_on_the_reference_path() -> None:
     doc = '{"big": 123456789012345678901234567890, "small": 0.0000001}'
     dec = decoder([("id", 20, True), ("span", 1186, False), ("doc", 3802, False)])
     rel = struct.pack(">I", RELID)
-    txn = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "1 day", doc])]), lazy=True)
+    txn = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "1 day", doc])]))
     (event,) = change_events(txn)
     assert event.endswith(b'"after":{"id":1,"span":"P1D","doc":' + doc.encode()
                           + b'},"unchanged_toast":[],"origin":"o\\"rigin"}')
     (frame,) = transaction_frames(txn)
     assert feed_pb2.Transaction.FromString(frame).changes[0].after["doc"].json_value == doc
-    loaded = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "1 day", doc])]))
+    loaded = dec.load(stored([b"I" + rel + b"N" + tuple_data(["1", "1 day", doc])]))
     assert typed_batch([loaded], [ArrowColumn("id", "int8", -1, 20, key=True),
                                   ArrowColumn("span", "interval", -1, 1186),
                                   ArrowColumn("doc", "jsonb", -1, 3802)]).column("doc").to_pylist() \
@@ -105,16 +110,15 @@ def test_the_issue_document_on_the_reference_path() -> None:
 
 
 def test_a_decoded_change_never_takes_json_columns_from_the_change_before_it() -> None:
-    """A lazy page mixes wire-form changes with decoded ones: after one that fell back to the
-    reference path (its table's ``doc`` is jsonb), a decoded change whose ``doc`` is text is
+    """Each run carries its relation version's json columns: after one that fell back to the
+    reference path (its table's ``doc`` is jsonb), a change of a table whose ``doc`` is text is
     still a string, not a json value."""
     import dataclasses
 
     rel = struct.pack(">I", RELID)
     doc = '{"a": 1}'
     jsonb_table = decoder([("id", 20, True), ("span", 1186, False), ("doc", 3802, False)])
-    first = jsonb_table.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "1 day", doc])]),
-                               lazy=True)
+    first = jsonb_table.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "1 day", doc])]))
     text_table = decoder([("id", 20, True), ("doc", 25, False)])
     second = text_table.decode(stored([b"I" + rel + b"N" + tuple_data(["2", doc])]))
     mixed = dataclasses.replace(first, changes=[*first.changes, *second.changes])

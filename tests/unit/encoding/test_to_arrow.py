@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 import pgfeed_client
-from pgfeed.assembler.model import Change, Op, Transaction
-from pgfeed.assembler.relations import RelationCatalog
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.values import load_value
 from pgfeed.encoding.to_arrow import ArrowColumn, ipc_stream, typed_batch, typed_schema
 from pgfeed.encoding.to_json import change_to_dict, dumps

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.decoding.values import load_value
 from pgfeed.encoding.to_json import (
     MAX_EMBEDDED_DEPTH,

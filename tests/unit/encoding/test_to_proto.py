@@ -15,7 +15,7 @@ from pgfeed_proto.v1 import feed_pb2
 
 from pgfeed_client._cursor import Cursor
 from pgfeed_client._grpc import from_value
-from pgfeed.assembler.model import Change, Op, Transaction
+from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.encoding.to_proto import Framer, change_bytes, transaction_frames, value_bytes
 from pgfeed.types.datetime import TimeTz
 from pgfeed.types.floating import SpecialFloat

@@ -13,6 +13,7 @@ import json
 import math
 import shutil
 import struct
+from dataclasses import replace
 from datetime import UTC, date, datetime, time
 from typing import Any
 
@@ -23,13 +24,14 @@ from hypothesis import strategies as st
 from pgfeed_proto.v1 import feed_pb2
 
 from pgfeed.assembler.framing import frame
-from pgfeed.assembler.model import Op, StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
-from pgfeed.decoding.changes import RawChange, TransactionDecoder
+from pgfeed.assembler.model import StoredTransaction
+from pgfeed.decoding.changes import TransactionDecoder
+from pgfeed.decoding.model import Transaction
+from pgfeed.decoding.relations import RelationCatalog
+from pgfeed.decoding.runs import Read, RowRun
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps
-from pgfeed.encoding.to_proto import change_bytes, json_columns, transaction_frames
-from pgfeed.encoding.transcode import json_event, proto_change
+from pgfeed.encoding.to_proto import change_bytes, transaction_frames
 from pgfeed.protowire import varint
 from tests.unit.encoding.jsondocs import documents, jsonb_text
 
@@ -44,6 +46,37 @@ def implementation(monkeypatch: pytest.MonkeyPatch) -> str:
         "the compiled transcoder is not built: run ./scripts/bootstrap (needs gcc)"
     monkeypatch.setattr(transcode, "IMPLEMENTATION", "c")
     return "c"
+
+
+def _compiled_only(run: Read, json: bool, middle: bytes = b"", tail: bytes = b"") -> bytes:
+    """What the compiled encoder alone writes of a one-change run: ValueError when it refuses
+    (the change would take the reference path)."""
+    assert type(run) is RowRun and run.count == 1
+    write = transcode.encoder(run.plan, run.read)
+    if write is None:
+        raise ValueError("no compiled encoder for this relation version")
+    written, _ = write.run(run.payload, run.start, 1, run.first_seq, json, middle, tail)
+    if not written:
+        raise ValueError("refused: the reference path's")
+    return bytes(written[0])
+
+
+def json_event(run: Read, middle: bytes, tail: bytes) -> bytes:
+    return _compiled_only(run, True, middle, tail)
+
+
+def proto_change(run: Read) -> bytes:
+    return _compiled_only(run, False)
+
+
+def reference_frames(txn: Transaction[Read]) -> list[bytes]:
+    """``transaction_frames`` with every change loaded, then encoded (the specification)."""
+    saved = transcode.IMPLEMENTATION
+    transcode.IMPLEMENTATION = "reference"
+    try:
+        return transaction_frames(txn)
+    finally:
+        transcode.IMPLEMENTATION = saved
 
 
 def test_compiled_transcoder_is_built() -> None:
@@ -209,15 +242,16 @@ def test_fast_and_reference_paths_give_the_same_events(data: st.DataObject, toas
     columns = data.draw(tables())
     payload = data.draw(st.lists(messages(columns), min_size=1, max_size=6))
     dec = decoder(columns, toast)
-    reference = dec.decode(stored(payload))
-    lazy = dec.decode(stored(payload), lazy=True)
-    assert all(type(c) is RawChange for c in lazy.changes)
+    reference = dec.load(stored(payload))
+    lazy = dec.decode(stored(payload))
+    assert all(type(c) is RowRun for c in lazy.changes)
+    assert len(lazy.changes) == 1  # one relation version, every frame a row: one run
 
     # byte for byte: json values are PostgreSQL's text on both paths (issue 13, item 2)
     assert change_events(lazy) == [dumps(change_to_dict(c, reference)) for c in reference.changes]
-    kinds = json_columns(dec.catalog)  # what the gRPC servicer passes for loaded changes
+    # the json columns come with the run (its relation version), on both paths
     assert [feed_pb2.Transaction.FromString(f) for f in transaction_frames(lazy)] == [
-        feed_pb2.Transaction.FromString(f) for f in transaction_frames(reference, kinds=kinds)]
+        feed_pb2.Transaction.FromString(f) for f in reference_frames(lazy)]
 
 
 ALL_FAST = [("id", 20, True), ("small", 21, False), ("n", 23, False), ("flag", 16, False),
@@ -242,11 +276,11 @@ def test_postgresql_shaped_rows_take_the_fast_path(shape: str) -> None:
                "UK": b"U" + rel + b"K" + old + b"N" + new, "UO": b"U" + rel + b"O" + old + b"N" + new,
                "DK": b"D" + rel + b"K" + old, "DO": b"D" + rel + b"O" + old}[shape]
     dec = decoder(ALL_FAST)
-    (change,) = dec.decode(stored([message]), lazy=True).changes
-    assert isinstance(change, RawChange)
+    (change,) = dec.decode(stored([message])).changes
+    assert isinstance(change, RowRun)
     event = orjson.loads(json_event(change, b'"commit_lsn":"0/1",', b'"origin":null}'))
-    loaded = change.load()
-    reference = orjson.loads(dumps(change_to_dict(loaded, dec.decode(stored([message])))))
+    (loaded,) = change.load()
+    reference = orjson.loads(dumps(change_to_dict(loaded, dec.load(stored([message])))))
     for field in ("key", "before", "after"):
         assert event.get(field) == reference.get(field)
     assert event["op"] == loaded.op and event["seq"] == 0 and event["table"] == "t%"
@@ -276,14 +310,13 @@ def test_without_the_compiled_encoder_every_change_takes_the_reference_path(
     columns = data.draw(tables())
     payload = data.draw(st.lists(messages(columns), min_size=1, max_size=4))
     dec = decoder(columns)
-    reference = dec.decode(stored(payload))
-    lazy = dec.decode(stored(payload), lazy=True)
+    reference = dec.load(stored(payload))
+    lazy = dec.decode(stored(payload))
+    compiled = _parsed(transaction_frames(lazy))
     monkeypatch.setattr(transcode, "IMPLEMENTATION", "reference")
-    assert transcode.json_writers(lazy.changes[0].plan) == {}  # type: ignore[attr-defined]
-    assert transcode.proto_writers(lazy.changes[0].plan) == {}  # type: ignore[attr-defined]
+    assert transcode.encoder(lazy.changes[0].plan) is None  # type: ignore[union-attr]
     assert change_events(lazy) == [dumps(change_to_dict(c, reference)) for c in reference.changes]
-    assert _parsed(transaction_frames(lazy)) == _parsed(
-        transaction_frames(reference, kinds=json_columns(dec.catalog)))
+    assert _parsed(transaction_frames(lazy)) == compiled
 
 
 def _unix(at: datetime) -> int:
@@ -299,21 +332,22 @@ def test_rows_the_fast_path_cannot_write_are_loaded() -> None:
     toast = b"U" + rel + b"N" + tuple_data(["1", b"u"])
     plain = b"I" + rel + b"N" + tuple_data(["2", "x"])
     dec = decoder(columns)
-    lazy = dec.decode(stored([toast, plain]), lazy=True)
+    lazy = dec.decode(stored([toast, plain]))
+    (run,) = lazy.changes  # one run: the compiled encoder hands the first change over, then on
+    assert type(run) is RowRun and run.count == 2
+    toast_alone = dec.decode(stored([toast]))
     with pytest.raises(ValueError):
-        json_event(lazy.changes[0], b"", b"}")
+        json_event(toast_alone.changes[0], b"", b"}")
     events = [orjson.loads(e) for e in change_events(lazy)]
     assert [e["key"] for e in events] == [{"id": 1}, {"id": 2}]
     assert events[0]["unchanged_toast"] == ["body"]
     assert events[0]["after"]["body"] == "__pgfeed_unchanged_toast__"
 
     interval = decoder([("id", 20, True), ("span", 1186, False)])
-    (change,) = interval.decode(stored([b"I" + rel + b"N" + tuple_data(["3", "1 day"])]),
-                                lazy=True).changes
+    (change,) = interval.decode(stored([b"I" + rel + b"N" + tuple_data(["3", "1 day"])])).changes
     with pytest.raises(ValueError):
         proto_change(change)
-    (event,) = change_events(interval.decode(stored([b"I" + rel + b"N" + tuple_data(["3", "1 day"])]),
-                                             lazy=True))
+    (event,) = change_events(interval.decode(stored([b"I" + rel + b"N" + tuple_data(["3", "1 day"])])))
     assert orjson.loads(event)["after"] == {"id": 3, "span": "P1D"}
 
 
@@ -323,7 +357,7 @@ def test_deeply_nested_json_is_left_to_the_reference_path() -> None:
     rel = struct.pack(">I", RELID)
     deep = "[" * 2000 + "]" * 2000
     dec = decoder([("id", 20, True), ("doc", 3802, False)])
-    txn = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", deep])]), lazy=True)
+    txn = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", deep])]))
     with pytest.raises(ValueError):
         json_event(txn.changes[0], b"", b"}")
     (event,) = change_events(txn)
@@ -335,10 +369,11 @@ def test_reselect_mode_fills_unchanged_toast_on_the_reference_path() -> None:
     plain ones are transcoded, one with unchanged TOAST is loaded and filled, on JSON and proto."""
     rel = struct.pack(">I", RELID)
     dec = decoder([("id", 20, True), ("doc", 3802, False), ("body", 25, False)], toast="reselect")
-    dec.fills = lambda commit_lsn, seq: {"doc": (3802, '{"n": 1e-7}')} if (commit_lsn, seq) == (COMMIT, 1) else {}
+    dec.loading = replace(dec.loading, fills=lambda commit_lsn, seq: {
+        "doc": (3802, '{"n": 1e-7}')} if (commit_lsn, seq) == (COMMIT, 1) else {})
     txn = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", "{}", "b"]),
-                             b"U" + rel + b"N" + tuple_data(["1", b"u", b"u"])]), lazy=True)
-    assert all(type(c) is RawChange for c in txn.changes)
+                             b"U" + rel + b"N" + tuple_data(["1", b"u", b"u"])]))
+    assert all(type(c) is RowRun for c in txn.changes)
     plain, toasted = (orjson.loads(e) for e in change_events(txn))
     assert "toast_filled" not in plain and plain["after"] == {"id": 1, "doc": {}, "body": "b"}
     assert toasted["unchanged_toast"] == ["doc", "body"] and toasted["toast_filled"] == ["doc"]
@@ -357,8 +392,7 @@ def test_fast_path_handles_values_exactly() -> None:
     for stamp, amount in (("1900-02-28 23:59:59.999999+00", "12345678901234567890.123456789"),
                           ("0001-01-01 00:00:00+00", "-0.000001"),
                           ("2262-04-11 23:47:16.85+00", "NaN")):
-        (change,) = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", stamp, amount])]),
-                               lazy=True).changes
+        (change,) = dec.decode(stored([b"I" + rel + b"N" + tuple_data(["1", stamp, amount])])).changes
         expected = datetime.fromisoformat(stamp.replace(" ", "T") + ":00")
         after = feed_pb2.Change.FromString(proto_change(change)).after
         assert after["at"].timestamp_value.seconds == _unix(expected)
@@ -377,14 +411,14 @@ def test_wide_rows_and_long_values() -> None:
     values.append("\\x" + bytes(range(256)).hex() * 300)
     message = b"U" + rel + b"O" + tuple_data(values) + b"N" + tuple_data(values)
     dec = decoder(columns)
-    lazy, reference = dec.decode(stored([message]), lazy=True), dec.decode(stored([message]))
+    lazy, reference = dec.decode(stored([message])), dec.load(stored([message]))
     event = orjson.loads(json_event(lazy.changes[0], b"", b'"origin":null}'))
     expected = orjson.loads(dumps(change_to_dict(reference.changes[0], reference)))
     assert event["before"] == event["after"] == expected["after"]
     assert len(event["after"]["c98"]) == 2 * 98 * 40 + 98 * 40
     parsed = feed_pb2.Change.FromString(proto_change(lazy.changes[0]))
     assert parsed.after["b"].bytes_value == bytes(range(256)) * 300
-    assert _parsed(transaction_frames(lazy)) == _parsed(transaction_frames(reference))
+    assert _parsed(transaction_frames(lazy)) == _parsed(reference_frames(lazy))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -405,11 +439,11 @@ def test_broken_bytes_raise_and_never_crash(data: st.DataObject) -> None:
             message[at - 1] = data.draw(st.integers(0, 255))
     message += data.draw(st.binary(max_size=3))
     dec = decoder(columns)
-    op = {ord("I"): Op.INSERT, ord("U"): Op.UPDATE}.get(message[0], Op.DELETE)
-    change = RawChange(COMMIT - 64, 0, op, message[0], bytes(message), dec._plan(RELID, COMMIT, 0),
-                       COMMIT, dec)
+    framed = frame(COMMIT - 64, bytes(message))
+    change = RowRun(framed, 0, len(framed), 0, 1, dec._plan(RELID, COMMIT, 0), False, COMMIT,
+                    dec.loading)
     try:
-        reference = change.load()
+        (reference,) = change.load()
     except Exception:  # noqa: BLE001 - not a change the reference path reads either
         reference = None
     fields = ("lsn", "seq", "op", "schema", "table", "key", "before", "after")
@@ -418,14 +452,14 @@ def test_broken_bytes_raise_and_never_crash(data: st.DataObject) -> None:
     except ValueError:
         event = None
     if event is not None and reference is not None:
-        expected = orjson.loads(dumps(change_to_dict(reference, dec.decode(stored([])))))
+        expected = orjson.loads(dumps(change_to_dict(reference, dec.load(stored([])))))
         assert {k: event.get(k) for k in fields} == {k: expected.get(k) for k in fields}, message
     try:
         body = proto_change(change)
     except ValueError:
         return
     if reference is not None:
-        kinds = json_columns(dec.catalog).get(("public", "t%"))
+        kinds = change.plan.json_kinds or None
         assert _parsed([_frame(body)]) == _parsed([_frame(change_bytes(reference, kinds))]), message
 
 

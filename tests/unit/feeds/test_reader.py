@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pgfeed_client._cursor import EARLIEST, Cursor
-from pgfeed.assembler.model import Op
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.decoding.model import Op
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.errors import RetentionError
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
 from tests.unit.changelog.txns import relation_frame, txn
@@ -27,7 +27,7 @@ def test_a_busy_reader_is_reported_not_waited_for() -> None:
     # another thread decoding this feed's page (its lock held here, for the test)
     with reader._lock, pytest.raises(ReaderBusy):
         reader.page(EARLIEST, 10, block=False)
-    page = reader.page(EARLIEST, 10, block=False, lazy=True)
+    page = reader.page(EARLIEST, 10, block=False)
     assert [t.commit_lsn for t in page.transactions] == [0x1000, 0x2000, 0x3000]
     assert page.next == Cursor(0x3000) and not page.has_more
 
@@ -52,7 +52,7 @@ class _FreeFor:
 def test_a_page_that_meets_a_busy_reader_ends_with_a_cursor_that_loses_nothing() -> None:
     reader = _reader()
     reader._lock = _FreeFor(1)  # type: ignore[assignment]
-    first = reader.page(EARLIEST, 10, block=False, lazy=True)
+    first = reader.page(EARLIEST, 10, block=False)
     assert [t.commit_lsn for t in first.transactions] == [0x1000]
     assert first.next == Cursor(0x1000) and first.has_more
     reader._lock = _FreeFor(10)  # type: ignore[assignment]

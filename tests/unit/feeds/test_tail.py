@@ -7,10 +7,10 @@ import asyncio
 
 from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import StoredTransaction
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.changelog.memory import MemoryChangeLog
+from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.encoding.to_json import change_events
-from pgfeed.encoding.to_proto import Framer, JsonColumnCache
+from pgfeed.encoding.to_proto import Framer
 from pgfeed.feeds.reader import FeedReader
 from pgfeed.feeds.tail import INLINE_WAL_BYTES, SharedTail
 from tests.unit.changelog.txns import relation_frame, txn
@@ -22,7 +22,7 @@ def _feed(*transactions: StoredTransaction, **tail_options: int) -> tuple[Memory
     catalog = RelationCatalog()
     catalog.add(0x100, relation_frame(0x100)[12:])
     reader = FeedReader(log, lambda: catalog)
-    tail = SharedTail(FeedReader(log, lambda: catalog), JsonColumnCache(lambda: catalog),
+    tail = SharedTail(FeedReader(log, lambda: catalog),
                       **tail_options)
     return log, tail, reader
 
@@ -40,7 +40,7 @@ def test_readers_at_different_cursors_get_the_bytes_their_own_paging_gives() -> 
         assert first.next == Cursor(0x4000) and first.change_count == 6
         assert again.entries == first.entries[1:]  # the same objects: encoded once
         assert all(a is b for a, b in zip(again.entries, first.entries[1:], strict=True))
-        page = reader.page(Cursor(0x1000), 100, lazy=True)
+        page = reader.page(Cursor(0x1000), 100)
         assert b",".join(e.events for e in first.entries) == \
             b",".join(ev for t in page.transactions for ev in change_events(t))
         assert [f for e in first.entries for f in e.frames] == \
@@ -149,7 +149,7 @@ def test_each_surface_is_encoded_when_a_reader_of_it_first_asks() -> None:
         log.append([txn(0x2000, 2), txn(0x3000, 1)])
         frames = await tail.after(Cursor(0x1000), log.head(), "grpc")
         assert frames is not None and len(frames.entries) == 2
-        page = reader.page(Cursor(0x1000), 100, lazy=True)
+        page = reader.page(Cursor(0x1000), 100)
         assert [f for e in frames.entries for f in e.frames] == Framer().frames(page.transactions, page.next)
         # followed over gRPC alone: no JSON encoded yet
         assert all(e._events is None for e in frames.entries)

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from pgfeed_client._cursor import EARLIEST, Cursor
-from pgfeed.assembler.relations import RelationCatalog
 from pgfeed.changelog.sqlite import SqliteChangeLog
+from pgfeed.decoding.relations import RelationCatalog
+from pgfeed.decoding.runs import loaded
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
 from pgfeed.feeds.toastindex import ToastIndex
 from tests.unit.decoding.test_changes import U, ins, relation, stored, upd
@@ -40,13 +41,13 @@ def _reader(path: Path, log: SqliteChangeLog) -> FeedReader:
     return FeedReader(log, catalog, toast="reselect", toast_index=ToastIndex(path / "toast.db"))
 
 
-def _bodies(reader: FeedReader, after: Cursor, *, lazy: bool = False) -> dict[int, object]:
+def _bodies(reader: FeedReader, after: Cursor) -> dict[int, object]:
     """commit_lsn -> body served, for the updates that left it unchanged."""
-    page = reader.page(after, 100, lazy=lazy)
+    page = reader.page(after, 100)
     out = {}
-    for txn in page.transactions:
+    for read in page.transactions:
+        txn = loaded(read)
         for change in txn.changes:
-            change = change.load() if hasattr(change, "load") else change
             if change.unchanged_toast:
                 assert change.unchanged_toast == ["body"]
                 out[txn.commit_lsn] = change.after.get("body") if change.toast_filled else None
@@ -57,7 +58,7 @@ def test_readers_at_different_cursors_get_the_same_answer(tmp_path: Path) -> Non
     log = _log(tmp_path)
     reader = _reader(tmp_path, log)
     assert _bodies(reader, EARLIEST) == EXPECTED  # one reader reads it all first
-    later = _bodies(reader, Cursor(0x4000), lazy=True)  # then another from a later cursor
+    later = _bodies(reader, Cursor(0x4000))  # then another from a later cursor
     assert later == {0x5000: "v2", 0x7000: "v3"}
 
 
@@ -93,7 +94,7 @@ def test_retention_keeps_the_answers_once_the_index_has_taken_the_log_in(tmp_pat
 def test_a_gap_the_index_never_saw_leaves_values_unfilled_not_wrong(tmp_path: Path) -> None:
     log = _log(tmp_path)
     reader = _reader(tmp_path, log)
-    assert _bodies(reader, EARLIEST, lazy=True) == EXPECTED
+    assert _bodies(reader, EARLIEST) == EXPECTED
     log.append([stored(upd("1", "f", "v4"), commit_lsn=0x8000),
                 stored(upd("1", "g", U), commit_lsn=0x9000)])
     log.trim(0x9000)  # 0x8000 goes before the index took it in: v3 is outdated, v4 unknown

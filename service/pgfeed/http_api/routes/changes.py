@@ -17,7 +17,7 @@ from pgfeed_client._headers import (
     MAX_LIMIT,
     NEXT_HEADER,
 )
-from pgfeed.assembler.model import Op
+from pgfeed.decoding.model import Op
 from pgfeed.decoding.values import load_value
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps

@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from pgfeed.assembler.relations import RelationSchema
+from pgfeed.decoding.relations import RelationSchema
 from pgfeed.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 from pgfeed.pgoutput.messages import (
     UNCHANGED_TOAST,

@@ -1,4 +1,4 @@
-"""The toast=reselect fill rule (``assembler.toastfill``): what an unchanged TOAST column of the
+"""The toast=reselect fill rule (``decoding.toastfill``): what an unchanged TOAST column of the
 change at a position is, from the log before it alone."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgfeed.assembler.relations import RelationCatalog, RelationSchema
-from pgfeed.assembler.toastfill import (
+from pgfeed.decoding.relations import RelationCatalog, RelationSchema
+from pgfeed.decoding.toastfill import (
     Held,
     MemoryImages,
     apply_relation,

@@ -364,6 +364,17 @@ class RelationCatalog:
     def type_name(self, type_oid: int) -> TypeName | None:
         return self._types.get(type_oid)
 
+    def newest(self, name: str) -> RelationSchema | None:
+        """The newest shape of table ``name`` (``schema.table``): of the relations whose
+        current version has that name, the one that took effect last (a typed read's shape)."""
+        found: RelationSchema | None = None
+        for versions in self._versions.values():
+            latest = versions[-1]
+            if latest.qualified_name == name and (found is None
+                                                  or latest.valid_from > found.valid_from):
+                found = latest
+        return found
+
     def tables(self, load: Loader | None = None) -> list[dict[str, Any]]:
         """Every relation seen, current shape first: for ``GET /v1/feeds/{feed}/tables``."""
         out = []
