@@ -12,7 +12,8 @@ transaction in the middle of a backfill: one throwaway PostgreSQL cluster, ``pub
 Measured: the slot's ``pg_stat_replication_slots`` counters (``spill_bytes`` is what the
 walsender wrote to the source's disk for this slot; ``stream_bytes`` what it streamed before the
 commit), pgfeed's peak RSS (``VmHWM``) when the transaction is durable and after it was read
-(``format=count`` pages of 10,000), COMMIT -> durable, whether any of the transaction's
+(``format=count`` pages of 10,000), the peak while a reader counts it and while one pages it
+as JSON (pages of 1,000; each peak from the RSS before it, ``clear_refs``), COMMIT -> durable, whether any of the transaction's
 changes were served before its COMMIT returned (polled during the INSERT), and that every one of
 its changes is served after, under one commit position (``format=count`` pages).
 
@@ -57,6 +58,32 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak(pid: int) -> None:
+    """Start VmHWM again from the current RSS (``clear_refs`` 5), so a peak is one phase's."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def read_json(server: Server, cursor: str, limit: int) -> tuple[int, float]:
+    """Page through everything after ``cursor`` as JSON changes of ``orders`` (``limit`` a page),
+    as a client reading the transaction does: changes read, seconds."""
+    total, nxt = 0, cursor
+    t0 = time.perf_counter()
+    while True:
+        r = server.http.get(f"/v1/feeds/{FEED}/changes", params={
+            "tables": "public.orders", "limit": limit, "after": nxt})
+        total += r.content.count(b'"op":')
+        nxt = r.headers["PgFeed-Next"]
+        if r.headers["PgFeed-Has-More"] == "false":
+            return total, time.perf_counter() - t0
 
 
 def served(server: Server, cursor: str) -> tuple[int, str]:
@@ -128,7 +155,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 == "running":
             server.check()
             time.sleep(0.1)
+        rss_before_read = rss_mb(server.proc.pid)
+        reset_peak(server.proc.pid)
         count, _ = served(server, before)
+        rss_count_read = peak_rss_mb(server.proc.pid)
+        reset_peak(server.proc.pid)
+        json_rows, json_s = read_json(server, before, 1000)
+        rss_json_read = peak_rss_mb(server.proc.pid)
         assert slot is not None
         return {"options": options, "txn_s": committed - t0, "commit_to_durable_s": durable - committed,
                 "backfill_running_at_commit": backfill_running, "backfill": b["state"],
@@ -136,7 +169,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "served_before_commit": max(early, default=0), "served_after": count,
                 "spill_txns": slot[0], "spill_mb": slot[1] / 2**20, "stream_txns": slot[2],
                 "stream_mb": slot[3] / 2**20, "rss_capture_mb": rss_durable,
-                "rss_read_mb": peak_rss_mb(server.proc.pid)}
+                "rss_read_mb": max(rss_count_read, rss_json_read, rss_durable),
+                "rss_before_read_mb": rss_before_read, "rss_count_read_mb": rss_count_read,
+                "rss_json_read_mb": rss_json_read, "json_rows": json_rows, "json_s": json_s}
 
 
 def main() -> None:
@@ -152,7 +187,8 @@ def main() -> None:
         res = run(args, Path(work))
     print(res, flush=True)
     ok = (res["spill_mb"] == 0 and res["rss_capture_mb"] <= RSS_LIMIT_MB
-          and res["served_before_commit"] == 0 and res["served_after"] == args.rows)
+          and res["served_before_commit"] == 0 and res["served_after"] == args.rows
+          and res["json_rows"] == args.rows)
     text = "\n".join([
         "## One big transaction beside a backfill, default options (`bench/big_txn.py`)", "",
         (f"PostgreSQL {args.pg_version} (throwaway cluster, default `logical_decoding_work_mem` "
@@ -166,6 +202,13 @@ def main() -> None:
         (f"| pgfeed peak RSS until the transaction is durable (MB, VmHWM) "
          f"| {res['rss_capture_mb']:.0f} | ≤ {RSS_LIMIT_MB} |"),
         f"| pgfeed peak RSS after reading all of it (MB, VmHWM) | {res['rss_read_mb']:.0f} | |",
+        f"| pgfeed RSS before the reads (MB, VmRSS) | {res['rss_before_read_mb']:.0f} | |",
+        (f"| pgfeed peak RSS while a reader counts it, pages of 10,000 (MB, VmHWM from there) "
+         f"| {res['rss_count_read_mb']:.0f} | |"),
+        (f"| pgfeed peak RSS while a reader pages it as JSON, pages of 1,000 (MB) "
+         f"| {res['rss_json_read_mb']:.0f} | |"),
+        (f"| JSON read of it: changes, s | {res['json_rows']:,}, {res['json_s']:.1f} "
+         f"| {args.rows:,} |"),
         f"| transaction on the source (s) | {res['txn_s']:.1f} | |",
         f"| COMMIT -> durable in pgfeed's log (s) | {res['commit_to_durable_s']:.2f} | |",
         f"| changes served before the COMMIT returned | {res['served_before_commit']:,} | 0 |",

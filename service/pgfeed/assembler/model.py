@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, TypeAlias
 from pgfeed.assembler.framing import chunk_bounds, walk
 
 if TYPE_CHECKING:
+    from pgfeed.assembler.chunked import ChunkedPayload
     from pgfeed.assembler.spill import SpilledPayload
 
-# In memory, or (a transaction that outgrew the assembler's memory) read back from the spill store.
-Payload: TypeAlias = "bytes | bytearray | SpilledPayload"
+# In memory; or (a transaction that outgrew the assembler's memory) read back from the spill
+# store; or (a big transaction a feed's reader pages through) read from the log's chunks on demand.
+Payload: TypeAlias = "bytes | bytearray | SpilledPayload | ChunkedPayload"
 
 
 # Origin of a backfill's transactions as served; the log stores ``BACKFILL_ORIGIN + ":" + id``
@@ -75,9 +77,10 @@ class StoredTransaction:
     progress: BackfillProgress | None = None
 
     def buffer(self) -> bytes | bytearray:
-        """The payload in memory, as every change log reads it back. A spilled payload (only on
-        the way from the assembler to a log) is read in first, and kept: for readers and tests,
-        never on the capture path."""
+        """The payload in memory, as every change log reads it back by default. A spilled payload
+        (only on the way from the assembler to a log) or a chunked one (``ChangeLog.read``'s
+        ``lazy_chunks``) is read in first, and kept: for readers and tests, never on the capture
+        path nor in the feed reader's decoding of a big transaction."""
         payload = self.payload
         if not isinstance(payload, (bytes, bytearray)):
             payload = self.payload = bytes(payload)

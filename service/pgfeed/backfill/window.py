@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 
 from pgfeed.assembler.framing import walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, BackfillProgress, StoredTransaction
-from pgfeed.assembler.spill import SpilledPayload
 from pgfeed.backfill.keys import Key, add_key, key_positions, precedes, same_relation, tuple_key
 from pgfeed.backfill.rows import Rows
 from pgfeed.netorder import U16, U32, U64
@@ -429,8 +428,9 @@ class WindowTracker:
         touched: dict[int, set[Key]] = {}
         truncated: set[int] = set()
         relations: list[RelationMessage] = []
-        unknown = isinstance(unit.payload, SpilledPayload) or not self._scan(
-            unit.payload, touched, truncated, relations)
+        payload = unit.payload
+        unknown = not isinstance(payload, (bytes, bytearray)) or not self._scan(
+            payload, touched, truncated, relations)
         for rel in relations:
             self._relation_seen(rel)
         if not (touched or truncated or unknown or relations):

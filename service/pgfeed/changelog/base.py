@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
-from pgfeed_client._cursor import Cursor
+from pgfeed_client._cursor import Cursor, format_lsn
 from pgfeed.assembler.model import BackfillProgress, StoredTransaction
 from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
 from pgfeed.errors import PgfeedError, RetentionError
@@ -123,11 +123,16 @@ class ChangeLog(Protocol):
         """Record an idle position (outside any transaction) as durable; ignored if not higher."""
         ...
 
-    def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None) -> list[StoredTransaction]:
+    def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None, *,
+             lazy_chunks: int | None = None) -> list[StoredTransaction]:
         """Transactions that still hold changes after ``after``, in commit order.
 
         Stops once the returned transactions hold at least ``max_changes`` changes past the
         cursor (so the last one may overshoot; callers slice), or at ``upto_lsn`` inclusive.
+        With ``lazy_chunks``, a payload the store keeps in more chunks than that comes as an
+        ``assembler.chunked.ChunkedPayload`` that loads each chunk when a reader reaches it (a
+        big transaction is paged in O(chunk) memory); a chunk retention removed meanwhile
+        raises RetentionError. A store holding payloads in memory may return them as they are.
         """
         ...
 
@@ -226,6 +231,15 @@ def consumed_bound(log: ChangeLog, cursor: Cursor) -> int:
         return cursor.lsn + 1
     rest = log.read(cursor, 1, upto_lsn=cursor.lsn)  # the transaction at it, if changes are left
     return cursor.lsn if rest else cursor.lsn + 1
+
+
+def trimmed_while_read(commit_lsn: int, oldest: int) -> RetentionError:
+    """What a reader inside transaction ``commit_lsn`` gets when retention removed the rest of
+    its payload under it (``read(lazy_chunks=...)``): never bytes of something else."""
+    oldest_text = format_lsn(oldest or commit_lsn)
+    return RetentionError(f"transaction {format_lsn(commit_lsn)} was dropped by the feed's retention "
+                          "while it was being read; resume from 'earliest' (oldest retained "
+                          f"transaction {oldest_text})", oldest=oldest_text)
 
 
 def age_cutoff(hours: float | None, now_us: int) -> int | None:

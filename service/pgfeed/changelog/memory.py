@@ -211,7 +211,9 @@ class MemoryChangeLog:
         with self._open():
             return self._lsns[0] if self._lsns else 0
 
-    def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None) -> list[StoredTransaction]:
+    def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None, *,
+             lazy_chunks: int | None = None) -> list[StoredTransaction]:
+        # Payloads are held in memory already: ``lazy_chunks`` would save nothing.
         if max_changes <= 0:
             return []
         with self._open():

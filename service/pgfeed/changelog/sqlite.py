@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from pgfeed_client._cursor import Cursor
-from pgfeed.assembler.model import StoredTransaction, payload_pieces
+from pgfeed.assembler.chunked import ChunkedPayload
+from pgfeed.assembler.model import Payload, StoredTransaction, payload_pieces
 from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
 from pgfeed.changelog.base import (
     CHUNK_BYTES,
@@ -56,6 +57,7 @@ from pgfeed.changelog.base import (
     slowest,
     split_bounds,
     stored_position,
+    trimmed_while_read,
 )
 from pgfeed.pgoutput.messages import pg_now_us
 
@@ -578,7 +580,8 @@ class SqliteChangeLog:
     def oldest(self) -> int:
         return self._value("SELECT min(commit_lsn) FROM txn")
 
-    def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None) -> list[StoredTransaction]:
+    def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None, *,
+             lazy_chunks: int | None = None) -> list[StoredTransaction]:
         if max_changes <= 0:
             return []
         # Exclusive lower bound: the transaction at after.lsn is wanted while it has changes left.
@@ -587,7 +590,7 @@ class SqliteChangeLog:
         if high <= low:
             return []
         tail = self._live_tail()
-        if tail is not None and low >= tail.floor:
+        if tail is not None and low >= tail.floor:  # small payloads only: none is chunked
             return read_selection(tail.after(low, high), after, max_changes, stored_position)
         with self._reading() as conn:
             cursor = conn.execute(_META + " WHERE commit_lsn > ? AND commit_lsn <= ? ORDER BY commit_lsn",
@@ -596,29 +599,66 @@ class SqliteChangeLog:
                 rows = read_selection(cursor, after, max_changes, lambda row: (row[0], row[5]))
             finally:
                 cursor.close()
-            return self._load(conn, rows) if rows else []
+            return self._load(conn, rows, lazy_chunks) if rows else []
 
-    def _load(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> list[StoredTransaction]:
-        """Payloads and schema frames of ``rows`` (consecutive transactions), one query each."""
+    def _load(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]],
+              lazy_chunks: int | None = None) -> list[StoredTransaction]:
+        """Payloads and schema frames of ``rows`` (consecutive transactions): one query for the
+        schema frames and one for the chunks of each stretch of payloads read whole; a payload
+        of more than ``lazy_chunks`` chunks is read on demand (``_chunked``)."""
         frames: dict[int, list[bytes]] = defaultdict(list)
         for lsn, frame in conn.execute("SELECT commit_lsn, frame FROM schema_frame WHERE commit_lsn "
                                        "BETWEEN ? AND ? ORDER BY id", (rows[0][0], rows[-1][0])):
             frames[lsn].append(frame)
-        first_id, last_id = rows[0][7], rows[-1][7] + rows[-1][8] - 1
-        chunks = conn.execute("SELECT id, data FROM chunk WHERE id BETWEEN ? AND ? ORDER BY id",
-                              (first_id, last_id))
-        out = []
-        try:
-            for commit_lsn, xid, end_lsn, commit_ts, origin, count, size, first, n in rows:
-                payload = self._payload(chunks, commit_lsn, first, n, size) if n else b""
+        payloads: list[Payload] = []
+        i = 0
+        while i < len(rows):
+            if lazy_chunks is not None and rows[i][8] > lazy_chunks:
+                payloads.append(self._chunked(conn, rows[i]))
+                i += 1
+                continue
+            j = i
+            while j < len(rows) and (lazy_chunks is None or rows[j][8] <= lazy_chunks):
+                j += 1
+            first_id, last_id = rows[i][7], rows[j - 1][7] + rows[j - 1][8] - 1
+            chunks = conn.execute("SELECT id, data FROM chunk WHERE id BETWEEN ? AND ? ORDER BY id",
+                                  (first_id, last_id))
+            try:
                 # A multi-chunk payload stays the bytearray it was assembled in: copying it to
                 # bytes would double a 100 MB transaction's peak memory.
-                out.append(StoredTransaction(xid, commit_lsn, end_lsn, commit_ts, origin, count,
-                                             payload,
-                                             tuple(frames.get(commit_lsn, ()))))
-        finally:
-            chunks.close()
-        return out
+                payloads.extend(self._payload(chunks, row[0], row[7], row[8], row[6]) if row[8] else b""
+                                for row in rows[i:j])
+            finally:
+                chunks.close()
+            i = j
+        return [StoredTransaction(xid, commit_lsn, end_lsn, commit_ts, origin, count, payload,
+                                  tuple(frames.get(commit_lsn, ())))
+                for (commit_lsn, xid, end_lsn, commit_ts, origin, count, _size, _first, _n), payload
+                in zip(rows, payloads, strict=True)]
+
+    def _chunked(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> ChunkedPayload:
+        """The payload of ``row`` (a ``txn`` row) as chunks loaded when a reader reaches them,
+        each in a read of its own: chunk ids are never reused, so a chunk found is this
+        payload's, and one missing was trimmed (RetentionError) or the file is damaged."""
+        commit_lsn, first, n = row[0], row[7], row[8]
+        sizes = [size for (size,) in conn.execute(  # length() does not read a blob's pages
+            "SELECT length(data) FROM chunk WHERE id BETWEEN ? AND ? ORDER BY id",
+            (first, first + n - 1))]
+        if len(sizes) != n:
+            raise ChangeLogError(f"change log {self.path}: transaction {commit_lsn:X} has {len(sizes)} "
+                                 f"of its {n} payload chunks (the file is damaged)")
+
+        def load(i: int) -> bytes:
+            with self._reading(snapshot=False) as reader:
+                found = reader.execute("SELECT data FROM chunk WHERE id = ?", (first + i,)).fetchone()
+            if found is None:
+                if self.trimmed_lsn() >= commit_lsn:
+                    raise trimmed_while_read(commit_lsn, self.oldest())
+                raise ChangeLogError(f"change log {self.path}: payload chunk {first + i} of transaction "
+                                     f"{commit_lsn:X} is missing (the file is damaged)")
+            return found[0]  # type: ignore[no-any-return]
+
+        return ChunkedPayload(sizes, load)
 
     def _payload(self, chunks: sqlite3.Cursor, commit_lsn: int, first: int, n: int,
                  size: int) -> bytes | bytearray:

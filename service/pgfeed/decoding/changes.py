@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from pgfeed_client._cursor import format_lsn
+from pgfeed.assembler.chunked import ChunkedPayload, segments
 from pgfeed.assembler.framing import extent, walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
 from pgfeed.decoding.model import Change, Op, Transaction
@@ -157,29 +158,45 @@ class TransactionDecoder:
         last = first_seq - 1
         if max_changes is not None and max_changes <= 0:
             stop = first_seq
-        payload = stored.buffer()
+        whole = stored.payload
+        if not isinstance(whole, ChunkedPayload):
+            whole = stored.buffer()
+        total = len(whole)
         origin = stored.origin
         backfill = backfill_id_of(origin)
         ops_of = _OPS
         read = backfill is not None
         if read:  # a backfill chunk: its Insert frames are rows read, op "read"
             origin, ops_of = BACKFILL_ORIGIN, _READ_OPS
-        pos, end = 0, len(payload)
+        at_offset = 0  # the payload's offset the walk goes on from
         plans: dict[int, RelationPlan] = {}  # relation_id -> plan in force at this point of the payload
         ddl_table = self.ddl_table
         ddl_ops = ddl_table is not None and (ops is None or Op.DDL in ops)
         loading = self.loading
         # the row tags the ops filter keeps (a run takes its next rows with these tags)
         row_tags = bytes(t for t in sorted(_ROW_TAGS) if ops is None or ops_of[t] in ops)
-        resume = self._resume.get((commit_lsn, end, first_seq)) if first_seq else None
+        resume = self._resume.get((commit_lsn, total, first_seq)) if first_seq else None
         if resume is not None:  # the next page of a transaction read page by page
-            pos, seq, saved_plans, saved_types = resume
+            at_offset, seq, saved_plans, saved_types = resume
             plans.update(saved_plans)
             types.update(saved_types)
-        frames: Iterator[tuple[int, int, int, int]] | None = walk(payload, pos, end)
-        while frames is not None:
-            jump = -1  # where the walk goes on after a run's rows were taken in one step
-            for at, lsn, start, frame_end in frames:
+        # The payload is walked a segment at a time (``assembler.chunked``): all of it when it is
+        # in memory, one chunk of the log's at a time when it is read on demand, so a run (whose
+        # frames are ``payload[start:end]`` of one segment) never spans two chunks.
+        base, over = 0, -1
+        payload: bytes | bytearray = b""
+        while at_offset < total:
+            if not base <= at_offset < base + len(payload) or over == at_offset:
+                base, payload = segments(whole, at_offset)
+            pos, end = at_offset - base, len(payload)
+            at_offset = -1  # where the walk goes on: set below, or it is over
+            for at, lsn, start, frame_end in walk(payload, pos, end):
+                if frame_end > end:  # a frame larger than a chunk: read joined with the next ones
+                    if over == base + at:
+                        raise SchemaError(f"transaction {format_lsn(commit_lsn)}: the frame at "
+                                          f"offset {base + at} runs past its payload's end")
+                    at_offset = over = base + at
+                    break
                 tag = payload[start]
                 if tag not in _CHANGE_TAGS:  # Relation/Type (Begin/Commit/Origin are never stored)
                     if tag == TAG_RELATION:
@@ -197,7 +214,8 @@ class TransactionDecoder:
                 if seq >= stop:
                     if len(self._resume) >= 256:
                         self._resume.clear()
-                    self._resume[(commit_lsn, end, stop)] = (at, seq - 1, dict(plans), dict(types))
+                    self._resume[(commit_lsn, total, stop)] = (base + at, seq - 1, dict(plans),
+                                                               dict(types))
                     break
                 last = seq
                 op = ops_of[tag]
@@ -228,7 +246,7 @@ class TransactionDecoder:
                         run.end = taken_to
                         run.count += taken
                         seq = last = seq + taken
-                        jump = taken_to
+                        at_offset = base + taken_to
                         break
                 elif tag == TAG_TRUNCATE:
                     if ops is not None and op not in ops:
@@ -249,7 +267,10 @@ class TransactionDecoder:
                     assert isinstance(lmsg, LogicalMessage)
                     append(Change(lsn, seq, Op.MESSAGE, prefix=lmsg.prefix, content=lmsg.content,
                                   transactional=lmsg.transactional))
-            frames = walk(payload, jump, end) if jump >= 0 else None
+            else:  # the segment's frames are all walked: the next segment
+                at_offset = base + end
+            if at_offset < 0:
+                break
         return Transaction(stored.xid, commit_lsn, stored.end_lsn, stored.commit_ts, origin,
                            changes, stored.change_count, last, backfill)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
+from pgfeed.assembler.chunked import ChunkedPayload, segments
 from pgfeed.assembler.framing import walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
 from pgfeed.changelog.base import ChangeLog
@@ -29,6 +30,9 @@ from pgfeed.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
 __all__ = ["FeedReader", "Page", "ReaderBusy", "parse_ops"]
 
 _OPS = {op.value: op for op in Op}
+# A stored payload of more chunks than this (each at most ``changelog.base.CHUNK_BYTES``) is
+# read on demand, a chunk at a time; smaller ones are read whole, in the page's one query.
+LAZY_CHUNKS = 1
 
 
 def parse_ops(names: Collection[str] | None) -> frozenset[Op] | None:
@@ -87,8 +91,10 @@ class FeedReader:
             ddl_table=ddl_table)
         self._lock = threading.Lock()
         # The transaction a reader is paging through by seq: large ones are read from the log
-        # once, not once per page.
+        # once, not once per page (a chunked payload keeps only its last chunk loaded).
         self._current: StoredTransaction | None = None
+        # payloads of more chunks than this are read on demand (``_stored``); None: all whole
+        self.lazy_chunks: int | None = LAZY_CHUNKS
 
     def resolve(self, cursor: Cursor | Literal["latest"], *, head: int | None = None,
                 trimmed: int | None = None, start: bool = False) -> Cursor:
@@ -258,12 +264,16 @@ class FeedReader:
             self.toast_index.advance(self.changelog, self._catalog(), self.changelog.head())
 
     def _stored(self, after: Cursor, limit: int, upto: int | None) -> list[StoredTransaction]:
+        """The transactions a page scans: a payload of more than LAZY_CHUNKS of the log's chunks
+        comes loading its chunks as the decoder reaches them (``assembler.chunked``), so paging
+        through a big transaction holds a chunk or two of it, not all of it."""
         current = self._current
+        lazy = self.lazy_chunks
         if current is not None and after.seq is not None and current.commit_lsn == after.lsn:
-            rest = self.changelog.read(Cursor(after.lsn), limit, upto) \
+            rest = self.changelog.read(Cursor(after.lsn), limit, upto, lazy_chunks=lazy) \
                 if after.seq + limit >= current.change_count - 1 else []
             return [current, *rest]
-        return self.changelog.read(after, limit, upto)
+        return self.changelog.read(after, limit, upto, lazy_chunks=lazy)
 
 
 def _filtered_chunk(stored: StoredTransaction, tables: set[str] | None,
@@ -276,10 +286,13 @@ def _filtered_chunk(stored: StoredTransaction, tables: set[str] | None,
         return True
     if tables is None:
         return False
-    payload = stored.payload
-    if not isinstance(payload, (bytes, bytearray)):
+    whole = stored.payload
+    if not isinstance(whole, (bytes, bytearray, ChunkedPayload)) or not len(whole):
         return False
+    _base, payload = segments(whole)  # its Relation frame comes first: its first chunk says
     for _at, _lsn, start, stop in walk(payload):
+        if stop > len(payload):  # a frame larger than a chunk: decode it to know
+            return False
         tag = payload[start]
         if tag == TAG_RELATION:
             rel = decode(bytes(payload[start:stop]))

@@ -34,6 +34,7 @@ import psycopg
 from psycopg import sql
 
 from pgfeed_client._cursor import Cursor
+from pgfeed.assembler.chunked import ChunkedPayload
 from pgfeed.assembler.model import StoredTransaction, payload_pieces
 from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
 from pgfeed.changelog.base import (
@@ -46,6 +47,7 @@ from pgfeed.changelog.base import (
     check_lsn,
     read_selection,
     split_bounds,
+    trimmed_while_read,
 )
 from pgfeed.pgstore.connections import ConnectionPool
 from pgfeed.pgstore.retention import ConsumersAndRetention
@@ -61,6 +63,7 @@ _TXN_TYPES = ["text", "int8", "int8", "int8", "int8", "text", "int8", "int8", "i
 _SMALL_BATCH = 256  # transactions: up to this many small ones are appended with INSERTs, not COPY
 _SMALL_PAYLOAD = 64 << 10
 _CHUNK_TYPES = ["text", "int8", "int8", "int4", "bytea"]
+_MAX_PIECES = (1 << 31) - 1  # chunk_count is an integer column
 
 
 class _Torn(Exception):
@@ -109,8 +112,16 @@ class PgChangeLog(ConsumersAndRetention):
         self._q_chunks = sql.SQL(
             "SELECT c.commit_lsn, c.data FROM {c} c JOIN {t} t ON t.feed = c.feed AND "
             "t.commit_lsn = c.commit_lsn AND t.epoch = c.epoch WHERE t.feed = %s AND "
-            "t.commit_lsn BETWEEN %s AND %s ORDER BY c.commit_lsn, c.piece").format(
-                c=t["chunk"], t=t["txn"])
+            "t.commit_lsn BETWEEN %s AND %s AND t.chunk_count <= %s "
+            "ORDER BY c.commit_lsn, c.piece").format(c=t["chunk"], t=t["txn"])
+        # A payload read on demand (``read(lazy_chunks=...)``): its pieces' sizes (octet_length
+        # does not fetch an out-of-line value), then one piece at a time.
+        self._q_piece_sizes = sql.SQL(
+            "SELECT octet_length(data) FROM {} WHERE feed = %s AND commit_lsn = %s AND epoch = %s "
+            "ORDER BY piece").format(t["chunk"])
+        self._q_piece = sql.SQL(
+            "SELECT data FROM {} WHERE feed = %s AND commit_lsn = %s AND epoch = %s AND piece = %s"
+        ).format(t["chunk"])
         with self._connection() as conn:
             conn.execute(sql.SQL("INSERT INTO {} (feed) VALUES (%s) ON CONFLICT DO NOTHING")
                          .format(t["log_state"]), (feed,))
@@ -323,7 +334,8 @@ class PgChangeLog(ConsumersAndRetention):
                                .format(self._t["txn"]), (self.feed,)).fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
-    def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None) -> list[StoredTransaction]:
+    def read(self, after: Cursor, max_changes: int, upto_lsn: int | None = None, *,
+             lazy_chunks: int | None = None) -> list[StoredTransaction]:
         if self._closed:
             raise ChangeLogError(f"change log of feed {self.feed!r} is closed")
         # Exclusive lower bound: the transaction at after.lsn is wanted while it has changes left.
@@ -336,17 +348,17 @@ class PgChangeLog(ConsumersAndRetention):
         # snapshot.
         with self._connection() as conn, conn.cursor(binary=True) as cur:
             try:
-                return self._read(cur, after, max_changes, low, high)
+                return self._read(cur, after, max_changes, low, high, lazy_chunks)
             except _Torn:
                 pass
         with self._snapshot() as cur:
-            return self._read(cur, after, max_changes, low, high)
+            return self._read(cur, after, max_changes, low, high, lazy_chunks)
 
     def _read(self, cur: psycopg.Cursor[Any], after: Cursor, max_changes: int, low: int,
-              high: int) -> list[StoredTransaction]:
+              high: int, lazy_chunks: int | None) -> list[StoredTransaction]:
         rows = read_selection(self._meta_rows(cur, low, high, max_changes), after, max_changes,
                               lambda row: (row[0], row[5]))
-        return self._load(cur, rows) if rows else []
+        return self._load(cur, rows, lazy_chunks) if rows else []
 
     def _meta_rows(self, cur: psycopg.Cursor[Any], low: int, high: int,
                    max_changes: int) -> Iterator[tuple[Any, ...]]:
@@ -360,20 +372,25 @@ class PgChangeLog(ConsumersAndRetention):
             low = rows[-1][0]
             batch = _READ_BATCH
 
-    def _load(self, cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> list[StoredTransaction]:
-        """Payloads of ``rows`` (consecutive transactions), in one query."""
+    def _load(self, cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]],
+              lazy_chunks: int | None = None) -> list[StoredTransaction]:
+        """Payloads of ``rows`` (consecutive transactions), in one query; one of more than
+        ``lazy_chunks`` pieces is read on demand (``_chunked``)."""
         first, last = rows[0][0], rows[-1][0]
+        bound = _MAX_PIECES if lazy_chunks is None else lazy_chunks
         pieces: dict[int, list[bytes]] = defaultdict(list)
-        for lsn, data in cur.execute(self._q_chunks, (self.feed, first, last)):
+        for lsn, data in cur.execute(self._q_chunks, (self.feed, first, last, bound)):
             pieces[lsn].append(data)
         out = []
-        for commit_lsn, xid, end_lsn, commit_ts, origin, count, size, _epoch, n, frames in rows:
+        for commit_lsn, xid, end_lsn, commit_ts, origin, count, size, epoch, n, frames in rows:
+            if n > bound:
+                out.append(StoredTransaction(xid, commit_lsn, end_lsn, commit_ts, origin, count,
+                                             self._chunked(cur, commit_lsn, epoch, n),
+                                             tuple(frames or ())))
+                continue
             parts = pieces.get(commit_lsn, [])
             if len(parts) != n:
-                if cur.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                    raise _Torn  # not in a snapshot: trimmed meanwhile?
-                raise ChangeLogError(f"change log of feed {self.feed!r}: transaction {commit_lsn:X} has "
-                                     f"{len(parts)} of its {n} payload pieces (the store is damaged)")
+                self._torn(cur, commit_lsn, len(parts), n)
             if n == 1:
                 payload: bytes | bytearray = parts[0]
             elif n == 0:
@@ -387,6 +404,34 @@ class PgChangeLog(ConsumersAndRetention):
             out.append(StoredTransaction(xid, commit_lsn, end_lsn, commit_ts, origin, count, payload,
                                          tuple(frames or ())))
         return out
+
+    def _torn(self, cur: psycopg.Cursor[Any], commit_lsn: int, found: int, n: int) -> None:
+        if cur.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            raise _Torn  # not in a snapshot: trimmed meanwhile?
+        raise ChangeLogError(f"change log of feed {self.feed!r}: transaction {commit_lsn:X} has "
+                             f"{found} of its {n} payload pieces (the store is damaged)")
+
+    def _chunked(self, cur: psycopg.Cursor[Any], commit_lsn: int, epoch: int,
+                 n: int) -> ChunkedPayload:
+        """The payload of transaction ``commit_lsn`` (written at ``epoch`` in ``n`` pieces) as
+        pieces loaded when a reader reaches them, each in a query of its own; a piece gone
+        meanwhile was trimmed (RetentionError), never replaced by other bytes (pieces are keyed
+        by the writer's epoch and a trimmed position is never appended again)."""
+        sizes = [size for (size,) in cur.execute(self._q_piece_sizes, (self.feed, commit_lsn, epoch))]
+        if len(sizes) != n:
+            self._torn(cur, commit_lsn, len(sizes), n)
+
+        def load(i: int) -> bytes:
+            with self._connection() as conn, conn.cursor(binary=True) as piece_cur:
+                found = piece_cur.execute(self._q_piece, (self.feed, commit_lsn, epoch, i)).fetchone()
+            if found is None:
+                if self.trimmed_lsn() >= commit_lsn:
+                    raise trimmed_while_read(commit_lsn, self.oldest())
+                raise ChangeLogError(f"change log of feed {self.feed!r}: payload piece {i} of "
+                                     f"transaction {commit_lsn:X} is missing (the store is damaged)")
+            return bytes(found[0])
+
+        return ChunkedPayload(sizes, load)
 
     def split_points(self, from_lsn: int, to_lsn: int, parts: int) -> list[int]:
         txn = self._t["txn"]

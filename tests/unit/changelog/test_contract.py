@@ -433,6 +433,84 @@ def test_concurrent_readers_never_see_part_of_a_batch(log: ChangeLog) -> None:
     assert log.stats().transaction_count == batch * batches
 
 
+# -- reading a big payload chunk by chunk (read(lazy_chunks=...), issue 29.2) ----------------------
+
+
+def _small_chunks(log: ChangeLog, size: int = 1000) -> None:
+    """Store payloads in chunks of ``size`` bytes (the memory store keeps payloads whole)."""
+    if hasattr(log, "chunk_bytes"):
+        log.chunk_bytes = size  # type: ignore[attr-defined]
+
+
+def _walk_segments(payload: object) -> bytes:
+    """The payload read segment by segment the decoder's way (a frame over a segment's end is
+    asked for again at its start), joined: must be the payload's bytes."""
+    from pgfeed.assembler.chunked import segments
+    from pgfeed.assembler.framing import walk
+
+    total = len(payload)  # type: ignore[arg-type]
+    out = bytearray()
+    pos = 0
+    while pos < total:
+        base, buf = segments(payload, pos)  # type: ignore[arg-type]
+        nxt = base + len(buf)
+        for at, _lsn, _start, stop in walk(buf, pos - base):
+            if stop > len(buf):
+                nxt = base + at
+                break
+            out += buf[at:stop]
+        assert nxt > pos, "no progress"
+        pos = nxt
+    return bytes(out)
+
+
+def test_a_big_payload_is_read_a_chunk_at_a_time(log: ChangeLog) -> None:
+    from pgfeed.assembler.chunked import ChunkedPayload
+
+    _small_chunks(log)
+    # 3000 rows: more than the SQLite log's in-memory tail keeps, so it is read from the file
+    small, big, wide = txn(L, 2), txn(2 * L, 3000, schema=True), txn(3 * L, 4, row_bytes=2500)
+    tiny = txn(4 * L, 1)
+    log.append([small, big, wide, tiny])
+    eager = log.read(EARLIEST, 10**6)
+    lazy = log.read(EARLIEST, 10**6, lazy_chunks=1)
+    assert eager == [small, big, wide, tiny]
+    assert [replace(t, payload=b"") for t in lazy] == [replace(t, payload=b"") for t in eager]
+    for got, want in zip(lazy, eager, strict=True):
+        assert len(got.payload) == len(want.payload)
+        assert bytes(got.payload) == bytes(want.payload)
+        assert _walk_segments(got.payload) == bytes(want.payload)  # frames over chunk ends too
+    chunked = [t.commit_lsn for t in lazy if isinstance(t.payload, ChunkedPayload)]
+    # Stores that keep chunks load the multi-chunk payloads on demand; the memory store holds
+    # every payload already.
+    assert chunked == ([] if not hasattr(log, "chunk_bytes") else [2 * L, 3 * L])
+    # a page stopping inside the big one, and the next page's read from its cursor
+    assert lsns(log.read(Cursor(2 * L, 2900), 10, lazy_chunks=1)) == [2 * L]
+    assert bytes(log.read(Cursor(2 * L, 2900), 10, lazy_chunks=1)[0].payload) == big.payload
+
+
+def test_a_chunk_trimmed_under_a_reader_is_a_retention_error_never_other_bytes(
+        log: ChangeLog) -> None:
+    _small_chunks(log)
+    first, second = txn(L, 3000), txn(2 * L, 100)  # past the SQLite log's in-memory tail
+    log.append([first, second])
+    (reading,) = log.read(EARLIEST, 1, lazy_chunks=1)
+    payload = reading.payload
+    assert log.trim(2 * L) == 1  # retention drops it while the reader is inside it
+    if isinstance(payload, (bytes, bytearray)):  # held whole (the memory store): still its bytes
+        assert bytes(payload) == first.payload
+        return
+    from pgfeed.assembler.chunked import ChunkedPayload
+
+    assert isinstance(payload, ChunkedPayload) and payload.chunks > 1
+    with pytest.raises(RetentionError, match="dropped by the feed's retention while it was being "
+                                             "read") as raised:
+        for i in range(payload.chunks):
+            payload.chunk(i)
+    assert raised.value.oldest == "0/4E20"  # the next transaction, 2L
+    assert bytes(log.read(EARLIEST, 10**6, lazy_chunks=1)[0].payload) == second.payload
+
+
 # -- backfills ----------------------------------------------------------------------------------
 
 

@@ -3,14 +3,19 @@ reader's decode; it gets ReaderBusy, or a page that ends early with a cursor tha
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from pgfeed_client._cursor import EARLIEST, Cursor
+from pgfeed.changelog.base import ChangeLog
 from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.decoding.model import Op
 from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.errors import RetentionError
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
+from tests.fixtures.fix_pg import PG_VERSIONS
 from tests.unit.changelog.txns import relation_frame, txn
 
 
@@ -91,3 +96,61 @@ def test_resolve_decides_on_the_positions_its_caller_read() -> None:
         reader.resolve(Cursor(0x800))  # no position given: the log's own, read now
     assert reader.resolve("latest") == Cursor(0x3000)
     assert reader.resolve("latest", head=0x2000) == Cursor(0x2000)
+
+
+def _paged(reader: FeedReader, after: Cursor, limit: int) -> tuple[list[object], list[Cursor]]:
+    from pgfeed.decoding.runs import loaded
+
+    changes: list[object] = []
+    cursors = []
+    while True:
+        page = reader.page(after, limit)
+        for t in page.transactions:
+            changes.extend(loaded(t).changes)
+        cursors.append(page.next)
+        after = page.next
+        if not page.has_more:
+            return changes, cursors
+
+
+@pytest.fixture(params=["sqlite", *(pytest.param(f"postgresql-{v}", marks=pytest.mark.pg,
+                                                 id=f"pgstore{v}") for v in PG_VERSIONS)])
+def chunked_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChangeLog]:
+    """A durable change log writing payloads in 500-byte chunks."""
+    if request.param == "sqlite":
+        from pgfeed.changelog.sqlite import SqliteChangeLog
+
+        log = SqliteChangeLog(tmp_path / "log.db", chunk_bytes=500)
+        yield log
+        log.close()
+        return
+    from tests.fixtures.fix_pgstore import leading_changelog
+
+    with leading_changelog(request.getfixturevalue("pg_clusters").get(
+            request.param.split("-")[1])) as store:
+        store.chunk_bytes = 500
+        yield store
+
+
+def test_a_big_transaction_read_a_chunk_at_a_time_pages_as_if_read_whole(
+        chunked_log: ChangeLog) -> None:
+    from pgfeed.assembler.chunked import ChunkedPayload
+
+    log = chunked_log
+    big, wide = 1_000_000, 2_000_000
+    # 3000 rows in ~600 chunks; then rows larger than a chunk (cut inside their frames)
+    log.append([txn(big, 3000, schema=True), txn(wide, 40, row_bytes=1700), txn(wide + 100, 2)])
+    catalog = RelationCatalog()
+    catalog.add(0x100, relation_frame(0x100)[12:])
+    (stored,) = log.read(Cursor(0), 1, lazy_chunks=1)
+    assert isinstance(stored.payload, ChunkedPayload) and stored.payload.chunks > 500
+    for limit in (7, 333, 5000):
+        whole = FeedReader(log, lambda: catalog)
+        whole.lazy_chunks = None
+        expected = _paged(whole, EARLIEST, limit)
+        chunked = _paged(FeedReader(log, lambda: catalog), EARLIEST, limit)
+        assert chunked == expected
+        assert len(expected[0]) == 3042
+    # a reader resuming at a cursor no page stopped at walks the chunks before it
+    resumed, _ = _paged(FeedReader(log, lambda: catalog), Cursor(big, 1234), 100)
+    assert resumed == _paged(FeedReader(log, lambda: catalog), EARLIEST, 5000)[0][1235:]
