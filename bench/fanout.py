@@ -43,7 +43,7 @@ from urllib.parse import parse_qs
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-import _checkout  # this checkout's packages first (sys.path, PYTHONPATH)
+import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
 
 import orjson
 import psycopg
