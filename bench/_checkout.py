@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.checkout import PYTHONPATH, SOURCE_ROOTS  # noqa: E402
+from tests.checkout import PYTHONPATH, SOURCE_ROOTS
 
 sys.path[:0] = [str(path) for path in SOURCE_ROOTS if str(path) not in sys.path]
 os.environ["PYTHONPATH"] = os.pathsep.join(

@@ -21,7 +21,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-import _checkout  # noqa: E402,F401  (this checkout's packages first)
+import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
 sys.path.insert(0, str(BENCH))
 
 import _serve_servers as servers
@@ -174,7 +174,7 @@ def grpc_read(target: str, cursor: str, until: Callable[[int, int, Any], bool],
 def reference_server(kind: str, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(BENCH / "ceiling.py"), kind, str(port), *args],
-                            cwd=ROOT, preexec_fn=_die_with_parent,  # noqa: PLW1509
+                            cwd=ROOT, preexec_fn=_die_with_parent,
                             env=dict(os.environ))
     try:
         deadline = time.monotonic() + 30

@@ -18,7 +18,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-import _checkout  # noqa: E402,F401  (this checkout's packages first)
+import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
 sys.path.insert(0, str(BENCH))
 
 import httpx
@@ -76,7 +76,7 @@ def run_server(log: Path, *args: str) -> Iterator[Server]:
             [sys.executable, "-m", "pgfeed", "serve", *args,
              "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
+            preexec_fn=_die_with_parent,
             env={**os.environ, "PGFEED_LOG_LEVEL": "WARNING"})
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=120) as http:

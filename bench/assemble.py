@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import _checkout  # noqa: E402,F401  (this checkout's packages first)
+import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
 
 from pgfeed.assembler.spill import MemorySpillStore
 from pgfeed.assembler.transactions import TransactionAssembler

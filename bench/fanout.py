@@ -43,7 +43,7 @@ from urllib.parse import parse_qs
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-import _checkout  # noqa: E402,F401  (this checkout's packages first)
+import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
 
 import orjson
 import psycopg
@@ -175,7 +175,7 @@ def clients(surface: str, target: str, cursor: str, n: int,
     out = work / f"{surface}.json"
     proc = subprocess.Popen([sys.executable, __file__, "client", surface, target, cursor, str(n), str(out)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV,
-                            preexec_fn=_die_with_parent)  # noqa: PLW1509
+                            preexec_fn=_die_with_parent)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -449,7 +449,7 @@ def main() -> None:
 def _bare() -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
     grpc_port, http_port = free_port(), free_port()
     proc = subprocess.Popen([sys.executable, __file__, "bare", str(grpc_port), str(http_port)],
-                            env=ENV, preexec_fn=_die_with_parent)  # noqa: PLW1509
+                            env=ENV, preexec_fn=_die_with_parent)
     try:
         import httpx
 

@@ -31,7 +31,7 @@ import httpx
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-import _checkout  # noqa: E402,F401  (this checkout's packages first)
+import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
 sys.path.insert(0, str(BENCH))
 RESULTS = BENCH / "RESULTS.md"
 START, END = "<!-- http:start -->", "<!-- http:end -->"
@@ -40,7 +40,7 @@ DSN = "host=/nonexistent port=1 dbname=bench"  # never connected: capture is off
 
 
 def fill(data_dir: Path, changes: int) -> None:
-    from read_decode import RELID, build, relation  # noqa: F401  (bench/read_decode.py)
+    from read_decode import RELID, build, relation
 
     from pgfeed.assembler.framing import frame
     from pgfeed.changelog.sqlite import SqliteChangeLog

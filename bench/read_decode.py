@@ -13,7 +13,7 @@ import argparse
 import statistics
 import time
 
-import _checkout  # noqa: E402,F401  (this checkout's packages first)
+import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
 
 from pgfeed.assembler.framing import frame
 from pgfeed.assembler.model import StoredTransaction

@@ -35,7 +35,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-import _checkout  # noqa: E402,F401  (this checkout's packages first)
+import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
 
 import _serve_phases as P
 import _serve_servers as S

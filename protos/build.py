@@ -1,7 +1,9 @@
 """Generate the pgfeed.v1 Python code (messages, type stubs, gRPC stubs; package ``pgfeed_proto.v1``,
 shipped by pgfeed-client: clients/pgfeed_proto) from protos/*.proto.
 
-Run after editing a .proto, and commit the output: ``.venv/bin/python protos/build.py``.
+Run after editing a .proto, and commit the output: ``.venv/bin/python protos/build.py``; then
+``python -m pgfeed.encoding.tables`` (the protobuf tags the encoders write by hand, C and Python,
+come from the descriptor) and rebuild the extension.
 ``tests/unit/grpc_api/test_proto_fresh.py`` regenerates into a temporary directory and fails when
 the committed files differ.
 """
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for path in build(args.out):
         print(path)
+    print("next: python -m pgfeed.encoding.tables (the encoders' tags), then rebuild the extension "
+          "(cd service && python setup.py build_ext --inplace)")
     return 0
 
 

@@ -16,8 +16,10 @@ setup(packages=find_packages(include=["pgfeed", "pgfeed.*"]),
       ext_modules=[Extension(name, [source], depends=depends, extra_compile_args=_FLAGS, optional=True)
                    for name, source, depends in (
                        ("pgfeed.encoding._transcode", "pgfeed/encoding/_transcode.c",
-                        # _kinds.h: generated (pgfeed/types/kinds_header.py); _transcode_arrow.c:
-                        # included (typed Arrow rows share the transcoder's text parsers)
-                        ["pgfeed/encoding/_kinds.h", "pgfeed/encoding/_transcode_arrow.c"]),
+                        # the headers: generated (python -m pgfeed.encoding.tables);
+                        # _transcode_arrow.c: included (typed Arrow rows share the transcoder's
+                        # text parsers)
+                        ["pgfeed/encoding/_kinds.h", "pgfeed/encoding/_proto_tags.h",
+                         "pgfeed/encoding/_arrow_abi.h", "pgfeed/encoding/_transcode_arrow.c"]),
                        ("pgfeed.assembler._framing", "pgfeed/assembler/_framing.c", []),
                        ("pgfeed.backfill._rows", "pgfeed/backfill/_rows.c", []))])

@@ -47,7 +47,7 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.checkout import SOURCE_ROOTS  # noqa: E402
+from tests.checkout import SOURCE_ROOTS
 
 sys.path[:0] = [str(path) for path in SOURCE_ROOTS]  # this checkout's packages
 
@@ -349,7 +349,7 @@ def plain(value: Any) -> Any:
 def service_decode(data: bytes, in_stream: bool) -> Any:
     try:
         return plain(dataclasses.asdict(decode(data, in_stream=in_stream)))
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
+    except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
 
 
@@ -410,7 +410,7 @@ def capture_slot(conn: psycopg.Connection[Any], slot: str, proto: int, problems:
         where = f"{slot} {lsn} {tag}"
         try:
             expected = reference_parse(data, line_in_stream, parallel=proto >= 4)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             problems.append(f"{where}: reference parser failed: {exc!r} hex={data.hex()}")
             continue
         got = service_decode(data, line_in_stream)

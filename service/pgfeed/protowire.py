@@ -1,21 +1,20 @@
 """Protobuf wire primitives shared by the type registry's writers (``service/pgfeed/types``) and the
 encoders (``encoding/to_proto``, ``encoding/transcode``): varints,
-google.protobuf.Timestamp fields and precomputed ``map<string, Value>`` entry heads."""
+google.protobuf.Timestamp fields and precomputed ``map<string, Value>`` entry heads. Field tags come
+from ``pgfeed.prototags``, generated from feed.proto."""
 
 from __future__ import annotations
+
+from pgfeed import prototags as _tags
+from pgfeed.prototags import VALUE
 
 __all__ = ["HEADS", "SMALL", "VALUE", "VC", "MapColumn", "V", "ld_field", "map_column",
            "table_version_field", "text_field", "timestamp_field", "varint"]
 
-# pgfeed.v1.Value (feed.proto): each field's tag byte (field number << 3 | wire type)
-VALUE: dict[str, bytes] = {
-    "null_value": b"\x08", "bool_value": b"\x10", "int_value": b"\x18", "double_value": b"\x21",
-    "string_value": b"\x2a", "bytes_value": b"\x32", "numeric_value": b"\x3a",
-    "timestamp_value": b"\x42", "json_value": b"\x4a", "list_value": b"\x52",
-    "local_timestamp_value": b"\x5a", "date_value": b"\x62", "time_value": b"\x6a",
-    "interval_value": b"\x72",
-}
-_STRING = VALUE["string_value"]
+# VALUE: pgfeed.v1.Value's field tags by field name (field number << 3 | wire type), which the
+# type registry's families name
+_STRING = _tags.VALUE_STRING_VALUE
+_SECONDS, _NANOS = _tags.TIMESTAMP_SECONDS, _tags.TIMESTAMP_NANOS
 
 SMALL = 1 << 14
 # V[n]: varint of n < 2**14; VC[n]: the two-byte group form of n < 2**14 with the continuation
@@ -53,8 +52,7 @@ def text_field(tag: bytes, text: str) -> bytes:
     return ld_field(tag, text.encode())
 
 
-# pgfeed.v1.Change.table_version: field 16, varint (two tag bytes)
-TABLE_VERSION_TAG = b"\x80\x01"
+TABLE_VERSION_TAG = _tags.CHANGE_TABLE_VERSION  # field 16: two tag bytes
 
 
 def table_version_field(version: int | None) -> bytes:
@@ -66,17 +64,19 @@ def table_version_field(version: int | None) -> bytes:
 def timestamp_field(field: bytes, seconds: int, micros: int) -> bytes:
     """A google.protobuf.Timestamp field: seconds (int64), nanos (int32); zeros are left out."""
     if (1 << 28) <= seconds < (1 << 35):  # 1978-07-04 .. 3058: five bytes
-        body = b"\x08" + VC[seconds & 0x3FFF] + VC[seconds >> 14 & 0x3FFF] + V[seconds >> 28]
+        body = _SECONDS + VC[seconds & 0x3FFF] + VC[seconds >> 14 & 0x3FFF] + V[seconds >> 28]
     else:
-        body = b"\x08" + varint(seconds) if seconds else b""
+        body = _SECONDS + varint(seconds) if seconds else b""
     if micros:
         nanos = micros * 1000
-        body += b"\x10" + (VC[nanos & 0x3FFF] + VC[nanos >> 14 & 0x3FFF] + V[nanos >> 28]
+        body += _NANOS + (VC[nanos & 0x3FFF] + VC[nanos >> 14 & 0x3FFF] + V[nanos >> 28]
                            if nanos >= 1 << 28 else varint(nanos))
     return field + V[len(body)] + body
 
 
 HEADS = 128  # precomputed entry heads for Value payloads shorter than this
+# a map<string, Value> entry's key and value fields (key, before and after entries are alike)
+_ENTRY_KEY, _ENTRY_VALUE = _tags.CHANGE_KEY_ENTRY_KEY, _tags.CHANGE_KEY_ENTRY_VALUE
 
 
 class MapColumn:
@@ -91,7 +91,7 @@ class MapColumn:
     def __init__(self, tag: bytes, name: str) -> None:
         key = name.encode()
         self.tag = tag
-        self.prefix = b"\x0a" + varint(len(key)) + key + b"\x12"
+        self.prefix = _ENTRY_KEY + varint(len(key)) + key + _ENTRY_VALUE
         self.head = [self._head(m) for m in range(HEADS)]
         self.text_head = [self.head[n + 2] + _STRING + V[n] for n in range(HEADS - 2)]
 

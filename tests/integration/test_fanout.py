@@ -60,7 +60,7 @@ def test_subscribers_at_different_cursors_get_every_transaction_once_in_order(
     def guarded(target: object, *args: str) -> None:
         try:
             target(*args)  # type: ignore[operator]
-        except BaseException as exc:  # noqa: BLE001 - surfaced below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = []

@@ -59,7 +59,7 @@ class Replica:
         self.id = replica_id
         self.http_port, self.grpc_port = free_port(), free_port()
         env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PGFEED_STORE": store}
-        self.stderr = open(log_dir / f"{replica_id}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.stderr = open(log_dir / f"{replica_id}.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pgfeed", "serve", "--replica-id", replica_id, "--http-port",
              str(self.http_port), "--grpc-port", str(self.grpc_port)],

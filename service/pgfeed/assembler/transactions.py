@@ -6,7 +6,6 @@ Readers only ever see committed transactions: streamed ones wait for Stream Comm
 
 from __future__ import annotations
 
-import struct
 import sys
 from collections.abc import Iterable, Iterator
 from functools import partial
@@ -16,6 +15,7 @@ from pgfeed.assembler.framing import FRAME, walk
 from pgfeed.assembler.model import Payload, StoredTransaction, end_position
 from pgfeed.assembler.spill import SpilledPayload, SpillStore
 from pgfeed.errors import AssemblyError
+from pgfeed.netorder import U32
 from pgfeed.pgoutput.decode import decode, message_tag_name
 from pgfeed.pgoutput.messages import (
     TAG_BEGIN,
@@ -46,7 +46,7 @@ from pgfeed.pgoutput.messages import (
 
 _pack = FRAME.pack
 _HEADER = FRAME.size
-_unpack_xid = struct.Struct(">I").unpack_from
+_unpack_xid = U32.unpack_from
 
 _ROW = frozenset(b"IUDT")  # row changes: framed, counted, never decoded here
 _SCHEMA = frozenset(b"RY")  # Relation / Type: framed and kept in schema_frames
@@ -56,7 +56,7 @@ _M = ord("M")
 # pgfeed's own heartbeats (non-transactional messages capture emits so an idle slot moves): they
 # advance the position and are never stored.
 HEARTBEAT_PREFIX = "pgfeed.heartbeat"
-_u32 = struct.Struct(">I").unpack_from
+_u32 = U32.unpack_from
 # Spill key of a transaction's frames with aborted subtransactions filtered out (xids are 32-bit).
 _FILTERED = 1 << 32
 

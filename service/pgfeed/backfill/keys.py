@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
+from pgfeed.netorder import U16, U32
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import RelationMessage
 
 Key = tuple[bytes, ...]
 
-_u32 = struct.Struct(">I").unpack_from
-_u16 = struct.Struct(">H").unpack_from
+_u32 = U32.unpack_from
+_u16 = U16.unpack_from
 
 
 def precedes(a: int, b: int) -> bool:

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgfeed.backfill.keys import Key, tuple_key
+from pgfeed.netorder import I16, I32, U32, U64
 
 __all__ = ["IMPLEMENTATION", "Rows", "copy_text_rows", "read_copy"]
 
-_i16 = struct.Struct(">h").unpack_from
-_u32 = struct.Struct(">I").pack
-_lsn8 = struct.Struct(">Q")
+_i16 = I16.unpack_from
+_u32 = U32.pack
 LSN_BYTES = 8  # a frame: its LSN (zero until stored), >I length, the message
 # From a frame's start to its TupleData: the LSN, the length, 'I', the relation id, 'N'
 _TUPLE_AT = LSN_BYTES + 4 + 1 + 4 + 1
@@ -80,7 +80,7 @@ def _stamp_py(prefix: bytes, frames: bytes, starts: Any, runs: list[tuple[int, i
         at = len(out) - starts[start]
         out += frames[starts[start]:starts[stop]]
         for i in range(start, stop):
-            _lsn8.pack_into(out, at + starts[i], lsn)
+            U64.pack_into(out, at + starts[i], lsn)
     return bytes(out)
 
 
@@ -102,7 +102,7 @@ def _copy_text_frames(block: bytes | bytearray | memoryview, header: bytes) -> t
         parts = [header]
         for f in fields:
             v = None if f == b"\\N" else _unescape(f)
-            parts.append(b"n" if v is None else b"t" + struct.pack(">i", len(v)) + v)
+            parts.append(b"n" if v is None else b"t" + I32.pack(len(v)) + v)
         messages.append(b"".join(parts))
     rows = Rows.of(messages, ())
     return rows.frames, rows.starts.tobytes()

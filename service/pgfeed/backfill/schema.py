@@ -8,13 +8,11 @@ feed option ``snapshot`` now runs a backfill instead.)
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
+from pgfeed.netorder import I16, I32, U32
+
 _FIRST_NORMAL_OID = 16384  # FirstNormalObjectId: OIDs below are built in
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +57,13 @@ def _string(text: str) -> bytes:
 
 def relation_message(table: PublishedTable) -> bytes:
     """A pgoutput Relation message (proto.c logicalrep_write_rel, without the streaming xid)."""
-    parts = [b"R", _U32.pack(table.oid), _string(table.schema), _string(table.name),
-             table.replica_identity.encode(), _I16.pack(len(table.columns))]
+    parts = [b"R", U32.pack(table.oid), _string(table.schema), _string(table.name),
+             table.replica_identity.encode(), I16.pack(len(table.columns))]
     for name, type_oid, typmod, is_key in table.columns:
-        parts += [b"\x01" if is_key else b"\x00", _string(name), _U32.pack(type_oid), _I32.pack(typmod)]
+        parts += [b"\x01" if is_key else b"\x00", _string(name), U32.pack(type_oid), I32.pack(typmod)]
     return b"".join(parts)
 
 
 def type_message(type_oid: int, schema: str, name: str) -> bytes:
     """A pgoutput Type message (proto.c logicalrep_write_typ)."""
-    return b"Y" + _U32.pack(type_oid) + _string(schema) + _string(name)
+    return b"Y" + U32.pack(type_oid) + _string(schema) + _string(name)

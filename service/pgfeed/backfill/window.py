@@ -29,7 +29,6 @@ Redoing is always safe: nothing of the chunk was stored.
 from __future__ import annotations
 
 import json
-import struct
 import threading
 import time
 from collections import deque
@@ -40,6 +39,7 @@ from pgfeed.assembler.framing import walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, BackfillProgress, StoredTransaction
 from pgfeed.backfill.keys import Key, add_key, key_positions, precedes, same_relation, tuple_key
 from pgfeed.backfill.rows import Rows
+from pgfeed.netorder import U16, U32, U64
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import (
     TAG_DELETE,
@@ -82,9 +82,9 @@ PAUSE_SECONDS = 0.25
 MAX_PAUSE = 2.0
 _MAX_TIMED = 4096  # live commits timed at once (receipt to durable); past it, timing restarts
 
-_u32 = struct.Struct(">I").unpack_from
-_u16 = struct.Struct(">H").unpack_from
-_lsn8 = struct.Struct(">Q").pack
+_u32 = U32.unpack_from
+_u16 = U16.unpack_from
+_lsn8 = U64.pack
 _ROW = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE})
 _T, _R = TAG_TRUNCATE, TAG_RELATION
 _INSERT, _UPDATE = TAG_INSERT, TAG_UPDATE
@@ -406,7 +406,7 @@ class WindowTracker:
         if final:
             self._held.popleft()
             chunk.finish("stored")
-        schema = tuple(lsn + struct.pack(">I", len(m)) + m for m in chunk.schema)
+        schema = tuple(lsn + U32.pack(len(m)) + m for m in chunk.schema)
         payload = rows.stamp(b"".join(schema), runs, position)
         return StoredTransaction(0, position, end_lsn, commit_ts,
                                  f"{BACKFILL_ORIGIN}:{chunk.backfill_id}", count, payload,

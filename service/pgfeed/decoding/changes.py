@@ -8,7 +8,6 @@ of its own payload as they come (an ALTER TABLE mid-transaction applies to later
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from pgfeed.decoding.runs import (
 )
 from pgfeed.decoding.values import load_value
 from pgfeed.errors import SchemaError
+from pgfeed.netorder import U32
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import (
     TAG_DELETE,
@@ -56,7 +56,7 @@ _OPS = {TAG_INSERT: Op.INSERT, TAG_UPDATE: Op.UPDATE, TAG_DELETE: Op.DELETE,
 _READ_OPS = {**_OPS, TAG_INSERT: Op.READ}
 _ROW_TAGS = frozenset({TAG_INSERT, TAG_UPDATE, TAG_DELETE})
 _CHANGE_TAGS = frozenset(_OPS)
-_relation_id_at = struct.Struct(">I").unpack_from
+_relation_id_at = U32.unpack_from
 
 
 _DDL_COLUMN_KEYS = ("attnum", "name", "type", "type_oid", "not_null", "default", "generated",

@@ -7,7 +7,6 @@ follows from the version's columns and the type registry (``service/pgfeed/types
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from pgfeed.codegen import define
 from pgfeed.decoding.relations import RelationSchema
 from pgfeed.decoding.values import RowLoader, row_loader, sequence_loader
+from pgfeed.netorder import U16, U32
 from pgfeed.types.registry import fast_kind, json_kind
 
 __all__ = ["KeyOf", "RelationPlan", "WireRow"]
@@ -22,8 +22,8 @@ __all__ = ["KeyOf", "RelationPlan", "WireRow"]
 KeyOf = Callable[[dict[str, Any]], dict[str, Any] | None]
 WireRow = Callable[[bytes | bytearray, int], tuple[dict[str, Any], int]]
 
-_u16_at = struct.Struct(">H").unpack_from
-_u32_at = struct.Struct(">I").unpack_from
+_u16_at = U16.unpack_from
+_u32_at = U32.unpack_from
 
 
 @dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)

@@ -22,6 +22,8 @@
 
 /* value kinds, one byte per column: generated from the type registry (service/pgfeed/types) */
 #include "_kinds.h"
+/* protobuf field tags PB_<MESSAGE>_<FIELD>: generated from protos/pgfeed/v1/feed.proto */
+#include "_proto_tags.h"
 
 /* fallback: not a shape the fast path writes; the caller loads the change instead */
 #define FALLBACK (-1)
@@ -285,8 +287,8 @@ static int put_stamp(Buf *b, unsigned char field, const unsigned char *t, Py_ssi
                + (nanos ? 1 + varint_size((uint64_t)nanos) : 0);
     PUT1(b, field);
     CHECK(put_varint(b, (uint64_t)size));
-    if (seconds) { PUT1(b, 0x08); CHECK(put_varint(b, (uint64_t)seconds)); }
-    if (nanos) { PUT1(b, 0x10); CHECK(put_varint(b, (uint64_t)nanos)); }
+    if (seconds) { PUT1(b, PB_TIMESTAMP_SECONDS); CHECK(put_varint(b, (uint64_t)seconds)); }
+    if (nanos) { PUT1(b, PB_TIMESTAMP_NANOS); CHECK(put_varint(b, (uint64_t)nanos)); }
     return 0;
 }
 
@@ -434,30 +436,37 @@ static int valid_utf8(const unsigned char *t, Py_ssize_t n) {
 static int proto_value(Buf *b, int kind, Col c) {
     const unsigned char *t = c.p;
     Py_ssize_t n = c.n;
-    if (n < 0) { PUTS(b, "\x08\x00"); return 0; } /* null_value */
+    if (n < 0) { /* null_value: NULL_VALUE (0) */
+        static const unsigned char null_value[2] = {PB_VALUE_NULL_VALUE, 0};
+        PUT(b, null_value, 2);
+        return 0;
+    }
     switch (kind) {
     case K_TEXT:
         CHECK(valid_utf8(t, n)); /* protobuf strings must be valid UTF-8 */
-        return put_ld(b, 0x2a, t, n);
+        return put_ld(b, PB_VALUE_STRING_VALUE, t, n);
     case K_NUMERIC:
         if (!numeric_ok(t, n)) return FALLBACK;
-        return put_ld(b, 0x3a, t, n);
+        return put_ld(b, PB_VALUE_NUMERIC_VALUE, t, n);
     case K_JSON: /* the document null too: json_value "null", never null_value (SQL NULL) */
-        return put_ld(b, 0x4a, t, n);
+        return put_ld(b, PB_VALUE_JSON_VALUE, t, n);
     case K_BOOL:
-        if (n == 1 && t[0] == 't') { PUTS(b, "\x10\x01"); return 0; }
-        if (n == 1 && t[0] == 'f') { PUTS(b, "\x10\x00"); return 0; }
+        if (n == 1 && (t[0] == 't' || t[0] == 'f')) {
+            unsigned char out[2] = {PB_VALUE_BOOL_VALUE, t[0] == 't'};
+            PUT(b, out, 2);
+            return 0;
+        }
         return FALLBACK;
     case K_INT: {
         int64_t v;
         CHECK(parse_int(t, n, &v));
-        PUT1(b, 0x18);
+        PUT1(b, PB_VALUE_INT_VALUE);
         return put_varint(b, (uint64_t)v);
     }
     case K_FLOAT: {
         double v;
         CHECK(parse_double(t, n, &v));
-        unsigned char out[9] = {0x21};
+        unsigned char out[9] = {PB_VALUE_DOUBLE_VALUE};
         memcpy(out + 1, &v, 8); /* fixed64, little-endian (as struct's '<d') */
 #if PY_BIG_ENDIAN
         for (int i = 0; i < 4; i++) { unsigned char x = out[1 + i]; out[1 + i] = out[8 - i]; out[8 - i] = x; }
@@ -467,19 +476,21 @@ static int proto_value(Buf *b, int kind, Col c) {
     }
     case K_BYTEA: {
         if (n < 2) return FALLBACK;
-        PUT1(b, 0x32);
+        PUT1(b, PB_VALUE_BYTES_VALUE);
         CHECK(put_varint(b, (uint64_t)((n - 2) / 2)));
         return put_unhex(b, t, n);
     }
-    case K_DATE:
+    case K_DATE: {
         if (n != 10 || !date_ok(t)) return FALLBACK;
-        PUTS(b, "\x62\x0a");
+        unsigned char head[2] = {PB_VALUE_DATE_VALUE, 10}; /* the tag and the length */
+        PUT(b, head, 2);
         PUT(b, t, n);
         return 0;
+    }
     case K_TIME: {
         int pad = time_pad(t, n);
         CHECK(pad);
-        PUT1(b, 0x6a);
+        PUT1(b, PB_VALUE_TIME_VALUE);
         CHECK(put_varint(b, (uint64_t)(n + pad)));
         PUT(b, t, n);
         PUT(b, ZEROS, pad);
@@ -487,15 +498,15 @@ static int proto_value(Buf *b, int kind, Col c) {
     }
     case K_TIMESTAMP:
         if (!timestamp_ok(t, n)) return FALLBACK;
-        return put_stamp(b, 0x5a, t, n);
+        return put_stamp(b, PB_VALUE_LOCAL_TIMESTAMP_VALUE, t, n);
     case K_TIMESTAMPTZ:
         if (!timestamptz_ok(t, n)) return FALLBACK;
-        return put_stamp(b, 0x42, t, n - 3);
+        return put_stamp(b, PB_VALUE_TIMESTAMP_VALUE, t, n - 3);
     case K_MONEY: {
         unsigned char plain[40];
         Py_ssize_t k = money_plain(t, n, plain);
         if (k < 0) return FALLBACK;
-        return put_ld(b, 0x3a, plain, k); /* numeric_value */
+        return put_ld(b, PB_VALUE_NUMERIC_VALUE, plain, k);
     }
     }
     return FALLBACK;
@@ -663,7 +674,8 @@ typedef struct {
     Py_ssize_t ncols, nkeys;
     unsigned char *kinds;   /* per column */
     Py_ssize_t *keys;       /* key column indexes */
-    Bytes *proto_names;     /* per column: map entry key part, 0x0a len name 0x12 */
+    Bytes *proto_names;     /* per column: map entry key part, PB_CHANGE_KEY_ENTRY_KEY len name
+                               PB_CHANGE_KEY_ENTRY_VALUE */
     Bytes *json_names;      /* per column: '"name":' */
     Bytes proto_ops[3];     /* op, schema, table fields, per insert/update/delete */
     Bytes json_ops[3];      /* '"op":"insert","schema":…,"table":…,' */
@@ -819,18 +831,18 @@ static int proto_change(Encoder *self, Call *c, Buf *b) {
     int rc = 0;
     Bytes op = self->proto_ops[l->op];
     if (put(b, op.p, op.n) < 0) { rc = ERROR; goto done; }
-    if (c->lsn && (put1(b, 0x08) < 0 || put_varint(b, c->lsn) < 0)) { rc = ERROR; goto done; }
-    if (c->seq && (put1(b, 0x10) < 0 || put_varint(b, c->seq) < 0)) { rc = ERROR; goto done; }
+    if (c->lsn && (put1(b, PB_CHANGE_LSN) < 0 || put_varint(b, c->lsn) < 0)) { rc = ERROR; goto done; }
+    if (c->seq && (put1(b, PB_CHANGE_SEQ) < 0 || put_varint(b, c->seq) < 0)) { rc = ERROR; goto done; }
     for (Py_ssize_t i = 0; i < self->nkeys && rc == 0; i++) {
         Py_ssize_t at = self->keys[i];
-        rc = proto_entry(b, &value, 0x32, self->proto_names[at], self->kinds[at], l->key_from[at]);
+        rc = proto_entry(b, &value, PB_CHANGE_KEY, self->proto_names[at], self->kinds[at], l->key_from[at]);
     }
     if (l->old_kind == 'O')
         for (Py_ssize_t i = 0; i < self->ncols && rc == 0; i++)
-            rc = proto_entry(b, &value, 0x3a, self->proto_names[i], self->kinds[i], c->oldc[i]);
+            rc = proto_entry(b, &value, PB_CHANGE_BEFORE, self->proto_names[i], self->kinds[i], c->oldc[i]);
     if (l->op != 2)
         for (Py_ssize_t i = 0; i < self->ncols && rc == 0; i++)
-            rc = proto_entry(b, &value, 0x42, self->proto_names[i], self->kinds[i], c->newc[i]);
+            rc = proto_entry(b, &value, PB_CHANGE_AFTER, self->proto_names[i], self->kinds[i], c->newc[i]);
 done:
     buf_free(&value);
     return rc;
@@ -1011,7 +1023,8 @@ PyMODINIT_FUNC PyInit__transcode(void) {
     if (Unsupported == NULL || PyModule_AddObjectRef(m, "Unsupported", Unsupported) < 0
         || PyModule_AddObjectRef(m, "Encoder", (PyObject *)&EncoderType) < 0
         || PyModule_AddObjectRef(m, "ArrowRows", (PyObject *)&ArrowRowsType) < 0
-        || PyModule_AddIntConstant(m, "ARROW_KINDS", A_COUNT) < 0
+        || PyModule_AddStringConstant(m, "ARROW_ABI", ARROW_ABI_DIGEST) < 0
+        || PyModule_AddStringConstant(m, "PROTO_TAGS", PROTO_TAGS_DIGEST) < 0
         || PyModule_AddIntConstant(m, "KINDS", K_COUNT) < 0) {
         Py_DECREF(m);
         return NULL;

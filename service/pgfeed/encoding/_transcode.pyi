@@ -18,7 +18,8 @@ class Encoder:
     def run(self, payload: bytes | bytearray, pos: int, count: int, seq: int, json: bool,
             middle: bytes, tail: bytes, /) -> tuple[list[bytes], int]: ...
 
-ARROW_KINDS: int  # _transcode_arrow.c's Arrow column kinds (arrow_rows.py's codes)
+ARROW_ABI: str  # arrow_abi.DIGEST of the interface it was built with (_arrow_abi.h)
+PROTO_TAGS: str  # prototags.DIGEST of the protobuf tags it was built with (_proto_tags.h)
 
 class Owned:
     """A buffer taken from ArrowRows (read-only, through the buffer protocol)."""

@@ -10,9 +10,9 @@
  * tests/unit/encoding/test_arrow_rows.py holds to it.
  */
 
-/* Arrow column kinds; arrow_rows.py passes one per output column (its _ARROW_CODES) */
-enum { A_INT16, A_INT32, A_INT64, A_FLOAT32, A_FLOAT64, A_BOOL, A_DECIMAL, A_DATE32,
-       A_TIMESTAMP, A_STRING, A_BINARY, A_LIST, A_COUNT };
+/* The interface with arrow_rows.py (Arrow column kinds A_*, metadata columns M_*, buffers()'
+ * slots S_*, row ops ROW_*, scan()'s flags F_*): generated from encoding/arrow_abi.py */
+#include "_arrow_abi.h"
 
 /* Column memory comes from PyMem_Raw* (the C library's allocator), which needs no GIL: scan()
  * appends with the GIL released. ERROR from these means out of memory, with no exception set
@@ -334,14 +334,12 @@ static int arrow_list(Column *c, Py_ssize_t row, int kind, Col v) {
 
 /* -- ArrowRows --------------------------------------------------------------------------------- */
 
-enum { M_OP, M_LSN, M_SEQ, M_COMMIT_LSN, M_COMMIT_TS, M_XID, M_TOAST_NAME, M_KEY_VALID,
-       M_TABLE_VERSION, M_COUNT };
-
-#define F_READ 1       /* a backfill chunk: its inserts are rows read, op "read" */
-#define F_ALLOW_U 2    /* unchanged TOAST values are null and listed (not toast=reselect) */
-#define F_WANT(op) (4 << (op)) /* op 0 insert, 1 update, 2 delete, 3 read */
-
-static const char *const OP_NAMES[] = {"insert", "update", "delete", "read"};
+/* buffers() appends one entry a metadata column, in M_ order, and the _unchanged_toast lists'
+ * offsets just before their names: the slots arrow_abi.Slot names */
+_Static_assert((int)S_TOAST_OFFSETS == (int)M_TOAST_NAME && (int)S_COUNT == (int)M_COUNT + 1
+               && (int)S_TOAST_NAME == (int)M_TOAST_NAME + 1
+               && (int)S_TABLE_VERSION == (int)M_TABLE_VERSION + 1,
+               "buffers() slots: see arrow_abi.Slot");
 
 typedef struct {
     PyObject_HEAD
@@ -390,11 +388,11 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
     Py_ssize_t lists = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *spec = PyTuple_GET_ITEM(specs, i);
-        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4) {
+        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != SPEC_COUNT) {
             PyErr_SetString(PyExc_ValueError, "a column spec is (kind, precision, scale, element kind)");
             return -1;
         }
-        lists += PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) == A_LIST;
+        lists += PyLong_AsLong(PyTuple_GET_ITEM(spec, SPEC_KIND)) == A_LIST;
     }
     if (PyErr_Occurred()) return -1;
     self->nlists = lists;
@@ -405,6 +403,8 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
     if (!self->cols || !self->keys || !self->newc || !self->marks) { PyErr_NoMemory(); return -1; }
     self->oldc = self->newc + n + 1;
     Py_ssize_t child = n + k + M_COUNT;
+    _Static_assert(SPEC_KIND == 0 && SPEC_PRECISION == 1 && SPEC_SCALE == 2 && SPEC_ELEMENT == 3
+                   && SPEC_COUNT == 4, "a spec parses as (kind, precision, scale, element)");
     for (Py_ssize_t i = 0; i < n; i++) {
         int kind, precision, scale, element;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(specs, i), "iiii", &kind, &precision, &scale, &element))
@@ -432,10 +432,8 @@ static int ArrowRows_init(ArrowRows *self, PyObject *args, PyObject *kw) {
         if (src->kind == A_LIST) { PyErr_SetString(PyExc_ValueError, "a list key column"); return -1; }
         if (column_init(&self->cols[n + j], src->kind, src->precision, src->scale) < 0) return nomem();
     }
-    static const int meta_kinds[] = {A_STRING, A_INT64, A_INT64, A_INT64, A_INT64, A_INT64,
-                                     A_STRING, A_BOOL, A_INT32};
     for (int m = 0; m < M_COUNT; m++)
-        if (column_init(meta(self, m), meta_kinds[m], 0, 0) < 0) return nomem();
+        if (column_init(meta(self, m), META_KINDS[m], 0, 0) < 0) return nomem();
     int32_t zero = 0;
     if (grow_put(&self->toast_offsets, &zero, 4) < 0) return nomem();
     Py_INCREF(names);
@@ -568,7 +566,8 @@ static PyObject *ArrowRows_scan(ArrowRows *self, PyObject *const *args, Py_ssize
         Py_ssize_t length = be32(d + pos + 8), start = pos + 12;
         if (length < 5 || length > end - start) break;
         unsigned char tag = d[start];
-        int op = tag == 'I' ? ((flags & F_READ) ? 3 : 0) : tag == 'U' ? 1 : tag == 'D' ? 2 : -1;
+        int op = tag == 'I' ? ((flags & F_READ) ? ROW_READ : ROW_INSERT)
+                 : tag == 'U' ? ROW_UPDATE : tag == 'D' ? ROW_DELETE : -1;
         if (op < 0 || be32(d + start + 1) != relation_id) break;
         if (flags & F_WANT(op)) {
             mark(self);
@@ -635,7 +634,8 @@ static PyObject *grow_take(Grow *g, Py_ssize_t n) {
     return (PyObject *)out;
 }
 
-/* (validity or None, values or None, data or None, null count) of one column, taken */
+/* one column's entry of buffers() (B_*: validity or None, values or None, data or None, null
+ * count), taken */
 static PyObject *column_buffers(Column *c, Py_ssize_t rows, int values) {
     Py_ssize_t bitmap = (rows + 7) / 8;
     PyObject *valid = c->nulls ? grow_take(&c->valid, bitmap) : Py_NewRef(Py_None);
@@ -643,11 +643,16 @@ static PyObject *column_buffers(Column *c, Py_ssize_t rows, int values) {
                      : grow_take(&c->values, is_var(c->kind) ? 4 * (rows + 1)
                                              : c->kind == A_BOOL ? bitmap : c->width * rows);
     PyObject *data = is_var(c->kind) ? grow_take(&c->data, c->data.len) : Py_NewRef(Py_None);
-    if (valid == NULL || vals == NULL || data == NULL) {
-        Py_XDECREF(valid); Py_XDECREF(vals); Py_XDECREF(data);
+    PyObject *nulls = PyLong_FromSsize_t(c->nulls), *out = PyTuple_New(B_COUNT);
+    if (valid == NULL || vals == NULL || data == NULL || nulls == NULL || out == NULL) {
+        Py_XDECREF(valid); Py_XDECREF(vals); Py_XDECREF(data); Py_XDECREF(nulls); Py_XDECREF(out);
         return NULL;
     }
-    return Py_BuildValue("(NNNn)", valid, vals, data, c->nulls);
+    PyTuple_SET_ITEM(out, B_VALID, valid);
+    PyTuple_SET_ITEM(out, B_VALUES, vals);
+    PyTuple_SET_ITEM(out, B_DATA, data);
+    PyTuple_SET_ITEM(out, B_NULLS, nulls);
+    return out;
 }
 
 /* buffers() -> [table columns..., key fields..., op, lsn, seq, commit_lsn, commit_ts, xid,

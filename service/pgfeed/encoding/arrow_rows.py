@@ -25,10 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.decoding.model import Change, Transaction
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.decoding.runs import Read, RowRun
 from pgfeed.encoding import transcode
+from pgfeed.encoding.arrow_abi import (
+    DIGEST,
+    META_COLUMNS,
+    ArrowKind,
+    ColumnBuffer,
+    ColumnSpec,
+    ScanFlag,
+    Slot,
+)
 from pgfeed.encoding.to_arrow import KEY_FIELD, ArrowColumn, typed_batch
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US
 from pgfeed.types.array import ELEMENT_OID
@@ -48,15 +57,14 @@ BATCH_ROWS = 10_000
 
 _compiled = transcode._compiled  # None: no compiled module (or PGFEED_IMPL=python)
 
-# Arrow column kinds, in _transcode_arrow.c's enum order
-_A_INT16, _A_INT32, _A_INT64, _A_FLOAT32, _A_FLOAT64, _A_BOOL, _A_DECIMAL, _A_DATE32, \
-    _A_TIMESTAMP, _A_STRING, _A_BINARY, _A_LIST = range(12)
-if _compiled is not None and getattr(_compiled, "ARROW_KINDS", None) != 12:  # a stale build
+# the compiled rows speak arrow_abi (its _arrow_abi.h); a build of another one is left out
+if _compiled is not None and getattr(_compiled, "ARROW_ABI", None) != DIGEST:  # a stale build
     _compiled = None
 
-_FIXED = {pa.int16(): _A_INT16, pa.int32(): _A_INT32, pa.int64(): _A_INT64,
-          pa.float32(): _A_FLOAT32, pa.float64(): _A_FLOAT64, pa.bool_(): _A_BOOL,
-          pa.date32(): _A_DATE32, pa.string(): _A_STRING, pa.binary(): _A_BINARY}
+_FIXED = {pa.int16(): ArrowKind.INT16, pa.int32(): ArrowKind.INT32, pa.int64(): ArrowKind.INT64,
+          pa.float32(): ArrowKind.FLOAT32, pa.float64(): ArrowKind.FLOAT64,
+          pa.bool_(): ArrowKind.BOOL, pa.date32(): ArrowKind.DATE32,
+          pa.string(): ArrowKind.STRING, pa.binary(): ArrowKind.BINARY}
 
 # the registry's fast kind (FAST_KINDS) -> the Arrow types the C code writes it as (anything
 # else, "money" included: the reference)
@@ -71,25 +79,24 @@ _WRITES: dict[str, frozenset[Any]] = {
     "time": frozenset({pa.string()}),
 }
 
-_READ = 1  # flags of ArrowRows.scan
-_ALLOW_U = 2
-_WANT = {Op.INSERT: 4, Op.UPDATE: 8, Op.DELETE: 16, Op.READ: 32}
-_ALL_OPS = sum(_WANT.values())
+_ALL_OPS = int(ScanFlag.WANT_INSERT | ScanFlag.WANT_UPDATE | ScanFlag.WANT_DELETE
+               | ScanFlag.WANT_READ)  # ArrowRows.scan: every op (a page's filter comes after)
 
 
-def _spec(t: pa.DataType) -> tuple[int, int, int, int] | None:
-    """(Arrow kind, precision, scale, element kind) of a column type, None if not one C writes."""
+def _spec(t: pa.DataType) -> ColumnSpec | None:
+    """How ArrowRows writes a column of type ``t``; None if not one C writes."""
     if pa.types.is_list(t):
         element = _spec(t.value_type)
-        if element is None or element[0] == _A_LIST:
+        if element is None or element.kind == ArrowKind.LIST:
             return None
-        return _A_LIST, element[1], element[2], element[0]
+        return ColumnSpec(ArrowKind.LIST, element.precision, element.scale, element.kind)
     if pa.types.is_decimal128(t):
-        return _A_DECIMAL, t.precision, t.scale, 0
+        return ColumnSpec(ArrowKind.DECIMAL, t.precision, t.scale, 0)
     if pa.types.is_timestamp(t):
-        return (_A_TIMESTAMP, 0, 0, 0) if t.unit == "us" and t.tz in (None, "UTC") else None
+        return ColumnSpec(ArrowKind.TIMESTAMP, 0, 0, 0) \
+            if t.unit == "us" and t.tz in (None, "UTC") else None
     code = _FIXED.get(t)
-    return None if code is None else (code, 0, 0, 0)
+    return None if code is None else ColumnSpec(code, 0, 0, 0)
 
 
 def _column_kind(value_oid: int) -> tuple[str, bool] | None:
@@ -115,7 +122,7 @@ class ArrowSink:
     ``columns``)."""
 
     def __init__(self, columns: Sequence[ArrowColumn], schema: pa.Schema,
-                 specs: list[tuple[int, int, int, int]]) -> None:
+                 specs: list[ColumnSpec]) -> None:
         assert _compiled is not None
         self.columns = tuple(columns)
         self.schema = schema
@@ -162,8 +169,8 @@ class ArrowSink:
         if kinds is None:
             out.extend(run.load())
             return
-        flags = _ALL_OPS | (_READ if run.read else 0) | (
-            _ALLOW_U if run.loading.toast != "reselect" else 0)  # reselect: the fill's, loaded
+        flags = int(_ALL_OPS | (ScanFlag.READ if run.read else 0) | (
+            ScanFlag.ALLOW_U if run.loading.toast != "reselect" else 0))  # reselect: the fill's
         payload, pos, seq, stop = run.payload, run.start, run.first_seq - 1, run.last_seq + 1
         relation_id, version = run.plan.schema.relation_id, run.plan.schema.version
         commit_ts = txn.commit_ts + PG_EPOCH_UNIX_US
@@ -185,27 +192,30 @@ class ArrowSink:
         bufs = self.rows.buffers()
         n = self.rows.rows
         width = len(self.columns)
-        elements = iter(bufs[width + len(self.key_names) + 10:])
+        elements = iter(bufs[width + len(self.key_names) + len(Slot):])
         arrays = [_list(t, n, b, next(elements)) if pa.types.is_list(t) else _array(t, n, b)
                   for t, b in zip(self.types, bufs)]
         keys = bufs[width:width + len(self.key_names)]
         meta = bufs[width + len(self.key_names):]
-        fields = list(self.schema)
-        for f, b in zip(fields[width:width + 6], meta[:6]):
-            arrays.append(_array(f.type, n, b))
-        toast_type = fields[width + 6].type
-        names = meta[7]
-        child = pa.Array.from_buffers(pa.string(), memoryview(names[1]).nbytes // 4 - 1,
-                                      [_buf(names[0]), _buf(names[1]), _buf(names[2])], names[3])
-        arrays.append(pa.Array.from_buffers(toast_type, n, [None, _buf(meta[6])],
-                                            children=[child]))
-        arrays.append(_array(fields[width + 7].type, n, meta[9]))  # _table_version
+        for f in list(self.schema)[width:width + len(META_COLUMNS)]:  # in the schema's order
+            slot = META_COLUMNS[f.name]
+            if slot != Slot.TOAST_NAME:
+                arrays.append(_array(f.type, n, meta[slot]))
+                continue
+            names = meta[Slot.TOAST_NAME]
+            offsets = names[ColumnBuffer.VALUES]
+            child = pa.Array.from_buffers(
+                pa.string(), memoryview(offsets).nbytes // 4 - 1,
+                [_buf(names[ColumnBuffer.VALID]), _buf(offsets), _buf(names[ColumnBuffer.DATA])],
+                names[ColumnBuffer.NULLS])
+            arrays.append(pa.Array.from_buffers(f.type, n, [None, _buf(meta[Slot.TOAST_OFFSETS])],
+                                                children=[child]))
         if KEY_FIELD in self.schema.names:
             key_type = self.schema.field(KEY_FIELD).type
             children = [_array(key_type.field(i).type, n, b) for i, b in enumerate(keys)]
-            valid = meta[8]
-            arrays.append(pa.Array.from_buffers(key_type, n, [_buf(valid[0])], valid[3],
-                                                children=children))
+            valid = meta[Slot.KEY_VALID]
+            arrays.append(pa.Array.from_buffers(key_type, n, [_buf(valid[ColumnBuffer.VALID])],
+                                                valid[ColumnBuffer.NULLS], children=children))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def write(self, transactions: Sequence[Transaction[Read]],
@@ -273,16 +283,18 @@ def _buf(b: Buffer | None) -> pa.Buffer | None:
 
 
 def _list(t: pa.ListType, n: int, b: tuple[Any, ...], elements: tuple[Any, ...]) -> pa.Array:
-    valid, offsets, _, nulls = b
+    offsets = b[ColumnBuffer.VALUES]
     count = int.from_bytes(memoryview(offsets)[-4:], "little", signed=True)  # the last list's end
     child = _array(t.value_type, count, elements)
-    return pa.Array.from_buffers(t, n, [_buf(valid), _buf(offsets)], nulls, children=[child])
+    return pa.Array.from_buffers(t, n, [_buf(b[ColumnBuffer.VALID]), _buf(offsets)],
+                                 b[ColumnBuffer.NULLS], children=[child])
 
 
 def _array(t: pa.DataType, n: int, b: tuple[Any, ...]) -> pa.Array:
-    valid, values, data, nulls = b
-    buffers = [_buf(valid), _buf(values)] + ([_buf(data)] if data is not None else [])
-    return pa.Array.from_buffers(t, n, buffers, nulls)
+    data = b[ColumnBuffer.DATA]
+    buffers = [_buf(b[ColumnBuffer.VALID]), _buf(b[ColumnBuffer.VALUES])] + (
+        [_buf(data)] if data is not None else [])
+    return pa.Array.from_buffers(t, n, buffers, b[ColumnBuffer.NULLS])
 
 
 def sink_for(columns: Sequence[ArrowColumn], schema: pa.Schema) -> ArrowSink | None:
@@ -291,6 +303,6 @@ def sink_for(columns: Sequence[ArrowColumn], schema: pa.Schema) -> ArrowSink | N
     if _compiled is None or not columns:
         return None
     specs = [_spec(schema.field(c.name).type) for c in columns]
-    if any(s is None or (s[0] == _A_LIST and c.key) for s, c in zip(specs, columns)):
+    if any(s is None or (s.kind == ArrowKind.LIST and c.key) for s, c in zip(specs, columns)):
         return None
     return ArrowSink(columns, schema, specs)  # type: ignore[arg-type]

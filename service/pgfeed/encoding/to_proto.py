@@ -23,6 +23,61 @@ from pgfeed.decoding.runs import Read, RowRun
 from pgfeed.encoding.to_json import dumps as json_dumps
 from pgfeed.encoding.transcode import run_bodies
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
+from pgfeed.prototags import (
+    CHANGE_AFTER,
+    CHANGE_BEFORE,
+    CHANGE_CONTENT,
+    CHANGE_DDL,
+    CHANGE_KEY,
+    CHANGE_LSN,
+    CHANGE_OP,
+    CHANGE_OPTIONS,
+    CHANGE_OPTIONS_ENTRY_KEY,
+    CHANGE_OPTIONS_ENTRY_VALUE,
+    CHANGE_PREFIX,
+    CHANGE_SCHEMA,
+    CHANGE_SEQ,
+    CHANGE_TABLE,
+    CHANGE_TABLES,
+    CHANGE_TOAST_FILLED,
+    CHANGE_TRANSACTIONAL,
+    CHANGE_UNCHANGED_TOAST,
+    DDL_COLUMN_ADDED,
+    DDL_COLUMN_ATTNUM,
+    DDL_COLUMN_DEFAULT,
+    DDL_COLUMN_GENERATED,
+    DDL_COLUMN_IDENTITY,
+    DDL_COLUMN_MISSING_VALUE,
+    DDL_COLUMN_NAME,
+    DDL_COLUMN_NOT_NULL,
+    DDL_COLUMN_PREVIOUS_NAME,
+    DDL_COLUMN_TYPE,
+    DDL_COLUMN_TYPE_OID,
+    DDL_COLUMNS,
+    DDL_COMMAND,
+    DDL_NEW_NAME,
+    DDL_OBJECT,
+    DDL_OBJECT_TYPE,
+    DDL_OLD_NAME,
+    DDL_TABLE,
+    OP_DDL,
+    OP_DELETE,
+    OP_INSERT,
+    OP_MESSAGE,
+    OP_READ,
+    OP_TRUNCATE,
+    OP_UPDATE,
+    TRANSACTION_BACKFILL,
+    TRANSACTION_CHANGES,
+    TRANSACTION_COMMIT_LSN,
+    TRANSACTION_COMMIT_TS,
+    TRANSACTION_CURSOR,
+    TRANSACTION_END_LSN,
+    TRANSACTION_FINAL,
+    TRANSACTION_ORIGIN,
+    TRANSACTION_XID,
+    VALUE_LIST_VALUES,
+)
 from pgfeed.protowire import HEADS as _HEADS
 from pgfeed.protowire import MapColumn as _Column
 from pgfeed.protowire import SMALL as _SMALL
@@ -69,7 +124,7 @@ def _v_list(v: list[Any]) -> bytes:
     for item in v:
         e = _VALUE.get(type(item), _v_other)(item)
         n = len(e)
-        parts.append(b"\x0a" + (_V[n] if n < _SMALL else varint(n)) + e)
+        parts.append(VALUE_LIST_VALUES + (_V[n] if n < _SMALL else varint(n)) + e)
     body = b"".join(parts)
     n = len(body)
     return _LIST + (_V[n] if n < _SMALL else varint(n)) + body
@@ -85,7 +140,7 @@ def _v_json_list(v: Any) -> bytes:
     for item in v:
         e = _NULL if type(item) is JsonText and item.text == "null" else _v_json(item)
         n = len(e)
-        parts.append(b"\x0a" + (_V[n] if n < _SMALL else varint(n)) + e)
+        parts.append(VALUE_LIST_VALUES + (_V[n] if n < _SMALL else varint(n)) + e)
     body = b"".join(parts)
     return _LIST + varint(len(body)) + body
 
@@ -225,21 +280,11 @@ def _encode_row(tag: bytes, schema: str | None, table: str | None, row: dict[str
 
 # -- Change ------------------------------------------------------------------------------------------
 
-_OP = {Op.INSERT: b"\x18\x01", Op.UPDATE: b"\x18\x02", Op.DELETE: b"\x18\x03",
-       Op.TRUNCATE: b"\x18\x04", Op.MESSAGE: b"\x18\x05", Op.READ: b"\x18\x06",
-       Op.DDL: b"\x18\x07"}
-_KEY, _BEFORE, _AFTER = b"\x32", b"\x3a", b"\x42"
-_NAMES: dict[tuple[str | None, str | None], bytes] = {}
-
-
-def _names(schema: str | None, table: str | None) -> bytes:
-    found = _NAMES.get((schema, table))
-    if found is None:
-        found = (text_field(b"\x22", schema) if schema else b"") + (text_field(b"\x2a", table) if table else b"")
-        if len(_NAMES) > 10_000:
-            _NAMES.clear()
-        _NAMES[(schema, table)] = found
-    return found
+_OP = {op: CHANGE_OP + _V[number] for op, number in (
+    (Op.INSERT, OP_INSERT), (Op.UPDATE, OP_UPDATE), (Op.DELETE, OP_DELETE),
+    (Op.TRUNCATE, OP_TRUNCATE), (Op.MESSAGE, OP_MESSAGE), (Op.READ, OP_READ), (Op.DDL, OP_DDL))}
+_KEY, _BEFORE, _AFTER = CHANGE_KEY, CHANGE_BEFORE, CHANGE_AFTER
+_TRUE_FLAG = b"\x01"  # a bool field's true (false is left out)
 
 
 def _strings(field: bytes, names: Iterable[str]) -> bytes:
@@ -251,8 +296,8 @@ _CHANGE_HEADS: dict[tuple[Op, str | None, str | None], bytes] = {}
 
 def _change_head(op: Op, schema: str | None, table: str | None) -> bytes:
     """op, schema and table fields (3-5): the same bytes for every change of a table and op."""
-    head = _OP[op] + (text_field(b"\x22", schema) if schema else b"") + (
-        text_field(b"\x2a", table) if table else b"")
+    head = _OP[op] + (text_field(CHANGE_SCHEMA, schema) if schema else b"") + (
+        text_field(CHANGE_TABLE, table) if table else b"")
     if len(_CHANGE_HEADS) > 10_000:
         _CHANGE_HEADS.clear()
     _CHANGE_HEADS[(op, schema, table)] = head
@@ -262,8 +307,8 @@ def _change_head(op: Op, schema: str | None, table: str | None) -> bytes:
 def _lsn_field(lsn: int) -> bytes:
     """Field 1 (lsn)."""
     if (1 << 28) <= lsn < (1 << 42):  # from 0/10000000 to 3FF/FFFFFFFF: 5 or 6 bytes
-        return b"\x08" + _VC[lsn & 0x3FFF] + _VC[lsn >> 14 & 0x3FFF] + _V[lsn >> 28]
-    return b"\x08" + varint(lsn) if lsn else b""
+        return CHANGE_LSN + _VC[lsn & 0x3FFF] + _VC[lsn >> 14 & 0x3FFF] + _V[lsn >> 28]
+    return CHANGE_LSN + varint(lsn) if lsn else b""
 
 
 def _change_parts(change: Change, kinds: Mapping[str, str] | None, out: list[bytes]) -> None:
@@ -274,7 +319,7 @@ def _change_parts(change: Change, kinds: Mapping[str, str] | None, out: list[byt
         out.append(table_version_field(change.table_version))
     out.append(_lsn_field(change.lsn))
     if seq:
-        out.append(b"\x10" + (_V[seq] if seq < _SMALL else varint(seq)))
+        out.append(CHANGE_SEQ + (_V[seq] if seq < _SMALL else varint(seq)))
     row = change.key
     if row:
         _encode_row(_KEY, schema, table, row, out, kinds)
@@ -285,47 +330,49 @@ def _change_parts(change: Change, kinds: Mapping[str, str] | None, out: list[byt
     if row:
         _encode_row(_AFTER, schema, table, row, out, kinds)
     if change.unchanged_toast:
-        out.append(_strings(b"\x4a", change.unchanged_toast))
+        out.append(_strings(CHANGE_UNCHANGED_TOAST, change.unchanged_toast))
     if op is Op.MESSAGE:
         if change.prefix:
-            out.append(text_field(b"\x52", change.prefix))
+            out.append(text_field(CHANGE_PREFIX, change.prefix))
         if change.content:
-            out.append(ld_field(b"\x5a", bytes(change.content)))
+            out.append(ld_field(CHANGE_CONTENT, bytes(change.content)))
         if change.transactional:
-            out.append(b"\x60\x01")
+            out.append(CHANGE_TRANSACTIONAL + _TRUE_FLAG)
     elif op is Op.TRUNCATE:
-        out.append(_strings(b"\x6a", change.tables or ()))
+        out.append(_strings(CHANGE_TABLES, change.tables or ()))
         for name, flag in (change.options or {}).items():
             key = name.encode()
-            entry = b"\x0a" + _V[len(key)] + key + (b"\x10\x01" if flag else b"")
-            out.append(b"\x72" + _V[len(entry)] + entry)
+            entry = CHANGE_OPTIONS_ENTRY_KEY + _V[len(key)] + key + (
+                CHANGE_OPTIONS_ENTRY_VALUE + _TRUE_FLAG if flag else b"")
+            out.append(CHANGE_OPTIONS + _V[len(entry)] + entry)
     elif op is Op.DDL and change.ddl is not None:
-        out.append(ld_field(b"\x8a\x01", ddl_bytes(change.ddl)))  # Change.ddl, field 17
+        out.append(ld_field(CHANGE_DDL, ddl_bytes(change.ddl)))
     if change.toast_filled:
-        out.append(_strings(b"\x7a", change.toast_filled))
+        out.append(_strings(CHANGE_TOAST_FILLED, change.toast_filled))
 
 
-_DDL_TEXT = ((b"\x0a", "command"), (b"\x12", "object_type"), (b"\x1a", "object"),
-             (b"\x22", "table"), (b"\x2a", "old_name"), (b"\x32", "new_name"))
-_COLUMN_TEXT = ((b"\x12", "name"), (b"\x1a", "type"), (b"\x32", "default"),
-                (b"\x3a", "generated"), (b"\x42", "identity"), (b"\x52", "previous_name"))
+_DDL_TEXT = ((DDL_COMMAND, "command"), (DDL_OBJECT_TYPE, "object_type"), (DDL_OBJECT, "object"),
+             (DDL_TABLE, "table"), (DDL_OLD_NAME, "old_name"), (DDL_NEW_NAME, "new_name"))
+_COLUMN_TEXT = ((DDL_COLUMN_NAME, "name"), (DDL_COLUMN_TYPE, "type"),
+                (DDL_COLUMN_DEFAULT, "default"), (DDL_COLUMN_GENERATED, "generated"),
+                (DDL_COLUMN_IDENTITY, "identity"), (DDL_COLUMN_PREVIOUS_NAME, "previous_name"))
 
 
 def ddl_bytes(ddl: Mapping[str, Any]) -> bytes:
     """A change's ``ddl`` object -> the serialized ``pgfeed.v1.Ddl`` (rare: written plainly)."""
     out = [text_field(tag, str(ddl[k])) for tag, k in _DDL_TEXT if ddl.get(k) is not None]
     for col in ddl.get("columns") or ():
-        parts = [b"\x08" + varint(int(col.get("attnum", 0)) & 0xFFFFFFFFFFFFFFFF)]
+        parts = [DDL_COLUMN_ATTNUM + varint(int(col.get("attnum", 0)) & 0xFFFFFFFFFFFFFFFF)]
         parts += [text_field(tag, str(col[k])) for tag, k in _COLUMN_TEXT if col.get(k) is not None]
         if col.get("type_oid"):
-            parts.append(b"\x20" + varint(int(col["type_oid"])))
+            parts.append(DDL_COLUMN_TYPE_OID + varint(int(col["type_oid"])))
         if col.get("not_null"):
-            parts.append(b"\x28\x01")
+            parts.append(DDL_COLUMN_NOT_NULL + _TRUE_FLAG)
         if col.get("added"):
-            parts.append(b"\x48\x01")
+            parts.append(DDL_COLUMN_ADDED + _TRUE_FLAG)
         if "missing_value" in col:
-            parts.append(ld_field(b"\x5a", value_bytes(col["missing_value"])))
-        out.append(ld_field(b"\x3a", b"".join(parts)))
+            parts.append(ld_field(DDL_COLUMN_MISSING_VALUE, value_bytes(col["missing_value"])))
+        out.append(ld_field(DDL_COLUMNS, b"".join(parts)))
     return b"".join(out)
 
 
@@ -342,23 +389,26 @@ def change_bytes(change: Change, kinds: Mapping[str, str] | None = None) -> byte
 
 def _header(txn: Transaction[object]) -> bytes:
     """Fields 1-5 and 9 of a Transaction: xid, commit_lsn, end_lsn, commit_ts, origin, backfill."""
-    out = b"\x08" + varint(txn.xid) if txn.xid else b""
+    out = TRANSACTION_XID + varint(txn.xid) if txn.xid else b""
     if txn.commit_lsn:
-        out += b"\x10" + varint(txn.commit_lsn)
+        out += TRANSACTION_COMMIT_LSN + varint(txn.commit_lsn)
     if txn.end_lsn:
-        out += b"\x18" + varint(txn.end_lsn)
+        out += TRANSACTION_END_LSN + varint(txn.end_lsn)
     # commit_ts: microseconds since PostgreSQL's epoch
     seconds, micros = divmod(txn.commit_ts, 1_000_000)
-    out += _timestamp(b"\x22", seconds + PG_EPOCH_UNIX, micros)
+    out += _timestamp(TRANSACTION_COMMIT_TS, seconds + PG_EPOCH_UNIX, micros)
     if txn.origin is not None:
-        out += text_field(b"\x2a", txn.origin)
+        out += text_field(TRANSACTION_ORIGIN, txn.origin)
     if txn.backfill is not None:
-        out += text_field(b"\x4a", txn.backfill)
+        out += text_field(TRANSACTION_BACKFILL, txn.backfill)
     return out
 
 
 def _tail(cursor: str, final: bool) -> bytes:
-    return text_field(b"\x3a", cursor) + (b"\x40\x01" if final else b"")
+    return text_field(TRANSACTION_CURSOR, cursor) + (_FINAL if final else b"")
+
+
+_FINAL = TRANSACTION_FINAL + _TRUE_FLAG
 
 
 def transaction_frames(txn: Transaction[Read], *, frame_bytes: int = FRAME_BYTES,
@@ -382,7 +432,7 @@ def transaction_frames(txn: Transaction[Read], *, frame_bytes: int = FRAME_BYTES
     parts: list[bytes] = [header]
     size = count = 0
     previous_seq = -1
-    join, small = b"".join, _SMALL
+    join, small, changes_tag = b"".join, _SMALL, TRANSACTION_CHANGES
     for item in txn.changes:
         if type(item) is RowRun:
             kinds = item.plan.json_kinds or None
@@ -402,7 +452,7 @@ def transaction_frames(txn: Transaction[Read], *, frame_bytes: int = FRAME_BYTES
                 parts.append(_tail(f"{lsn_text}:{previous_seq}", False))
                 frames.append(join(parts))
                 parts, size, count = [header], 0, 0
-            parts.append(b"\x32" + (_V[n] if n < small else varint(n)))
+            parts.append(changes_tag + (_V[n] if n < small else varint(n)))
             parts.append(body)
             size += item_size
             count += 1

@@ -32,6 +32,18 @@ import orjson
 from pgfeed.decoding.model import Change
 from pgfeed.decoding.plan import RelationPlan
 from pgfeed.decoding.runs import RowRun
+from pgfeed.prototags import (
+    CHANGE_KEY_ENTRY_KEY,
+    CHANGE_KEY_ENTRY_VALUE,
+    CHANGE_OP,
+    CHANGE_SCHEMA,
+    CHANGE_TABLE,
+    DIGEST,
+    OP_DELETE,
+    OP_INSERT,
+    OP_READ,
+    OP_UPDATE,
+)
 from pgfeed.protowire import ld_field, table_version_field, varint
 from pgfeed.types.registry import FAST_KINDS
 
@@ -63,6 +75,9 @@ _KIND_CODES = {kind: code for code, kind in enumerate(FAST_KINDS)}
 if _compiled is not None and getattr(_compiled, "KIND_NAMES", None) != FAST_KINDS:  # a stale build
     raise ImportError("service/pgfeed/encoding/_transcode.c knows other kinds than the type registry: "
                       "rebuild it (pip install -e .)")
+if _compiled is not None and getattr(_compiled, "PROTO_TAGS", None) != DIGEST:  # a stale build
+    raise ImportError("service/pgfeed/encoding/_transcode.c was built with other protobuf tags than "
+                      "pgfeed/prototags.py: rebuild it (pip install -e .)")
 
 # per relation version: its compiled Encoder, for live rows and for a backfill's (op "read"); None
 # when a column has no fast kind
@@ -88,16 +103,22 @@ def _compile(plan: RelationPlan, read: bool) -> Any:
     # the relation version rides with the where part: one Encoder per version
     where_json = b',"schema":%s,"table":%s,"table_version":%d,' % (
         orjson.dumps(schema.schema), orjson.dumps(schema.table), schema.version)
-    where = (ld_field(b"\x22", schema.schema.encode()) + ld_field(b"\x2a", schema.table.encode())
-             + table_version_field(schema.version))
-    first, first_op = (b"\x18\x06", b"read") if read else (b"\x18\x01", b"insert")
+    where = (ld_field(CHANGE_SCHEMA, schema.schema.encode())
+             + ld_field(CHANGE_TABLE, schema.table.encode()) + table_version_field(schema.version))
+    first, first_op = (OP_READ, b"read") if read else (OP_INSERT, b"insert")
     return _compiled.Encoder(
         bytes(_KIND_CODES[k] for k in plan.kinds), tuple(index[k] for k in plan.key_names),
-        tuple(b"\x0a" + varint(len(n.encode())) + n.encode() + b"\x12" for n in names),
+        tuple(CHANGE_KEY_ENTRY_KEY + varint(len(n.encode())) + n.encode() + CHANGE_KEY_ENTRY_VALUE
+              for n in names),
         tuple(orjson.dumps(n) + b":" for n in names),
-        (first + where, b"\x18\x02" + where, b"\x18\x03" + where),
+        tuple(_op_field(op) + where for op in (first, OP_UPDATE, OP_DELETE)),
         tuple(b'"op":"%s"%s' % (op, where_json) for op in (first_op, b"update", b"delete")),
         _json_float, _json_text)
+
+
+def _op_field(number: int) -> bytes:
+    """Change.op (a one-byte varint: Op's numbers are below 128)."""
+    return CHANGE_OP + bytes((number,))
 
 
 def encoder(plan: RelationPlan, read: bool = False) -> Any:

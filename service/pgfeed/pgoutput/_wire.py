@@ -11,12 +11,8 @@ from struct import error as StructError
 from typing import NoReturn
 
 from pgfeed.errors import DecodeError
+from pgfeed.netorder import I32, U16, U32  # network byte order, as pq_sendint*/pq_getmsgint* use
 from pgfeed.pgoutput.messages import UNCHANGED_TOAST, TupleData, TupleKind
-
-# Scalars (network byte order, as pq_sendint*/pq_getmsgint* use).
-U16 = Struct(">H")
-I32 = Struct(">i")
-U32 = Struct(">I")
 
 _I32_AT = I32.unpack_from
 _U16_AT = U16.unpack_from

@@ -7,8 +7,7 @@ The one encoder of pgoutput bytes: backfills write their rows as Insert messages
 
 from __future__ import annotations
 
-import struct
-
+from pgfeed.netorder import I32, I64, U8, U16, U32, U64
 from pgfeed.pgoutput import messages as pm
 
 __all__ = ["encode", "insert_head", "tuple_data"]
@@ -19,27 +18,27 @@ _TEXT, _BINARY = bytes((pm.TupleKind.TEXT,)), bytes((pm.TupleKind.BINARY,))
 
 
 def int8(v: int) -> bytes:
-    return struct.pack(">B", v)
+    return U8.pack(v)
 
 
 def int16(v: int) -> bytes:
-    return struct.pack(">H", v)
+    return U16.pack(v)
 
 
 def int32(v: int) -> bytes:
-    return struct.pack(">I", v)
+    return U32.pack(v)
 
 
 def sint32(v: int) -> bytes:
-    return struct.pack(">i", v)
+    return I32.pack(v)
 
 
 def lsn(v: int) -> bytes:
-    return struct.pack(">Q", v)
+    return U64.pack(v)
 
 
 def ts(v: int) -> bytes:
-    return struct.pack(">q", v)
+    return I64.pack(v)
 
 
 def string(s: str) -> bytes:

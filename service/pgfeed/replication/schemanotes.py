@@ -18,7 +18,6 @@ per batch that has some; finding DDL rows costs one ``bytes.find`` per payload.
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from pgfeed.assembler.framing import FRAME
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.dsn import scrub
 from pgfeed.errors import SourceError
+from pgfeed.netorder import U32
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import TAG_INSERT, TAG_RELATION, InsertMessage, RelationMessage
 from pgfeed.replication.connect import connect
@@ -39,7 +39,6 @@ __all__ = ["DDL_SCHEMA", "SchemaAnnotator", "ddl_row", "ddl_table_name"]
 log = logging.getLogger("pgfeed.capture")
 
 DDL_SCHEMA = "pgfeed"
-_u32 = struct.Struct(">I")
 _MISSING = ("SELECT a.attrelid::int8, a.attname, (a.attmissingval::text::text[])[1] "
             "FROM pg_attribute a WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0 "
             "AND NOT a.attisdropped AND a.atthasmissing")
@@ -96,7 +95,7 @@ class SchemaAnnotator:
                     if self.ddl_table is not None and rel.namespace == DDL_SCHEMA \
                             and rel.relation_name == self.ddl_table:
                         self._ddl = rel
-                        self._pattern = bytes((TAG_INSERT,)) + _u32.pack(rel.relation_id) + b"N"
+                        self._pattern = bytes((TAG_INSERT,)) + U32.pack(rel.relation_id) + b"N"
                     elif self.ddl_table is None:
                         wanted.setdefault(rel.relation_id, []).append((txn, i))
             if self._pattern and txn.change_count:

@@ -9,6 +9,7 @@ from typing import Any
 
 from psycopg import adapt
 
+from pgfeed.protowire import VALUE
 from pgfeed.types.family import PgType, TypeFamily
 
 __all__ = ["FAMILY", "SpecialFloat"]
@@ -33,11 +34,12 @@ class _FloatLoader(adapt.Loader):
         return SpecialFloat(v) if v - v else v  # inf - inf and nan - nan are NaN (truthy)
 
 
-_DOUBLE = struct.Struct("<Bd").pack
+_DOUBLE = struct.Struct("<Bd").pack  # a one-byte tag, then the little-endian double (fixed64)
+_DOUBLE_VALUE = VALUE["double_value"][0]
 
 
 def _proto(v: float) -> bytes:
-    return _DOUBLE(0x21, v)  # double_value; NaN, ±Infinity and -0.0 travel as IEEE 754 doubles
+    return _DOUBLE(_DOUBLE_VALUE, v)  # NaN, ±Infinity and -0.0 travel as IEEE 754 doubles
 
 
 _SHAPE = rb"-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|NaN|-?Infinity"

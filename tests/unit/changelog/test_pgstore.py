@@ -143,7 +143,7 @@ def test_concurrent_appends_and_reads_share_the_pool(pg_cluster):
                 for _ in range(50):
                     got = log.read(EARLIEST, 10**6)
                     assert lsns(got) == sorted(lsns(got))
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         readers = [threading.Thread(target=read) for _ in range(3)]

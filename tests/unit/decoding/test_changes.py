@@ -427,7 +427,7 @@ def test_fast_and_reference_paths_agree(values: tuple[str | None, ...]) -> None:
         ref = _slow_rows(decode(buf), plan.load)  # type: ignore[arg-type]
         try:
             fast = _fast_rows(buf[0], buf, plan.wire_row)
-        except Exception:  # noqa: BLE001, S112 - refused: the decoder takes the reference path
+        except Exception:
             continue
         assert repr(fast) == repr((ref[0], ref[1], ref[3]))  # repr: NaN != NaN
 
