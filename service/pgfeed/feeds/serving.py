@@ -26,7 +26,6 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.decoding.model import Op, Transaction
 from pgfeed.decoding.relations import RelationCatalog
@@ -35,6 +34,7 @@ from pgfeed.feeds.model import FeedSpec
 from pgfeed.feeds.notify import HeadNotifier
 from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy
 from pgfeed.feeds.tail import INLINE_WAL_BYTES, SharedTail, Surface, TailSlice
+from pgfeed_client._cursor import Cursor
 
 __all__ = [
     "INLINE_CHANGES",
