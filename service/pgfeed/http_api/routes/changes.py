@@ -67,7 +67,11 @@ _CURSOR_DOC = {"pattern": CURSOR_PATTERN, "maxLength": MAX_CURSOR_LENGTH}
 _OP_NAMES = [op.value for op in Op]  # every op a filter takes, `read` (backfills) included
 _OP = f"({'|'.join(_OP_NAMES)})"
 _OPS_DOC = {"items": {"type": "string", "pattern": f"^{_OP}(,{_OP})*$"}}
-_TABLES_DOC = {"items": {"type": "string", "maxLength": 200, "pattern": r"^[^,]*[^,\s][^,]*(,[^,]*[^,\s][^,]*)*$"}}
+# A name needs a character Python's ``str.strip`` keeps: ECMAScript's ``\s`` (what clients and
+# schemathesis read the pattern with) leaves out \x1c-\x1f and \x85, which ``strip`` removes.
+_NAME_CHAR = r"[^,\s\x1c-\x1f\x85]"
+_TABLES_DOC = {"items": {"type": "string", "maxLength": 200,
+                         "pattern": rf"^[^,]*{_NAME_CHAR}[^,]*(,[^,]*{_NAME_CHAR}[^,]*)*$"}}
 After = Annotated[str, Query(json_schema_extra=_CURSOR_DOC, description="Cursor: `16/B374D848`, "
                              "`16/B374D848:41`, `earliest` or `latest`; the page starts after it")]
 Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
