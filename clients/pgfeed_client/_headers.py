@@ -11,7 +11,7 @@ __all__ = ["DEFAULT_LIMIT", "HAS_MORE_HEADER", "HEAD_HEADER", "MAX_LIMIT", "NEXT
 NEXT_HEADER = "PgFeed-Next"  # the cursor to continue from
 HEAD_HEADER = "PgFeed-Head"  # the log's head when the page was read
 HAS_MORE_HEADER = "PgFeed-Has-More"  # "true" when the log held more than the page
-DEFAULT_LIMIT = 1000  # changes a page scans at most when the request names no limit
+DEFAULT_LIMIT = 1000  # changes a page holds at most when the request names no limit
 MAX_LIMIT = 100_000  # the largest limit a page request may name (a larger one is refused)
 # gRPC OUT_OF_RANGE's trailing metadata: the oldest position served
 OLDEST_METADATA = "pgfeed-oldest"

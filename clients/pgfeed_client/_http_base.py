@@ -213,8 +213,8 @@ def arrow_done(page: ArrowPage, after: str, to: Cursor | None) -> bool:
 @dataclass(slots=True)
 class Skipping:
     """``cursor_after``'s walk over ``format=count`` pages: on from ``cursor`` until ``left``
-    changes (those the filters keep) are passed, or the log or ``to`` ends first. A page scans
-    at most ``limit`` changes, filtered-out ones too, so it never passes more than are left."""
+    changes (those the filters keep) are passed, or the log or ``to`` ends first. A page holds
+    at most ``limit`` kept changes, so it never passes more than are left."""
 
     cursor: str
     left: int

@@ -56,22 +56,33 @@ def test_a_generated_client_creates_a_feed_and_pages_its_changes(
     models = importlib.import_module("pgfeed_api.models")
     # the operation ids a person reads, not FastAPI's path-derived ones
     assert {"create_feed", "get_feed", "delete_feed", "list_feeds"} <= _modules(admin)
-    assert {"list_changes", "list_tables", "get_splits", "list_transactions"} <= _modules(reading)
+    assert {"list_changes", "list_debezium_changes", "count_changes", "list_tables", "get_splits",
+            "list_transactions"} <= _modules(reading)
     create_feed = importlib.import_module("pgfeed_api.api.admin.create_feed")
     get_feed = importlib.import_module("pgfeed_api.api.admin.get_feed")
     delete_feed = importlib.import_module("pgfeed_api.api.admin.delete_feed")
     list_changes = importlib.import_module("pgfeed_api.api.reading.list_changes")
+    list_debezium = importlib.import_module("pgfeed_api.api.reading.list_debezium_changes")
+    count_changes = importlib.import_module("pgfeed_api.api.reading.count_changes")
+    # one typed answer per format (issue 30.2): list_changes no longer answers a union of the
+    # JSON page, the Debezium page and the count that a typed client had to narrow by hand
+    source = Path(list_changes.__file__).read_text()
+    assert "ChangesPage" in source and "DebeziumChangesPage" not in source \
+        and "ChangesCount" not in source
 
     with psycopg.connect(newest_pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE gen (id int PRIMARY KEY, label text)")
+        conn.execute("CREATE TABLE gen_b (id int PRIMARY KEY)")
+        conn.execute("CREATE TABLE gen_noise (id int PRIMARY KEY)")
     client = generated.AuthenticatedClient(base_url=pgfeed_service.http_url, token="unused",
                                            raise_on_unexpected_status=True)
-    body = models.FeedCreate.from_dict({"name": "generated", "dsn": newest_pg_dsn, "tables": ["public.gen"],
+    body = models.FeedCreate.from_dict({"name": "generated", "dsn": newest_pg_dsn, "tables": ["public.gen", "public.gen_b",
+                                                                           "public.gen_noise"],
                                         "options": {"heartbeat_seconds": 1}})
     created = create_feed.sync(client=client, body=body)
     assert isinstance(created, models.FeedPublic), created
     try:
-        assert created.name == "generated" and created.tables == ["public.gen"]
+        assert created.name == "generated" and created.tables[0] == "public.gen"
         wait_until(lambda: get_feed.sync(client=client, feed="generated").state == "running", 30,
                    "running")
         with psycopg.connect(newest_pg_dsn, autocommit=True) as conn:
@@ -92,6 +103,36 @@ def test_a_generated_client_creates_a_feed_and_pages_its_changes(
         assert [(c.op, c.key.to_dict()) for c in rows][:2] == [("insert", {"id": 1}), ("insert", {"id": 2})]
         assert (rows[-1].op, rows[-1].key.to_dict()) == ("delete", {"id": 7})
         assert rows[0].after.to_dict() == {"id": 1, "label": "row 1"}
+        # `limit` counts kept changes (issue 30.2): a reader of two tables among much noise
+        # reads 626 changes in 3 requests of 250, not one request per 250 scanned (15 here)
+        with psycopg.connect(newest_pg_dsn, autocommit=True) as conn:
+            for i in range(6):
+                conn.execute("INSERT INTO gen_noise SELECT g FROM generate_series(%s::int, %s::int) g",
+                             (i * 500, i * 500 + 499))
+                conn.execute("INSERT INTO gen SELECT g, 'more' FROM generate_series(%s::int, %s::int) g",
+                             (100 + i * 50, 149 + i * 50))
+                conn.execute("INSERT INTO gen_b SELECT g FROM generate_series(%s::int, %s::int) g",
+                             (i * 50, i * 50 + 49))
+        wait_until(lambda: count_changes.sync(client=client, feed="generated",
+                                              limit=100_000).count == 3626, 30, "every change")
+        two = ["public.gen", "public.gen_b"]
+        counted = count_changes.sync(client=client, feed="generated", tables=two, limit=1000)
+        assert isinstance(counted, models.ChangesCount)
+        assert (counted.count, counted.has_more) == (626, False)
+        pages, kept, cursor = [], [], "earliest"
+        while not pages or pages[-1].has_more:
+            page = list_changes.sync(client=client, feed="generated", after=cursor, limit=250,
+                                     tables=two)
+            assert isinstance(page, models.ChangesPage), page
+            pages.append(page)
+            kept.extend(page.changes)
+            cursor = page.next_
+        assert [len(p.changes) for p in pages] == [250, 250, 126]
+        assert {c.table for c in kept} == {"gen", "gen_b"} and len(kept) == 626
+        envelopes = list_debezium.sync(client=client, feed="generated", tables=["public.gen_b"],
+                                       limit=5)
+        assert isinstance(envelopes, models.DebeziumChangesPage), envelopes
+        assert len(envelopes.changes) == 5 and envelopes.has_more
         missing = get_feed.sync_detailed(client=client, feed="nope")
         assert missing.status_code == 404 and missing.parsed.error.code == "feed_not_found"
     finally:

@@ -43,6 +43,7 @@ from pgfeed.feeds.model import (
 )
 from pgfeed.feeds.notify import HeadNotifier
 from pgfeed.feeds.reader import FeedReader
+from pgfeed.feeds.serving import ServedFeed
 from pgfeed.feeds.store import FeedStore, LocalStore
 from pgfeed.feeds.tail import SharedTail
 from pgfeed.feeds.toastindex import ToastIndex
@@ -72,6 +73,7 @@ class _Feed:
     thread: threading.Thread | None = None
     reader: FeedReader | None = None
     tail: SharedTail | None = None
+    served: ServedFeed | None = None
     toast_index: ToastIndex | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     tracker: WindowTracker = field(default_factory=WindowTracker)
@@ -545,10 +547,30 @@ class Supervisor:
         if self.spec(name).options.toast == "reselect":
             self.reader(name).index_toast()
 
+    def served(self, name: str) -> ServedFeed:
+        """Everything serving feed ``name`` needs (reader, tail, notifier, catalogue, spec),
+        looked up once a request: the handle the serving loop (``feeds/serving.py``) reads."""
+        feed = self._get(name)
+        served = feed.served
+        if served is None:
+            reader = self.reader(name)
+            with feed.catalog_lock:
+                if feed.served is None:
+                    feed.served = ServedFeed(
+                        name, lambda: feed.spec, reader, feed.notifier,
+                        lambda: self._tail_of(feed), lambda: self._catalog_of(feed),
+                        lambda r: self.check_reader(name, r))
+                served = feed.served
+        return served
+
     def tail(self, name: str) -> SharedTail:
         """The feed's shared live tail (one per feed, with a reader of its own): what caught-up
         subscribers read, decoded and encoded once for all of them."""
-        feed = self._get(name)
+        return self._tail_of(self._get(name))
+
+    def _tail_of(self, feed: _Feed) -> SharedTail:
+        if feed.tail is not None:
+            return feed.tail
         with feed.catalog_lock:
             if feed.tail is None:
                 feed.tail = SharedTail(self._new_reader(feed))
@@ -572,7 +594,9 @@ class Supervisor:
 
     def catalog(self, name: str) -> RelationCatalog:
         """The feed's relation catalogue, up to date with the log's schema history."""
-        feed = self._get(name)
+        return self._catalog_of(self._get(name))
+
+    def _catalog_of(self, feed: _Feed) -> RelationCatalog:
         with feed.catalog_lock:
             # Every frame up to the head read first is in the history read after it, so the next
             # call asks only for what is newer than that head (from the log's in-memory tail,

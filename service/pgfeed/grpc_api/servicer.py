@@ -1,33 +1,34 @@
 """ChangeFeedServicer: the pgfeed.v1.ChangeFeed RPCs (Subscribe, ListFeeds, GetFeed).
 
-Subscribe pages the feed with ``FeedReader`` (the one paging algorithm) in a worker thread,
-encodes each page into frames there too (``encoding.to_proto``), writes them one by one at the
-client's pace, and when caught up awaits the feed's head notifier. The cursor always comes from
-the reader's ``next``, so the hand-over from replay to live tail has no gap and no duplicate.
+Subscribe steps the feed's serving loop (``feeds/serving.py``: the shared tail or the log, inline
+or in a worker thread, waiting on the head notifier, progress over filtered-out stretches),
+encodes each page into frames where it is read (``encoding.to_proto``) and writes them one by
+one at the client's pace. The cursor always comes from the loop's ``next``, so the hand-over
+from replay to live tail has no gap and no duplicate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import grpc
 from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
 from pgfeed_client._headers import OLDEST_METADATA, qualified_table
 from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
-from pgfeed.changelog.base import ChangeLogError
 from pgfeed.decoding.model import Op
+from pgfeed.decoding.runs import Read
 from pgfeed.encoding.to_proto import Framer
 from pgfeed.errors import CursorAhead, FeedNotFound, PgfeedError, RetentionError
 from pgfeed.feeds.model import FeedStatus
 from pgfeed.feeds.notify import StopSignal
-from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy, parse_ops
+from pgfeed.feeds.reader import parse_ops
+from pgfeed.feeds.serving import PLAIN, PageRead, Serving, Window
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.metrics import Metrics
 
@@ -35,50 +36,29 @@ __all__ = ["OLDEST_METADATA", "ChangeFeedServicer", "feed_message"]
 
 log = logging.getLogger("pgfeed.grpc")
 
-PAGE_CHANGES = 10_000  # changes scanned per log read while replaying
-TAIL_PAGE = 200  # changes scanned per read on the event loop once caught up (see ``_read``)
+PAGE_CHANGES = 10_000  # changes a step of a stream keeps at most (a step scans a bounded amount)
 TAIL_WAIT = 30.0  # seconds a caught-up stream waits on the notifier before looking again
-PROGRESS_SECONDS = 1.0  # at most this long without a frame while transactions are passed over
+_NO_CHANGES: list[Read] = []
 _SHUTDOWN = "the server is shutting down: resume from the last cursor received"
 
 
 @dataclass(frozen=True, slots=True)
 class _Request:
     feed: str
-    cursor: Cursor | str
+    cursor: Cursor | Literal["latest"]
     tables: frozenset[str] | None
     ops: frozenset[Op] | None
 
 
-class _Stream:
-    """The blocking half of one subscription (runs in worker threads): read a page, encode it."""
+class _Frames:
+    """A page read as frames (``encoding.to_proto``), in the thread that reads it."""
 
-    def __init__(self, supervisor: Supervisor, request: _Request) -> None:
-        self.supervisor = supervisor
-        self.request = request
-        self.reader: FeedReader | None = None
+    def __init__(self) -> None:
         self.framer = Framer()
 
-    def start(self) -> Cursor:
-        """The feed's reader and the resolved start cursor (FeedNotFound, RetentionError)."""
-        self.reader = self.supervisor.reader(self.request.feed)
-        return self.reader.resolve(self.request.cursor, start=True)  # type: ignore[arg-type]
-
-    def read(self, after: Cursor, limit: int = PAGE_CHANGES, block: bool = True,
-             ) -> tuple[Page, list[bytes]]:
-        assert self.reader is not None
-        request = self.request
-        try:
-            page = self.reader.page(after, limit, tables=request.tables, ops=request.ops,
-                                    block=block)
-        except ChangeLogError:  # closed: NOT_FOUND if the feed was deleted while streaming
-            self.supervisor.check_reader(request.feed, self.reader)
-            raise
-        # Retention may have trimmed past ``after`` while the stream ran: checked after the read,
-        # so a read that returned is known to have missed nothing.
-        self.reader.resolve(after)
-        frames = self.framer.frames(page.transactions, page.next)
-        return page, frames
+    def __call__(self, read: PageRead) -> list[bytes]:
+        page = read.page()
+        return self.framer.frames(page.transactions, page.next)
 
 
 class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
@@ -98,9 +78,19 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
     async def Subscribe(self, request: feed_pb2.SubscribeRequest,
                         context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         parsed = await _parse(request, context)
-        stream = _Stream(self.supervisor, parsed)
         try:
-            position = await asyncio.to_thread(stream.start)
+            feed = self.supervisor.served(parsed.feed)
+        except FeedNotFound as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        frames = _Frames()
+        stop = self._stopping.future()
+        serving: Serving[list[bytes]] = Serving(
+            feed, parsed.cursor, PAGE_CHANGES,
+            PLAIN if parsed.tables is None and parsed.ops is None
+            else Window(tables=parsed.tables, ops=parsed.ops), frames,
+            surface="grpc", inline=True, progress=True, stop=stop)
+        try:
+            await serving.start()
         except FeedNotFound as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except RetentionError as exc:
@@ -112,67 +102,34 @@ class ChangeFeedServicer(feed_pb2_grpc.ChangeFeedServicer):
             subscribers = self.metrics.subscribers.labels(feed=parsed.feed)
             served = self.metrics.served_changes.labels(feed=parsed.feed, surface="grpc")
             subscribers.inc()
-        stop = self._stopping.future()
+        loop = asyncio.get_running_loop()
         try:
-            notifier = self.supervisor.notifier(parsed.feed)
-            tailing = False
-            # The newest transaction the filters left out entirely since the last frame sent, and
-            # when that frame went: a stream that only passes over transactions reports how far
-            # it got every PROGRESS_SECONDS, so the cursor its client keeps stays near the head
-            # (resuming does not rescan, and retention does not overtake a caught-up subscriber).
-            passed = None
-            sent_at = time.monotonic()
-            shared = self.supervisor.tail(parsed.feed) \
-                if parsed.tables is None and parsed.ops is None else None
             while True:
-                if tailing and shared is not None and not notifier.closed:  # the shared tail
-                    part = await shared.after(position, notifier.head, "grpc")
-                    if part is not None and part.next > position:
-                        for entry in part.entries:
-                            for frame in entry.frames:
-                                yield frame
-                        if part.entries:
-                            sent_at = time.monotonic()
-                        if served is not None:
-                            served.inc(part.change_count)
-                        position = part.next
-                        if stop.done():
-                            await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
-                        await notifier.wait_beyond(position.lsn, TAIL_WAIT, stop)
-                        if stop.done():
-                            await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
-                        continue
                 try:
-                    page, frames = await _read(stream, position, tailing)
+                    step = await serving.step(loop.time() + TAIL_WAIT)
                 except RetentionError as exc:
                     await _expired(context, exc)
                 except FeedNotFound as exc:
                     await context.abort(grpc.StatusCode.NOT_FOUND, f"{exc} (deleted while streaming)")
                 except PgfeedError as exc:
-                    log.error("feed %s: subscription failed at %s: %s", parsed.feed, position, exc)
+                    log.error("feed %s: subscription failed at %s: %s", parsed.feed,
+                              serving.position, exc)
                     await context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
-                if page.passed is not None:
-                    passed = page.passed
-                elif frames:
-                    passed = None
-                if passed is not None and time.monotonic() - sent_at >= PROGRESS_SECONDS:
-                    frames = [*frames, *stream.framer.frames([passed], page.next)]  # no changes, final
-                    passed = None
-                for frame in frames:
-                    yield frame  # grpc awaits each write: the client's pace is respected
-                if frames:
-                    sent_at = time.monotonic()
-                if served is not None and page.transactions:
-                    served.inc(page.change_count)
-                position = page.next
-                if stop.done():
+                if step.tail is not None:
+                    for entry in step.tail.entries:
+                        for frame in entry.frames:
+                            yield frame
+                elif step.out:
+                    for frame in step.out:
+                        yield frame  # grpc awaits each write: the client's pace is respected
+                if step.progress is not None:  # no changes, final: how far the stream got
+                    passed = step.progress.with_changes(_NO_CHANGES)
+                    for frame in frames.framer.frames([passed], step.next):
+                        yield frame
+                if served is not None and step.change_count:
+                    served.inc(step.change_count)
+                if serving.stopped:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
-                tailing = not page.has_more
-                if tailing:
-                    wait = TAIL_WAIT if passed is None else sent_at + PROGRESS_SECONDS - time.monotonic()
-                    await notifier.wait_beyond(page.head, wait, stop)
-                    if stop.done():
-                        await context.abort(grpc.StatusCode.UNAVAILABLE, _SHUTDOWN)
         finally:
             if subscribers is not None:
                 subscribers.dec()
@@ -235,21 +192,6 @@ async def _expired(context: grpc.aio.ServicerContext, exc: RetentionError) -> No
     context.set_trailing_metadata(((OLDEST_METADATA, exc.oldest),))
     await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
     raise AssertionError("unreachable")  # abort raises
-
-
-async def _read(stream: _Stream, position: Cursor,
-                tailing: bool) -> tuple[Page, list[bytes]]:
-    """The next page. A stream that has caught up reads its next (small) page on the event loop:
-    handing a read to a worker thread and back costs ~0.2 ms of CPU here, more than a few live
-    transactions take to read, and a live subscriber's latency is made of such steps. At most
-    TAIL_PAGE changes are read inline; a burst beyond that, or a page another thread is reading,
-    goes to a worker thread."""
-    if tailing:
-        try:
-            return stream.read(position, TAIL_PAGE, block=False)
-        except ReaderBusy:
-            pass
-    return await asyncio.to_thread(stream.read, position)
 
 
 def feed_message(status: FeedStatus) -> feed_pb2.Feed:

@@ -79,16 +79,15 @@ class TailFastPath:
         state = self.state
         if not state.auth.allows(_header(scope, b"authorization"), "read"):
             return None
-        supervisor = state.supervisor
         try:
-            tail = supervisor.tail(feed)
+            served = state.supervisor.served(feed)
         except PgfeedError:  # unknown feed: the route's 404
             return None
         assert isinstance(request.after, Cursor)
-        if not tail.may_answer(request.after):
+        if not served.tail().may_answer(request.after):
             return None
         try:
-            out = await serve_page(supervisor, feed, request, state.read_ahead, state.stop)
+            out = await serve_page(served, request, state.read_ahead, state.stop)
         except (ApiError, PgfeedError, CursorError) as exc:
             return answer_for(exc)
         answers, served = self._counters(feed)

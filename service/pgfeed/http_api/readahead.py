@@ -23,25 +23,17 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 
+from pgfeed.feeds.serving import PageKey
 from pgfeed.http_api.encode import Encoded
 
 __all__ = ["PageKey", "ReadAhead"]
 
 log = logging.getLogger("pgfeed.http")
-
-
-@dataclass(frozen=True, slots=True)
-class PageKey:
-    """A page's parameters: ``params``, everything but the limit (reader, position, filters),
-    and ``limit``."""
-
-    params: Hashable
-    limit: int
 
 
 @dataclass(slots=True)

@@ -182,3 +182,58 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(fuzzed: Offl
             "PUT /v1/feeds/{feed}/consumers/{name}", "GET /v1/feeds/{feed}/splits",
             "DELETE /v1/feeds/{feed}"} <= set(ran)
     assert time.monotonic() - started < 90
+
+
+def test_limit_counts_kept_changes_and_one_request_scans_a_bounded_stretch(tmp_path: Path) -> None:
+    """``limit`` counts the changes a page keeps (issue 30.2), and a request whose filters keep
+    nothing still answers once it scanned ``SCAN_CHANGES``: an empty page, ``has_more``, and a
+    ``next`` past what it scanned, from which the reader goes on without gap."""
+    from pgfeed.feeds.serving import SCAN_CHANGES
+
+    per_txn, count = 1000, SCAN_CHANGES // 1000 + 10
+    with run_offline(tmp_path / "data", {"shop": FeedOptions()}) as svc:
+        svc.supervisor.changelog("shop").append(
+            [txn(n * 0x20000, per_txn, schema=n == 1, row_bytes=8) for n in range(1, count + 1)])
+        end = f"0/{count * 0x20000:X}"
+        with httpx.Client(base_url=svc.url, timeout=60) as client:
+            kept = client.get("/v1/feeds/shop/changes", params={"limit": 2500, "tables": "public.orders"}).json()
+            assert len(kept["changes"]) == 2500 and kept["next"] == "0/60000:499" and kept["has_more"]
+            first = client.get("/v1/feeds/shop/changes",
+                               params={"limit": 10, "tables": "public.nothing"}).json()
+            assert first["changes"] == [] and first["has_more"] and first["next"] != end
+            scanned = int(first["next"].split("/")[1].split(":")[0], 16) // 0x20000 * per_txn
+            assert SCAN_CHANGES - per_txn <= scanned <= SCAN_CHANGES
+            rest = client.get("/v1/feeds/shop/changes", params={
+                "after": first["next"], "limit": 10, "tables": "public.nothing"}).json()
+            assert rest == {"changes": [], "next": end, "head": end, "has_more": False}
+
+
+def test_a_caught_up_reader_is_answered_from_the_shared_tail(tmp_path: Path) -> None:
+    """A reader following the head gets each new commit from the shared tail (decoded and encoded
+    once for every reader, on the event loop), not from a read of its own in a worker thread:
+    the tail counts every answer, whether the commit came before the request or during it."""
+    import threading
+
+    with run_offline(tmp_path / "data", {"shop": FeedOptions()}) as svc:
+        log, notifier = svc.supervisor.changelog("shop"), svc.supervisor.notifier("shop")
+
+        def commit(lsn: int) -> None:
+            log.append([txn(lsn, 1, schema=lsn == 0x1000)])
+            notifier.publish(lsn)
+
+        commit(0x1000)
+        with httpx.Client(base_url=svc.url, timeout=30) as client:
+            first = client.get("/v1/feeds/shop/changes", params={"after": "latest", "wait": "0.05"})
+            cursor = first.json()["next"]
+            tail = svc.supervisor.tail("shop")
+            for n in range(2, 8):
+                lsn = n * 0x1000
+                if n % 2:
+                    threading.Timer(0.05, commit, args=(lsn,)).start()  # while it waits
+                else:
+                    commit(lsn)  # before it asks
+                served = tail.slices_served
+                page = client.get("/v1/feeds/shop/changes", params={"after": cursor, "wait": "5"}).json()
+                assert len(page["changes"]) == 1 and page["next"] == f"0/{lsn:X}"
+                assert tail.slices_served == served + 1 or n == 2, n  # the first one starts the tail
+                cursor = page["next"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from dataclasses import replace
+
+from fastapi import APIRouter, Depends, Path, Query
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
@@ -21,10 +23,13 @@ from pgfeed.decoding.model import Op
 from pgfeed.decoding.values import load_value
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import dumps
+from pgfeed.feeds.notify import StopSignal
 from pgfeed.feeds.reader import FeedReader
+from pgfeed.feeds.serving import SCAN_CHANGES
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
 from pgfeed.http_api.errors import ApiError
+from pgfeed.http_api.readahead import ReadAhead
 from pgfeed.http_api.paging import (
     MAX_CURSOR_LENGTH,
     Answer,
@@ -62,7 +67,11 @@ _CURSOR_DOC = {"pattern": CURSOR_PATTERN, "maxLength": MAX_CURSOR_LENGTH}
 _OP_NAMES = [op.value for op in Op]  # every op a filter takes, `read` (backfills) included
 _OP = f"({'|'.join(_OP_NAMES)})"
 _OPS_DOC = {"items": {"type": "string", "pattern": f"^{_OP}(,{_OP})*$"}}
-_TABLES_DOC = {"items": {"type": "string", "maxLength": 200, "pattern": r"^[^,]*[^,\s][^,]*(,[^,]*[^,\s][^,]*)*$"}}
+# A name needs a character Python's ``str.strip`` keeps: ECMAScript's ``\s`` (what clients and
+# schemathesis read the pattern with) leaves out \x1c-\x1f and \x85, which ``strip`` removes.
+_NAME_CHAR = r"[^,\s\x1c-\x1f\x85]"
+_TABLES_DOC = {"items": {"type": "string", "maxLength": 200,
+                         "pattern": rf"^[^,]*{_NAME_CHAR}[^,]*(,[^,]*{_NAME_CHAR}[^,]*)*$"}}
 After = Annotated[str, Query(json_schema_extra=_CURSOR_DOC, description="Cursor: `16/B374D848`, "
                              "`16/B374D848:41`, `earliest` or `latest`; the page starts after it")]
 Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
@@ -70,11 +79,12 @@ Wait = Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                                           "many seconds for a commit")]
 _ARROW_DOC = f"`arrow`: an Arrow IPC stream; the cursor comes in `{NEXT_HEADER}`"
 FormatParam = Annotated[Literal["json", "arrow"], Query(alias="format", description=_ARROW_DOC)]
+# `debezium` and `count` stay accepted here for clients written before they had operations of
+# their own; the document names only the formats whose answer this operation types.
 ChangesFormatParam = Annotated[Literal["json", "arrow", "debezium", "count"], Query(
-    alias="format", description=f"{_ARROW_DOC}. "
-                                "`debezium`: each change as a Debezium envelope (docs/debezium.md). "
-                                "`count`: no changes, only how many the page holds and where it "
-                                "ends (`count`, `next`): a reader skipping ahead")]
+    alias="format", json_schema_extra={"enum": ["json", "arrow"]},
+    description=f"{_ARROW_DOC}. (`debezium` and `count` are accepted too; their typed answers "
+                "are `list_debezium_changes` and `count_changes`)")]
 
 _PAGE_HEADERS = {
     NEXT_HEADER: {"description": "Cursor to continue from", "schema": {"type": "string"}},
@@ -93,15 +103,15 @@ def _answer(out: Answer, metrics: Metrics, feed: str, served: bool = True) -> Re
     return Response(out.body, media_type=out.media_type, headers=out.headers, background=background)
 
 
-@router.get(CHANGES_PATH.removeprefix(router.prefix), response_model=ChangesPage | DebeziumChangesPage | ChangesCount,
-            summary="A page of changes",
-            responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
-async def list_changes(
-    feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
-    stop: StopDep,
+_LIMIT_DOC = (f"Changes a page holds at most: those the filters keep (`tables`, `ops`). A page "
+              f"scans at most {SCAN_CHANGES:,} changes (or `limit`, when larger); a filter that "
+              "keeps few of them may end a page before `limit` with `has_more` true and `next` "
+              "past everything scanned, so that a request always returns")
+
+
+def _changes_query(
     after: After = "earliest",
-    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes scanned at most "
-                                "(filtered-out ones count too)")] = DEFAULT_LIMIT,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description=_LIMIT_DOC)] = DEFAULT_LIMIT,
     tables: Annotated[list[str] | None, Query(json_schema_extra=_TABLES_DOC, description="Only these "
                                               "tables (`schema.table`, comma-separated or repeated)")] = None,
     ops: Annotated[list[str] | None, Query(json_schema_extra=_OPS_DOC, description="Only these ops: "
@@ -109,19 +119,61 @@ async def list_changes(
     wait: Wait = 0.0,
     to: Annotated[str | None, Query(json_schema_extra=_CURSOR_DOC, description="Stop at this cursor "
                                     "(inclusive); `latest` is the head when the request arrives")] = None,
-    fmt: ChangesFormatParam = "json",
-) -> Response:
-    """Changes after the cursor `after`, in commit order. Filters never break cursor continuity:
-    `next` advances past filtered-out changes too. With `format=arrow` and a single table in
-    `tables`, rows have the table's columns with Arrow types plus `_op`, `_lsn`, `_seq`,
-    `_commit_lsn`, `_commit_ts`, `_xid`, `_unchanged_toast`, `_table_version` (and `_key` when
-    the table has key columns)."""
-    request = PageRequest(
+) -> PageRequest:
+    """The query every `/changes` operation takes (a page request, JSON until told otherwise)."""
+    return PageRequest(
         after=parse_cursor_param("after", after), limit=limit, tables=parse_tables(tables),
         ops=parse_ops_param(ops), to=None if to is None else parse_cursor_param("to", to),
-        wait=wait, fmt=fmt)
-    return _answer(await serve_page(supervisor, feed, request, read_ahead, stop), metrics, feed,
-                   served=fmt != "count")
+        wait=wait)
+
+
+ChangesQuery = Annotated[PageRequest, Depends(_changes_query)]
+async def _changes(supervisor: Supervisor, metrics: Metrics, read_ahead: ReadAhead, stop: StopSignal,
+                   feed: str, request: PageRequest) -> Response:
+    out = await serve_page(supervisor.served(feed), request, read_ahead, stop)
+    return _answer(out, metrics, feed, served=request.fmt != "count")
+
+
+@router.get(CHANGES_PATH.removeprefix(router.prefix), response_model=ChangesPage,
+            summary="A page of changes",
+            responses={200: {"content": _ARROW_CONTENT, "headers": _PAGE_HEADERS}})
+async def list_changes(
+    feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
+    stop: StopDep, query: ChangesQuery, fmt: ChangesFormatParam = "json",
+) -> Response:
+    """Changes after the cursor `after`, in commit order, at most `limit` of them (those the
+    filters keep). Filters never break cursor continuity: `next` advances past filtered-out
+    changes too. With `format=arrow` and a single table in `tables`, rows have the table's
+    columns with Arrow types plus `_op`, `_lsn`, `_seq`, `_commit_lsn`, `_commit_ts`, `_xid`,
+    `_unchanged_toast`, `_table_version` (and `_key` when the table has key columns). Debezium
+    envelopes and counts have operations of their own (`list_debezium_changes`,
+    `count_changes`), each with its typed answer."""
+    return await _changes(supervisor, metrics, read_ahead, stop, feed, replace(query, fmt=fmt))
+
+
+@router.get(CHANGES_PATH.removeprefix(router.prefix) + "/debezium", response_model=DebeziumChangesPage,
+            summary="A page of changes as Debezium envelopes",
+            responses={200: {"headers": _PAGE_HEADERS}})
+async def list_debezium_changes(
+    feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
+    stop: StopDep, query: ChangesQuery,
+) -> Response:
+    """The page `list_changes` answers, each change as a Debezium envelope (docs/debezium.md);
+    also `/changes?format=debezium`."""
+    return await _changes(supervisor, metrics, read_ahead, stop, feed, replace(query, fmt="debezium"))
+
+
+@router.get(CHANGES_PATH.removeprefix(router.prefix) + "/count", response_model=ChangesCount,
+            summary="How many changes a page holds, and where it ends",
+            responses={200: {"headers": _PAGE_HEADERS}})
+async def count_changes(
+    feed: FeedName, supervisor: SupervisorDep, metrics: MetricsDep, read_ahead: ReadAheadDep,
+    stop: StopDep, query: ChangesQuery,
+) -> Response:
+    """The envelope of the page `list_changes` answers, without its changes: how many it holds
+    (`count`) and where it ends (`next`), for a reader skipping ahead; also
+    `/changes?format=count`."""
+    return await _changes(supervisor, metrics, read_ahead, stop, feed, replace(query, fmt="count"))
 
 
 @router.get("/{feed}/transactions", response_model=TransactionsPage, summary="A page of transactions",
@@ -142,7 +194,7 @@ async def list_transactions(
     would not fit in `max_changes`; only a transaction larger than that on its own is sliced."""
     request = PageRequest(after=parse_cursor_param("after", after), limit=max_changes, wait=wait,
                           fmt=fmt, transactions=limit)
-    return _answer(await serve_page(supervisor, feed, request, read_ahead, stop), metrics, feed)
+    return _answer(await serve_page(supervisor.served(feed), request, read_ahead, stop), metrics, feed)
 
 
 @router.get("/{feed}/splits", response_model=SplitsOut, summary="Cut a range into parts")
