@@ -16,6 +16,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(BENCH))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(BENCH))
 
 import _serve_servers as servers
@@ -31,8 +32,8 @@ import psycopg
 from _serve_cpu import Cpu, thread_cpu, thread_names
 from _serve_servers import Server, _die_with_parent
 
-from pgfeed_client._http_base import decode
 from pgfeed.localpg import free_port
+from pgfeed_client._http_base import decode
 
 TICKS = ("CREATE TABLE ticks (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
          "sent double precision NOT NULL)")
@@ -137,6 +138,7 @@ def http_read(http: httpx.Client, params: dict[str, Any], arrow: bool) -> tuple[
 
 def _stub(target: str) -> tuple[Any, Any]:
     import grpc
+
     from pgfeed_proto.v1 import feed_pb2_grpc
 
     channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", -1)])
@@ -195,6 +197,7 @@ def sample_payloads(server: Server, limit: int, work: Path) -> tuple[Path, int, 
     saved for bench/ceiling.py; returns (page file, its changes, frames file, their changes)."""
     import grpc
     from ceiling import write_frames
+
     from pgfeed_proto.v1 import feed_pb2
 
     r = server.http.get(f"/v1/feeds/{servers.FEED}/changes", params={"after": "earliest", "limit": limit})

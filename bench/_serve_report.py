@@ -13,6 +13,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(BENCH))
 
 import psycopg

@@ -19,13 +19,14 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(BENCH))
 
 import httpx
 from _serve_cpu import Cpu
 
-from pgfeed_client._cursor import parse_lsn
 from pgfeed.localpg import free_port
+from pgfeed_client._cursor import parse_lsn
 
 FEED = "bench"
 

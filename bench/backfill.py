@@ -34,6 +34,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(BENCH))
 
 import psycopg

@@ -35,16 +35,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(ROOT / "bench"))
 
 import psycopg
 from _results import write_section
 from _workload import INSERT_SQL, SCHEMA, steps
 
-from pgfeed_client._cursor import format_lsn, parse_lsn
 from pgfeed.localpg import LocalCluster
 from pgfeed.replication.commands import max_proto_version
 from pgfeed.replication.stream import ReplicationStream, create_slot
+from pgfeed_client._cursor import format_lsn, parse_lsn
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "RESULTS.md"

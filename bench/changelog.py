@@ -22,16 +22,17 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(BENCH))
 
 from _results import write_section
 
-from pgfeed_client._cursor import EARLIEST, Cursor
 from pgfeed.assembler.framing import FRAME
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.changelog.sqlite import SqliteChangeLog
 from pgfeed.pgoutput.encode import encode
 from pgfeed.pgoutput.messages import InsertMessage, TupleData
+from pgfeed_client._cursor import EARLIEST, Cursor
 
 RESULTS = BENCH / "RESULTS.md"
 TARGET = 300_000  # changes/s the capture path must sustain

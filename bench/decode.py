@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _workload import DELETES, INSERTS, PER_TXN, SCHEMA, UPDATES, steps

@@ -44,15 +44,14 @@ from urllib.parse import parse_qs
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
-
 import orjson
 import psycopg
 from _serve_cpu import Cpu, load_text
 from _serve_phases import TICKS, WARMUP_SECONDS, pgbench
 from _serve_servers import _die_with_parent, pgfeed_serve
 
-from pgfeed_client._cursor import format_lsn, parse_lsn
 from pgfeed.localpg import LocalCluster, free_port
+from pgfeed_client._cursor import format_lsn, parse_lsn
 
 FEED = "fan"
 CPU_TARGET = 1.5  # pgfeed's server CPU a delivered row / the bare server's, on each surface
@@ -67,6 +66,7 @@ async def _grpc_subscriber(target: str, cursor: str, rows: list[tuple[bytes, flo
                            ready: list[int], done: asyncio.Event) -> None:
     """Frames are kept as received (bytes, time) and decoded once the phase is over."""
     import grpc
+
     from pgfeed_proto.v1 import feed_pb2
 
     async with grpc.aio.insecure_channel(target, options=[("grpc.max_receive_message_length", -1)]) as ch:
@@ -196,6 +196,7 @@ def run_bare(grpc_port: int, http_port: int) -> None:
     Transaction frame and a JSON change event) and pushed to every subscriber."""
     import grpc
     import uvicorn
+
     from pgfeed_proto.v1 import feed_pb2
 
     frames: list[bytes] = []

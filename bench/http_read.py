@@ -32,6 +32,7 @@ import httpx
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(BENCH))
 RESULTS = BENCH / "RESULTS.md"
 START, END = "<!-- http:start -->", "<!-- http:end -->"

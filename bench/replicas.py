@@ -36,15 +36,14 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
-
 import _serve_phases as P
 import _serve_servers as S
 import psycopg
 from _results import write_section
 from _serve_servers import Server
 
-from pgfeed_client._cursor import parse_lsn
 from pgfeed.localpg import LocalCluster
+from pgfeed_client._cursor import parse_lsn
 
 CAPTURE_TARGET = READ_TARGET = 0.7
 P99_TARGET_MS = 50.0

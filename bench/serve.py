@@ -50,6 +50,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(BENCH))
 
 import psycopg
@@ -59,8 +60,8 @@ from _serve_phases import TICKS, Rate, grpc_read, http_read, latency, reference_
 from _serve_report import _print_latency, _section
 from _serve_servers import Profiler, Server, Service, create_feed, feed_status, wait_captured
 
-from pgfeed_client._cursor import format_lsn, parse_lsn
 from pgfeed.localpg import LocalCluster
+from pgfeed_client._cursor import format_lsn, parse_lsn
 
 RESULTS = BENCH / "RESULTS.md"
 

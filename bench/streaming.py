@@ -29,13 +29,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 import _checkout  # noqa: F401  (this checkout's packages first: sys.path, PYTHONPATH)
+
 sys.path.insert(0, str(ROOT / "bench"))
 
 import psycopg
 from _results import write_section
 from capture import INSERT_SQL, SCHEMA, WalsenderCpu
 
-from pgfeed_client._cursor import parse_lsn
 from pgfeed.changelog import open_changelog
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.notify import HeadNotifier
@@ -43,6 +43,7 @@ from pgfeed.feeds.source import capture_config
 from pgfeed.localpg import LocalCluster
 from pgfeed.replication.capture import Capture, CaptureStats
 from pgfeed.replication.stream import create_slot
+from pgfeed_client._cursor import parse_lsn
 
 MODES = {"streamed (messages off)": False, "whole at commit (messages on)": True}
 

@@ -15,9 +15,8 @@ import psycopg
 import pytest
 
 from pgfeed.localpg import LocalCluster
-from tests.fixtures.fix_service import Service, current_lsn, wait_until
-
 from tests.checkout import PYTHONPATH
+from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = pytest.mark.pg
 

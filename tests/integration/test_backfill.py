@@ -16,10 +16,9 @@ import pytest
 
 from pgfeed_client import FeedClient, GrpcFeedClient
 from pgfeed_client.errors import ClientError
+from tests.checkout import PYTHONPATH
 from tests.fixtures.fix_service import FeedFactory, Service, wait_until
 from tests.integration.capture_helpers import MARKER_PREFIX, emit_marker
-
-from tests.checkout import PYTHONPATH
 
 pytestmark = [pytest.mark.pg]
 

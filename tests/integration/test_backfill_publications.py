@@ -21,7 +21,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgfeed.localpg import LocalCluster
 from pgfeed_client import FeedClient
-from tests.fixtures.fix_pg import PG_VERSIONS, Clusters, create_database, drop_slots, drop_subscription
+from tests.fixtures.fix_pg import (
+    PG_VERSIONS,
+    Clusters,
+    create_database,
+    drop_slots,
+    drop_subscription,
+)
 from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = pytest.mark.pg

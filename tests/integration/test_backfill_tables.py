@@ -17,9 +17,8 @@ import pytest
 
 from pgfeed_client import FeedClient
 from pgfeed_client.errors import ClientError
-from tests.fixtures.fix_service import FeedFactory, Service, current_lsn, wait_until
-
 from tests.checkout import PYTHONPATH
+from tests.fixtures.fix_service import FeedFactory, Service, current_lsn, wait_until
 
 pytestmark = [pytest.mark.pg]
 

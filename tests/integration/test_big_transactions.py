@@ -17,8 +17,8 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.chunked import ChunkedPayload
+from pgfeed_client._cursor import Cursor
 from tests.fixtures.fix_service import FeedFactory, Service, grpc_changes
 
 pg = pytest.mark.pg

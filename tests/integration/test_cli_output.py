@@ -13,9 +13,8 @@ from typing import Any
 import httpx
 import psycopg
 
-from tests.fixtures.fix_service import Service, wait_until
-
 from tests.checkout import PYTHONPATH
+from tests.fixtures.fix_service import Service, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,9 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.fixtures.fix_service import FeedFactory, Service
-
 from tests.checkout import PYTHONPATH
+from tests.fixtures.fix_service import FeedFactory, Service
 
 pytestmark = pytest.mark.pg
 

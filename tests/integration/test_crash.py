@@ -22,10 +22,15 @@ import pytest
 
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor
-from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
-from tests.integration.capture_helpers import MARKER_PREFIX, data_changes, emit_marker, read_all, wait_until
-
 from tests.checkout import PYTHONPATH
+from tests.fixtures.fix_pg import Clusters, create_database, drop_slots
+from tests.integration.capture_helpers import (
+    MARKER_PREFIX,
+    data_changes,
+    emit_marker,
+    read_all,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

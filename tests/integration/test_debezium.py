@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 import pgfeed
-from pgfeed_client import FeedClient, parse_lsn
 from pgfeed.encoding.to_debezium import UNAVAILABLE
+from pgfeed_client import FeedClient, parse_lsn
 from tests.fixtures.fix_service import FeedFactory, Service
 
 pytestmark = pytest.mark.pg

@@ -13,8 +13,8 @@ import httpx
 import psycopg
 import pytest
 
-from pgfeed_client import FeedClient, GrpcFeedClient
 from pgfeed.http_api.routes.changes import CHANGES_PATH
+from pgfeed_client import FeedClient, GrpcFeedClient
 from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
 
 pytestmark = pytest.mark.pg

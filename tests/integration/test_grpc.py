@@ -23,11 +23,11 @@ import pytest
 from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed_client import FeedClient, GrpcFeedClient, format_lsn, parse_lsn
 from pgfeed_client import FeedNotFound as ClientFeedNotFound
 from pgfeed_client import InvalidCursor as ClientInvalidCursor
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from tests.fixtures.fix_service import FeedFactory, Service, wait_until
 
 pytestmark = pytest.mark.pg

@@ -16,9 +16,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.fixtures.fix_service import wait_until
-
 from tests.checkout import PYTHONPATH
+from tests.fixtures.fix_service import wait_until
 
 pytestmark = pytest.mark.pg
 

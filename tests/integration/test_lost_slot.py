@@ -19,17 +19,15 @@ import grpc
 import httpx
 import psycopg
 import pytest
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from psycopg import sql
-
-from pgfeed_client import format_lsn
 
 from pgfeed.localpg import LocalCluster
 from pgfeed.replication import slots
+from pgfeed_client import format_lsn
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
+from tests.checkout import PYTHONPATH
 from tests.fixtures.fix_pg import PG_VERSIONS
 from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
-
-from tests.checkout import PYTHONPATH
 
 pytestmark = pytest.mark.pg
 

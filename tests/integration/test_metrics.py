@@ -16,10 +16,10 @@ import httpx
 import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 import pgfeed
 from pgfeed_client import parse_lsn
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from tests.fixtures.fix_service import FeedFactory
 
 pytestmark = pytest.mark.pg

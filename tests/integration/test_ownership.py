@@ -22,10 +22,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pgfeed.localpg import LocalCluster
+from tests.checkout import PYTHONPATH
 from tests.fixtures.fix_pgstore import store_dsn
 from tests.fixtures.fix_service import run_service, wait_until
-
-from tests.checkout import PYTHONPATH
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "Sup3r-S3cret-value"

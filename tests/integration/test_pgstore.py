@@ -20,13 +20,13 @@ import grpc
 import httpx
 import psycopg
 import pytest
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from psycopg import sql
 
-from pgfeed_client import parse_lsn
 from pgfeed.localpg import LocalCluster
 from pgfeed.pgstore.schema import SCHEMA_VERSION
 from pgfeed.pgstore.store import PgStore
+from pgfeed_client import parse_lsn
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from tests.fixtures.fix_pg import create_database, drop_slots
 from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.fixtures.fix_service import Service, run_service, wait_until

@@ -28,17 +28,16 @@ import grpc
 import httpx
 import psycopg
 import pytest
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from psycopg import sql
 
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.pgstore.store import PgStore
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
+from tests.checkout import PYTHONPATH
 from tests.fixtures.fix_pg import create_database, drop_slots
 from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.integration.capture_helpers import MARKER_PREFIX, data_changes, read_all, wait_until
-
-from tests.checkout import PYTHONPATH
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

@@ -20,18 +20,17 @@ import httpx
 import psycopg
 import pytest
 import yaml
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed.cli import build_parser
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.localpg import LocalCluster, free_port
 from pgfeed.pgstore.store import PgStore
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
+from tests.checkout import PYTHONPATH
 from tests.fixtures.fix_pg import create_database, drop_slots
 from tests.fixtures.fix_pgstore import SCHEMA, store_dsn
 from tests.fixtures.fix_service import run_service, wait_until
 from tests.integration.test_pgstore import create_feed, feed_json, insert, replica, wait_ids
-
-from tests.checkout import PYTHONPATH
 
 pytestmark = pytest.mark.pg
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,9 +18,8 @@ import psycopg
 import pytest
 
 from pgfeed_client import parse_cursor
-from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
-
 from tests.checkout import PYTHONPATH
+from tests.fixtures.fix_service import FeedFactory, Service, run_service, wait_until
 
 pytestmark = pytest.mark.pg
 

@@ -17,11 +17,11 @@ import grpc
 import httpx
 import psycopg
 import pytest
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgfeed.localpg import LocalCluster
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from tests.fixtures.fix_service import Service, current_lsn, wait_until
 
 pytestmark = pytest.mark.pg

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from pgfeed_client import FeedClient, parse_cursor
-
 from tests.checkout import PYTHONPATH
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]

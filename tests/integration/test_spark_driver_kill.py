@@ -16,7 +16,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pgfeed_client import FeedClient, parse_cursor
-
 from tests.checkout import PYTHONPATH
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]

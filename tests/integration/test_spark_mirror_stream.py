@@ -19,10 +19,9 @@ from pyspark.sql import SparkSession
 
 from pgfeed_spark import read_mirror
 from pgfeed_spark._mirror import committed
+from tests.checkout import PYTHONPATH
 from tests.integration import mirror_workload
 from tests.integration.test_spark_apply import COLUMNS, as_of, assert_no_overlaps
-
-from tests.checkout import PYTHONPATH
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 

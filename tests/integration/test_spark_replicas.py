@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from pgfeed_client import ClientError, FeedClient
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.pgstore.store import PgStore
+from pgfeed_client import ClientError, FeedClient
 from pgfeed_spark._replicas import parse_urls, reachable_first
 from tests.fixtures.fix_pg import Clusters, create_database
 from tests.fixtures.fix_pgstore import SCHEMA, store_dsn

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from pgfeed.encoding import arrow_rows
 from pgfeed_client import FeedClient
 from pgfeed_client._json import loads_exact
-from pgfeed.encoding import arrow_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.pg]
 

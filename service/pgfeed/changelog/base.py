@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
-from pgfeed_client._cursor import Cursor, format_lsn
 from pgfeed.assembler.model import BackfillProgress, StoredTransaction
 from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
 from pgfeed.errors import PgfeedError, RetentionError
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX
+from pgfeed_client._cursor import Cursor, format_lsn
 
 log = logging.getLogger("pgfeed.changelog")
 

@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
 from pgfeed.changelog.base import (
@@ -34,6 +33,7 @@ from pgfeed.changelog.base import (
     stored_position,
 )
 from pgfeed.pgoutput.messages import pg_now_us
+from pgfeed_client._cursor import Cursor
 
 log = logging.getLogger("pgfeed.changelog")
 

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.chunked import ChunkedPayload
 from pgfeed.assembler.model import Payload, StoredTransaction, payload_pieces
 from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
@@ -60,6 +59,7 @@ from pgfeed.changelog.base import (
     trimmed_while_read,
 )
 from pgfeed.pgoutput.messages import pg_now_us
+from pgfeed_client._cursor import Cursor
 
 __all__ = ["CHUNK_BYTES", "SqliteChangeLog"]
 

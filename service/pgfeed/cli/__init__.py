@@ -360,7 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--grpc-port", type=int, default=50051, help="port of the demo's gRPC API")
     demo.set_defaults(func=_demo)
 
-    from pgfeed.cli import backfill as backfill_cli, peek, tail as tail_cli
+    from pgfeed.cli import backfill as backfill_cli
+    from pgfeed.cli import peek
+    from pgfeed.cli import tail as tail_cli
 
     peek.add_parser(sub)
     tail_cli.add_parser(sub)

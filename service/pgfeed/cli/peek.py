@@ -16,7 +16,6 @@ from typing import Any
 
 import psycopg
 
-from pgfeed_client._cursor import format_lsn
 from pgfeed.assembler.transactions import TransactionAssembler
 from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.decoding.model import Change, Op, Transaction
@@ -26,6 +25,7 @@ from pgfeed.encoding.to_json import change_to_dict, dumps
 from pgfeed.errors import PgfeedError, SourceError
 from pgfeed.replication import session
 from pgfeed.replication.connect import conninfo
+from pgfeed_client._cursor import format_lsn
 
 __all__ = [
     "PeekError",

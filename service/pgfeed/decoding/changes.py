@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 
-from pgfeed_client._cursor import format_lsn
 from pgfeed.assembler.chunked import ChunkedPayload, segments
 from pgfeed.assembler.framing import extent, walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
@@ -47,6 +46,7 @@ from pgfeed.pgoutput.messages import (
     TruncateMessage,
     TypeMessage,
 )
+from pgfeed_client._cursor import format_lsn
 
 __all__ = ["DEFAULT_PLACEHOLDER", "Fills", "Read", "RowLoading", "RowRun", "ToastMode",
            "TransactionDecoder", "ddl_event"]

@@ -11,6 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pgfeed.assembler.annotations import ColumnNote, annotation_body, ddl_notes
+from pgfeed.assembler.framing import FRAME
+from pgfeed.errors import SchemaError
+from pgfeed.pgoutput.decode import decode
+from pgfeed.pgoutput.messages import RelationMessage, TypeMessage
 from pgfeed_client._cursor import format_lsn
 from pgfeed_client.pgtypes import (
     BUILTIN_TYPES,
@@ -19,11 +24,6 @@ from pgfeed_client.pgtypes import (
     TEXT_OID,
     builtin_oid,
 )
-from pgfeed.assembler.annotations import ColumnNote, annotation_body, ddl_notes
-from pgfeed.assembler.framing import FRAME
-from pgfeed.errors import SchemaError
-from pgfeed.pgoutput.decode import decode
-from pgfeed.pgoutput.messages import RelationMessage, TypeMessage
 
 __all__ = [
     "ColumnNote",

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, final
 
-from pgfeed_client._cursor import format_lsn
 from pgfeed.assembler.framing import walk
 from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.decoding.plan import RelationPlan, WireRow
@@ -36,6 +35,7 @@ from pgfeed.pgoutput.messages import TUPLE_KEY as _KEY
 from pgfeed.pgoutput.messages import TUPLE_NEW as _NEW
 from pgfeed.pgoutput.messages import TUPLE_OLD as _OLD_ROW
 from pgfeed.types.json import JsonText
+from pgfeed_client._cursor import format_lsn
 
 __all__ = ["DEFAULT_PLACEHOLDER", "Fills", "Read", "RowLoading", "RowRun", "ToastMode",
            "change_total", "loaded"]

@@ -15,10 +15,10 @@ from typing import Any
 from psycopg import adapt
 from psycopg.pq import Format
 
-from pgfeed_client.pgtypes import TEXT_OID
 from pgfeed.codegen import define
 from pgfeed.types.array import ELEMENT_OID, load_leniently
 from pgfeed.types.registry import ADAPTERS, loader_oid
+from pgfeed_client.pgtypes import TEXT_OID
 
 __all__ = [
     "RowLoader",

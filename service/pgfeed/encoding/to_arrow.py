@@ -38,6 +38,13 @@ from typing import Any, cast
 import orjson
 import pyarrow as pa
 
+from pgfeed.decoding.model import Change, Op, Transaction
+from pgfeed.encoding import ARROW_MEDIA_TYPE
+from pgfeed.encoding.to_json import dumps
+from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US
+from pgfeed.types.floating import SpecialFloat
+from pgfeed.types.interval import Interval
+from pgfeed.types.json import JsonText
 from pgfeed_client.pgtypes import (
     CHANGE_COLUMN_TYPES,
     KEY_COLUMN,
@@ -47,13 +54,6 @@ from pgfeed_client.pgtypes import (
     element_is_json,
     is_json,
 )
-from pgfeed.decoding.model import Change, Op, Transaction
-from pgfeed.encoding import ARROW_MEDIA_TYPE
-from pgfeed.encoding.to_json import dumps
-from pgfeed.pgoutput.messages import PG_EPOCH_UNIX_US
-from pgfeed.types.floating import SpecialFloat
-from pgfeed.types.interval import Interval
-from pgfeed.types.json import JsonText
 
 __all__ = [
     "ARROW_MEDIA_TYPE",

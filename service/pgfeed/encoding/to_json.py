@@ -12,13 +12,13 @@ from typing import Any
 
 import orjson
 
-from pgfeed_client._cursor import format_lsn
-from pgfeed_client._json import MAX_EMBEDDED_DEPTH
 from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.decoding.runs import Read, RowRun
 from pgfeed.encoding.transcode import run_bodies
 from pgfeed.pgoutput.messages import PG_EPOCH
 from pgfeed.types.registry import json_writers as value_writers
+from pgfeed_client._cursor import format_lsn
+from pgfeed_client._json import MAX_EMBEDDED_DEPTH
 
 __all__ = ["MAX_EMBEDDED_DEPTH", "change_events", "change_to_dict", "commit_ts_iso", "dumps",
            "transaction_json", "transaction_to_dict"]

@@ -16,7 +16,6 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
-from pgfeed_client._cursor import Cursor, format_lsn
 from pgfeed.codegen import define
 from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.decoding.runs import Read, RowRun
@@ -79,16 +78,17 @@ from pgfeed.prototags import (
     VALUE_LIST_VALUES,
 )
 from pgfeed.protowire import HEADS as _HEADS
-from pgfeed.protowire import MapColumn as _Column
 from pgfeed.protowire import SMALL as _SMALL
-from pgfeed.protowire import V as _V
 from pgfeed.protowire import VALUE, ld_field, table_version_field, text_field, varint
 from pgfeed.protowire import VC as _VC
+from pgfeed.protowire import MapColumn as _Column
+from pgfeed.protowire import V as _V
 from pgfeed.protowire import map_column as _column
 from pgfeed.protowire import timestamp_field as _timestamp
 from pgfeed.types.interval import Interval
 from pgfeed.types.json import JsonText, proto_json
 from pgfeed.types.registry import proto_writers
+from pgfeed_client._cursor import Cursor, format_lsn
 
 __all__ = [
     "FRAME_BYTES",

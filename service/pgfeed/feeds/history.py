@@ -18,12 +18,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import backfill_id_of
 from pgfeed.decoding.changes import TransactionDecoder
 from pgfeed.errors import PgfeedError
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.pgoutput.messages import PG_EPOCH_UNIX, TAG_DELETE, TAG_INSERT, TAG_UPDATE
+from pgfeed_client._cursor import Cursor
 
 log = logging.getLogger("pgfeed.history")
 

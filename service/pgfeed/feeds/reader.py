@@ -13,7 +13,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
 from pgfeed.assembler.chunked import ChunkedPayload, segments
 from pgfeed.assembler.framing import walk
 from pgfeed.assembler.model import BACKFILL_ORIGIN, StoredTransaction, backfill_id_of
@@ -26,6 +25,7 @@ from pgfeed.errors import CursorAhead, RetentionError
 from pgfeed.feeds.toastindex import ToastIndex
 from pgfeed.pgoutput.decode import decode
 from pgfeed.pgoutput.messages import TAG_RELATION, TAG_TYPE, RelationMessage
+from pgfeed_client._cursor import EARLIEST, Cursor, format_lsn
 
 __all__ = ["FeedReader", "Page", "ReaderBusy", "parse_ops"]
 

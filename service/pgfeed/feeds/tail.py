@@ -18,13 +18,13 @@ import bisect
 from dataclasses import dataclass
 from typing import Literal
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.decoding.model import Transaction
 from pgfeed.decoding.runs import Read, RowRun, change_total
 from pgfeed.encoding.to_json import change_events
 from pgfeed.encoding.to_proto import transaction_frames
 from pgfeed.errors import PgfeedError
 from pgfeed.feeds.reader import FeedReader, Page, ReaderBusy
+from pgfeed_client._cursor import Cursor
 
 __all__ = ["SharedTail", "TailEntry", "TailSlice"]
 

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import orjson
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.changelog.base import ChangeLog
 from pgfeed.decoding.changes import TransactionDecoder
@@ -51,6 +50,7 @@ from pgfeed.pgoutput.messages import (
     TruncateMessage,
     UpdateMessage,
 )
+from pgfeed_client._cursor import Cursor
 
 __all__ = ["INDEX_FILE", "ToastIndex"]
 

@@ -13,7 +13,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
-from pgfeed_proto.v1 import feed_pb2
 
 from pgfeed.config import Settings
 from pgfeed.feeds.supervisor import Supervisor
@@ -21,6 +20,7 @@ from pgfeed.grpc_api.auth import TokenInterceptor
 from pgfeed.grpc_api.observe import StatusInterceptor
 from pgfeed.grpc_api.servicer import ChangeFeedServicer
 from pgfeed.metrics import Metrics
+from pgfeed_proto.v1 import feed_pb2
 
 __all__ = ["SERVICE_NAME", "FeedServer", "build_server"]
 

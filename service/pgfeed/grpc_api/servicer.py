@@ -17,9 +17,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn
 
 import grpc
-from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
-from pgfeed_client._headers import OLDEST_METADATA, qualified_table
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 from pgfeed.decoding.model import Op
 from pgfeed.decoding.runs import Read
@@ -31,6 +28,9 @@ from pgfeed.feeds.reader import parse_ops
 from pgfeed.feeds.serving import PLAIN, PageRead, Serving, Window
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.metrics import Metrics
+from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed_client._headers import OLDEST_METADATA, qualified_table
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
 __all__ = ["OLDEST_METADATA", "ChangeFeedServicer", "feed_message"]
 

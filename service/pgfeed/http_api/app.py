@@ -9,7 +9,6 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.types import Receive, Scope, Send
 
-from pgfeed_client._headers import MAX_LIMIT
 import pgfeed
 from pgfeed.config import Settings
 from pgfeed.encoding import JSON_MEDIA_TYPE
@@ -37,6 +36,7 @@ from pgfeed.http_api.routes.docs import install_docs
 from pgfeed.http_api.routes.ui import install_ui
 from pgfeed.http_api.schemas import ErrorBody
 from pgfeed.metrics import Metrics
+from pgfeed_client._headers import MAX_LIMIT
 
 __all__ = ["create_app"]
 

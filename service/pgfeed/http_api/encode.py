@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
-from pgfeed_client._cursor import Cursor, format_lsn
-from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
+
 from pgfeed.decoding.model import Transaction
 from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.runs import loaded
@@ -17,6 +16,8 @@ from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
 from pgfeed.encoding.to_json import change_events, transaction_json
 from pgfeed.feeds.reader import Page
 from pgfeed.http_api.errors import ApiError
+from pgfeed_client._cursor import Cursor, format_lsn
+from pgfeed_client._headers import HAS_MORE_HEADER, HEAD_HEADER, NEXT_HEADER
 
 if TYPE_CHECKING:
     import pyarrow as pa

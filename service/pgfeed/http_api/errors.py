@@ -16,7 +16,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from pgfeed_client._cursor import CursorError
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.errors import (
@@ -29,6 +28,7 @@ from pgfeed.errors import (
     RetentionError,
     SourceError,
 )
+from pgfeed_client._cursor import CursorError
 
 __all__ = ["ApiError", "answer_for", "error_response", "install_handlers"]
 

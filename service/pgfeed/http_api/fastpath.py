@@ -21,13 +21,13 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
-from pgfeed_client._headers import DEFAULT_LIMIT
 from pgfeed.errors import PgfeedError
 from pgfeed.http_api.errors import ApiError, answer_for
 from pgfeed.http_api.middleware import RouteLatency, SentStatus, answer_unexpected
 from pgfeed.http_api.paging import MAX_CURSOR_LENGTH, Answer, PageRequest, serve_page
 from pgfeed.metrics import Metrics
+from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed_client._headers import DEFAULT_LIMIT
 
 __all__ = ["TailFastPath"]
 

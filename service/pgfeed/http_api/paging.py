@@ -10,8 +10,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
-from pgfeed_client._headers import qualified_table
 from pgfeed.decoding.model import Op
 from pgfeed.encoding import JSON_MEDIA_TYPE
 from pgfeed.feeds.notify import StopSignal
@@ -21,6 +19,8 @@ from pgfeed.http_api import encode
 from pgfeed.http_api.encode import Encoded
 from pgfeed.http_api.errors import ApiError, bad_parameter
 from pgfeed.http_api.readahead import ReadAhead
+from pgfeed_client._cursor import Cursor, CursorError, parse_cursor
+from pgfeed_client._headers import qualified_table
 
 __all__ = ["MAX_CURSOR_LENGTH", "Answer", "PageRequest", "parse_cursor_param", "parse_names",
            "parse_ops_param", "parse_tables", "serve_page", "within_head"]

@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pgfeed_client._cursor import CURSOR_PATTERN
 from pgfeed.decoding.changes import ToastMode
 from pgfeed.feeds.model import ADOPTED_TABLES, NAME_RE
 from pgfeed.replication.slots import PublishedTable
+from pgfeed_client._cursor import CURSOR_PATTERN
 
 # -- errors ---------------------------------------------------------------------------------------
 

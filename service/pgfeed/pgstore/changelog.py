@@ -33,7 +33,6 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.chunked import ChunkedPayload
 from pgfeed.assembler.model import StoredTransaction, payload_pieces
 from pgfeed.changelog.backfills import BackfillPart, BackfillRecord
@@ -52,6 +51,7 @@ from pgfeed.changelog.base import (
 from pgfeed.pgstore.connections import ConnectionPool
 from pgfeed.pgstore.retention import ConsumersAndRetention
 from pgfeed.pgstore.schema import channel, table
+from pgfeed_client._cursor import Cursor
 
 __all__ = ["CHUNK_BYTES", "PgChangeLog"]
 

@@ -12,7 +12,6 @@ from contextlib import AbstractContextManager
 import psycopg
 from psycopg import sql
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.changelog.base import (
     MAX_LSN,
     ConsumerState,
@@ -25,6 +24,7 @@ from pgfeed.changelog.base import (
     slowest,
 )
 from pgfeed.pgoutput.messages import pg_now_us
+from pgfeed_client._cursor import Cursor
 
 __all__ = ["ConsumersAndRetention"]
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from psycopg import sql
 from psycopg.abc import AdaptContext
 
-from pgfeed_client._cursor import format_lsn
 from pgfeed.replication import session
 from pgfeed.replication.session import STREAMING_MODES, max_proto_version, streaming_mode
+from pgfeed_client._cursor import format_lsn
 
 __all__ = [
     "FAILOVER_SERVER",

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgfeed_client._cursor import parse_lsn
 from pgfeed.errors import SourceError
 from pgfeed.replication.commands import FAILOVER_SERVER
+from pgfeed_client._cursor import parse_lsn
 
 __all__ = [
     "PublishedTable",

@@ -19,11 +19,11 @@ from typing import Any, NoReturn, Self
 import psycopg
 from psycopg import pq, sql
 
-from pgfeed_client._cursor import parse_lsn
 from pgfeed.dsn import scrub
 from pgfeed.errors import SourceError
 from pgfeed.replication import commands, protocol
 from pgfeed.replication.connect import connect, one_line
+from pgfeed_client._cursor import parse_lsn
 
 __all__ = ["ReplicationStream", "create_slot", "exported_slot"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pgfeed_client.pgtypes import BUILTIN_TYPES, TEXT_OID, builtin_oid
 from pgfeed.types.family import PgType, TypeFamily
+from pgfeed_client.pgtypes import BUILTIN_TYPES, TEXT_OID, builtin_oid
 
 __all__ = ["ELEMENT_OID", "FAMILY", "NO_SPLIT", "load_leniently", "parse_array"]
 

@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 from psycopg import adapt
 
-from pgfeed_client._json import embeddable
 from pgfeed.protowire import VALUE, ld_field
 from pgfeed.types.family import PgType, TypeFamily
+from pgfeed_client._json import embeddable
 
 __all__ = ["FAMILY", "JsonText", "json_document"]
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from psycopg import adapt, postgres
 
-from pgfeed_client.pgtypes import TEXT_ARRAY_OID, TEXT_OID
 from pgfeed.types import (
     array,
     boolean,
@@ -29,6 +28,7 @@ from pgfeed.types import (
     uuid,
 )
 from pgfeed.types.family import PgType, TypeFamily
+from pgfeed_client.pgtypes import TEXT_ARRAY_OID, TEXT_OID
 
 __all__ = [
     "ADAPTERS",

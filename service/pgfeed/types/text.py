@@ -4,9 +4,9 @@ string_value, Arrow/Spark string. The registry's default (``registry.rule``)."""
 
 from __future__ import annotations
 
-from pgfeed_client.pgtypes import TEXT_OID
 from pgfeed.protowire import VALUE, text_field
 from pgfeed.types.family import PgType, TypeFamily
+from pgfeed_client.pgtypes import TEXT_OID
 
 _STRING = VALUE["string_value"]
 

@@ -7,7 +7,6 @@ import json
 
 import orjson
 import pytest
-from pgfeed_proto.v1 import feed_pb2
 
 from pgfeed.backfill.window import WindowTracker
 from pgfeed.decoding.changes import TransactionDecoder
@@ -16,6 +15,7 @@ from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps, transaction_json
 from pgfeed.encoding.to_proto import transaction_frames
+from pgfeed_proto.v1 import feed_pb2
 from tests.unit.backfill.test_window import other, read, start
 
 
@@ -60,11 +60,11 @@ def test_protobuf_frames_of_a_chunk_carry_op_read_and_the_backfill_id() -> None:
 
 
 def test_readers_filtering_other_tables_pass_a_chunk_whole_without_decoding_it() -> None:
-    from pgfeed_client._cursor import EARLIEST, Cursor
-    from pgfeed.decoding.relations import RelationCatalog
     from pgfeed.changelog.memory import MemoryChangeLog
+    from pgfeed.decoding.relations import RelationCatalog
     from pgfeed.decoding.runs import loaded
     from pgfeed.feeds.reader import FeedReader
+    from pgfeed_client._cursor import EARLIEST, Cursor
 
     unit = chunk_unit()
     log = MemoryChangeLog()

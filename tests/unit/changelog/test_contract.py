@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from pgfeed_client._cursor import EARLIEST, Cursor
 from pgfeed.assembler.model import BackfillProgress
 from pgfeed.changelog import KINDS, ChangeLogError, open_changelog
 from pgfeed.changelog.backfills import BackfillPart, BackfillRecord, TableStatus, derive_state
 from pgfeed.changelog.base import ChangeLog, ConsumerState, LogStats
 from pgfeed.errors import RetentionError
 from pgfeed.pgoutput.messages import pg_now_us
+from pgfeed_client._cursor import EARLIEST, Cursor
 from tests.fixtures.fix_pg import PG_VERSIONS
 from tests.unit.changelog.txns import SECOND, lsns, txn
 

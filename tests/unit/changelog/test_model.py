@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgfeed_client._cursor import EARLIEST, Cursor
 from pgfeed.changelog import KINDS, open_changelog
 from pgfeed.changelog.base import ChangeLog
 from pgfeed.errors import RetentionError
+from pgfeed_client._cursor import EARLIEST, Cursor
 from tests.unit.changelog.txns import SECOND, lsns, txn
 
 L = 1000

@@ -13,7 +13,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgfeed_client._cursor import EARLIEST
 from pgfeed.assembler.transactions import TransactionAssembler
 from pgfeed.changelog.base import LeaseLost
 from pgfeed.changelog.spill_files import FileSpillStore
@@ -21,6 +20,7 @@ from pgfeed.feeds.leadership import fair_share
 from pgfeed.pgstore import leases
 from pgfeed.pgstore.changelog import CHUNK_BYTES, PgChangeLog
 from pgfeed.pgstore.connections import ConnectionPool, connect
+from pgfeed_client._cursor import EARLIEST
 from tests.fixtures.fix_pgstore import SCHEMA, leading_changelog, store_dsn
 from tests.unit.assembler import wire as w
 from tests.unit.changelog.txns import lsns, txn

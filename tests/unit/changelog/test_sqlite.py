@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgfeed_client._cursor import EARLIEST, Cursor
 from pgfeed.assembler.framing import FRAME, chunk_bounds, frame
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.assembler.transactions import TransactionAssembler
@@ -28,6 +27,7 @@ from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.changelog.spill_files import FileSpillStore
 from pgfeed.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog
 from pgfeed.pgoutput.messages import pg_now_us
+from pgfeed_client._cursor import EARLIEST, Cursor
 from tests.unit.assembler import wire as w
 from tests.unit.changelog.txns import lsns, txn
 

@@ -15,13 +15,13 @@ import struct
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
-from pgfeed_proto.v1 import feed_pb2
 
-from pgfeed_client._json import embeddable
 from pgfeed.encoding import transcode
 from pgfeed.encoding.to_arrow import ArrowColumn, generic_batch, typed_batch
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps
 from pgfeed.encoding.to_proto import transaction_frames
+from pgfeed_client._json import embeddable
+from pgfeed_proto.v1 import feed_pb2
 from tests.unit.encoding.jsondocs import documents, jsonb_text
 from tests.unit.encoding.test_transcode import (
     RELID,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import message_factory
+
 from pgfeed import prototags
 from pgfeed.encoding import _transcode, arrow_abi, tables
 from pgfeed.encoding.arrow_abi import META_COLUMNS, META_KINDS, ArrowKind, Meta, Slot

@@ -11,16 +11,16 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from pgfeed_proto.v1 import feed_pb2
 
-from pgfeed_client._cursor import Cursor
-from pgfeed_client._grpc import from_value
 from pgfeed.decoding.model import Change, Op, Transaction
 from pgfeed.encoding.to_proto import Framer, change_bytes, transaction_frames, value_bytes
 from pgfeed.types.datetime import TimeTz
 from pgfeed.types.floating import SpecialFloat
 from pgfeed.types.interval import Interval
 from pgfeed.types.json import JsonText
+from pgfeed_client._cursor import Cursor
+from pgfeed_client._grpc import from_value
+from pgfeed_proto.v1 import feed_pb2
 
 
 def parsed(v: Any, kind: str | None = None) -> feed_pb2.Value:

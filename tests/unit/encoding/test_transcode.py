@@ -21,7 +21,6 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pgfeed_proto.v1 import feed_pb2
 
 from pgfeed.assembler.framing import frame
 from pgfeed.assembler.model import StoredTransaction
@@ -33,6 +32,7 @@ from pgfeed.encoding import transcode
 from pgfeed.encoding.to_json import change_events, change_to_dict, dumps
 from pgfeed.encoding.to_proto import change_bytes, transaction_frames
 from pgfeed.protowire import varint
+from pgfeed_proto.v1 import feed_pb2
 from tests.unit.encoding.jsondocs import documents, jsonb_text
 
 RELID = 16400

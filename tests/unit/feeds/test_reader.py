@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pgfeed_client._cursor import EARLIEST, Cursor
 from pgfeed.changelog.base import ChangeLog
 from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.decoding.model import Op
 from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.errors import RetentionError
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
+from pgfeed_client._cursor import EARLIEST, Cursor
 from tests.fixtures.fix_pg import PG_VERSIONS
 from tests.unit.changelog.txns import relation_frame, txn
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-from pgfeed_client._cursor import Cursor
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.decoding.relations import RelationCatalog
@@ -13,6 +12,7 @@ from pgfeed.encoding.to_json import change_events
 from pgfeed.encoding.to_proto import Framer
 from pgfeed.feeds.reader import FeedReader
 from pgfeed.feeds.tail import INLINE_WAL_BYTES, SharedTail
+from pgfeed_client._cursor import Cursor
 from tests.unit.changelog.txns import relation_frame, txn
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pgfeed_client._cursor import EARLIEST, Cursor
 from pgfeed.changelog.sqlite import SqliteChangeLog
 from pgfeed.decoding.relations import RelationCatalog
 from pgfeed.decoding.runs import loaded
 from pgfeed.feeds.reader import FeedReader, ReaderBusy
 from pgfeed.feeds.toastindex import ToastIndex
+from pgfeed_client._cursor import EARLIEST, Cursor
 from tests.unit.decoding.test_changes import U, ins, relation, stored, upd
 
 # (commit_lsn, change): body is v1, v2, v3 in turn; the even ones leave it unchanged.

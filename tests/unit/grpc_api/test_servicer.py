@@ -10,12 +10,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 
-from pgfeed_client import parse_lsn
 from pgfeed.feeds.catalogue import Catalogue
 from pgfeed.feeds.model import FeedOptions, FeedSpec
 from pgfeed.feeds.supervisor import Supervisor
+from pgfeed_client import parse_lsn
+from pgfeed_proto.v1 import feed_pb2, feed_pb2_grpc
 from tests.fixtures.fix_http import OFFLINE_DSN
 from tests.fixtures.fix_service import Service, run_service
 from tests.unit.changelog.txns import txn

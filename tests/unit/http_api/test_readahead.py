@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from pgfeed_client import Cursor
 from pgfeed.feeds.reader import Page
 from pgfeed.http_api.encode import Encoded
 from pgfeed.http_api.readahead import PageKey, ReadAhead
+from pgfeed_client import Cursor
 
 PARAMS = ("reader", 0, Cursor(0x10), None, None, None, "arrow", None)
 

@@ -8,7 +8,15 @@ from dataclasses import replace
 import pytest
 
 from pgfeed.replication.identity import TableIdentity
-from pgfeed.replication.preflight import Facts, FilterFacts, Finding, LeafIdentity, Request, judge, render
+from pgfeed.replication.preflight import (
+    Facts,
+    FilterFacts,
+    Finding,
+    LeafIdentity,
+    Request,
+    judge,
+    render,
+)
 from pgfeed.replication.slots import PublishedTable, row_filter_sql
 
 GOOD = Facts(server_version=150004, role="cdc", database="shop", superuser=False, replication=True,

@@ -7,7 +7,6 @@ batching and error rules. The real server is in tests/integration/test_stream.py
 from __future__ import annotations
 
 import select
-
 import socket
 import struct
 import time

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from pgfeed_client._cursor import EARLIEST
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.changelog.base import ChangeLogError
 from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.replication.writer import LogWriter
+from pgfeed_client._cursor import EARLIEST
 from tests.unit.changelog.txns import lsns, txn
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from pgfeed_proto.v1 import feed_pb2
 
-from pgfeed_client.pgtypes import BUILTIN_TYPES, COLUMN_KINDS, TEXT_ARRAY_OID, TEXT_OID
 from pgfeed.encoding import _transcode, transcode
 from pgfeed.protowire import VALUE
 from pgfeed.types import kinds_header
 from pgfeed.types.registry import FAMILIES, FAST_KINDS, family_of, fast_kind, loader_oid, type_of
+from pgfeed_client.pgtypes import BUILTIN_TYPES, COLUMN_KINDS, TEXT_ARRAY_OID, TEXT_OID
+from pgfeed_proto.v1 import feed_pb2
 
 
 def test_generated_kind_header_is_fresh() -> None:

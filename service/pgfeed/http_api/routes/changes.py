@@ -3,22 +3,13 @@ table's schema at a position (``/tables/{table}/schema``)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
-
 from dataclasses import replace
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from pgfeed_client._cursor import CURSOR_PATTERN, Cursor, format_lsn
-from pgfeed_client._headers import (
-    DEFAULT_LIMIT,
-    HAS_MORE_HEADER,
-    HEAD_HEADER,
-    MAX_LIMIT,
-    NEXT_HEADER,
-)
 from pgfeed.decoding.model import Op
 from pgfeed.decoding.values import load_value
 from pgfeed.encoding import ARROW_MEDIA_TYPE, JSON_MEDIA_TYPE
@@ -29,7 +20,6 @@ from pgfeed.feeds.serving import SCAN_CHANGES
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.deps import MetricsDep, ReadAheadDep, ReadScope, StopDep, SupervisorDep
 from pgfeed.http_api.errors import ApiError
-from pgfeed.http_api.readahead import ReadAhead
 from pgfeed.http_api.paging import (
     MAX_CURSOR_LENGTH,
     Answer,
@@ -40,6 +30,7 @@ from pgfeed.http_api.paging import (
     serve_page,
     within_head,
 )
+from pgfeed.http_api.readahead import ReadAhead
 from pgfeed.http_api.schemas import (
     ChangesCount,
     ChangesPage,
@@ -52,6 +43,14 @@ from pgfeed.http_api.schemas import (
 )
 from pgfeed.http_api.schemas_debezium import DebeziumChangesPage
 from pgfeed.metrics import Metrics
+from pgfeed_client._cursor import CURSOR_PATTERN, Cursor, format_lsn
+from pgfeed_client._headers import (
+    DEFAULT_LIMIT,
+    HAS_MORE_HEADER,
+    HEAD_HEADER,
+    MAX_LIMIT,
+    NEXT_HEADER,
+)
 
 router = APIRouter(prefix="/v1/feeds", tags=["reading"], dependencies=[ReadScope])
 

@@ -10,7 +10,6 @@ from typing import Any
 from fastapi import APIRouter, Query, status
 from starlette.responses import JSONResponse, Response
 
-from pgfeed_client._cursor import format_lsn
 from pgfeed.dsn import mask_dsn, scrub
 from pgfeed.errors import PgfeedError, SourceError, SourceRefused
 from pgfeed.feeds.model import FeedOptions, FeedSpec, FeedStatus, Gap, Retention
@@ -41,6 +40,7 @@ from pgfeed.http_api.schemas import (
     table_names,
 )
 from pgfeed.replication.slots import SlotFailover
+from pgfeed_client._cursor import format_lsn
 
 log = logging.getLogger("pgfeed.http")
 

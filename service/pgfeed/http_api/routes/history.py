@@ -6,11 +6,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from pgfeed_client._cursor import format_lsn
 from pgfeed.feeds.history import History
 from pgfeed.http_api.deps import StatusScope, SupervisorDep
 from pgfeed.http_api.routes.changes import FeedName
 from pgfeed.http_api.routes.feeds import iso_time
+from pgfeed_client._cursor import format_lsn
 
 router = APIRouter(prefix="/v1/feeds", tags=["admin"], dependencies=[StatusScope])
 

@@ -6,12 +6,12 @@ import logging
 
 from fastapi import APIRouter
 
-from pgfeed_client._cursor import format_lsn
 from pgfeed.changelog.base import consumed_bound
 from pgfeed.http_api.deps import AdminScope, SupervisorDep
 from pgfeed.http_api.paging import parse_cursor_param, within_head
 from pgfeed.http_api.routes.changes import FeedName
 from pgfeed.http_api.schemas import TrimOut, TrimRequest
+from pgfeed_client._cursor import format_lsn
 
 log = logging.getLogger("pgfeed.http")
 

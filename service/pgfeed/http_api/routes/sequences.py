@@ -8,12 +8,12 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from pgfeed_client._cursor import format_lsn
 from pgfeed.feeds.supervisor import Supervisor
 from pgfeed.http_api.deps import AdminScope, StatusScope, SupervisorDep
 from pgfeed.http_api.errors import ApiError
 from pgfeed.http_api.routes.changes import FeedName
 from pgfeed.http_api.schemas import ErrorBody, SequenceOut, SequencesOut
+from pgfeed_client._cursor import format_lsn
 
 router = APIRouter(prefix="/v1/feeds", tags=["admin"])
 
