@@ -101,6 +101,16 @@ class RowRun:
             yield seq, lsn, at, begin, stop
             seq += 1
 
+    def first(self, count: int) -> RowRun:
+        """The first ``count`` rows of the run, a run of their own (a page cut inside it)."""
+        end = self.start
+        for n, (_at, _lsn, _begin, stop) in enumerate(walk(self.payload, self.start, self.end), 1):
+            end = stop
+            if n == count:
+                break
+        return RowRun(self.payload, self.start, end, self.first_seq, count, self.plan, self.read,
+                      self.commit_lsn, self.loading)
+
     def load(self) -> list[Change]:
         """Every change of the run, decoded (SchemaError when bytes do not fit the version)."""
         payload, plan, loading, commit_lsn, read = (self.payload, self.plan, self.loading,

@@ -213,7 +213,7 @@ def _cut(page: Page, limit: int) -> Page:
         for c in txn.changes:
             if type(c) is RowRun:
                 if c.count > left:
-                    c = _first_rows(c, left)
+                    c = c.first(left)
                 left -= c.count
                 seq = c.last_seq
             else:
@@ -226,17 +226,6 @@ def _cut(page: Page, limit: int) -> Page:
         nxt = Cursor(txn.commit_lsn) if seq >= txn.change_count - 1 else Cursor(txn.commit_lsn, seq)
         return Page(out, nxt, page.head, True, None)
     return page
-
-
-def _first_rows(run: RowRun, count: int) -> RowRun:
-    """The first ``count`` rows of ``run``, a run of their own."""
-    end = run.start
-    for n, (_seq, _lsn, _at, _begin, stop) in enumerate(run.frames(), 1):
-        end = stop
-        if n == count:
-            break
-    return RowRun(run.payload, run.start, end, run.first_seq, count, run.plan, run.read,
-                  run.commit_lsn, run.loading)
 
 
 @dataclass(slots=True)
