@@ -128,3 +128,30 @@ def test_demo_into_a_file_prints_usable_lines_within_seconds(tmp_path: Path) -> 
     assert int(text.splitlines()[-1].split()[2]) >= 1  # "demo stopped: N changes received"
     assert took < 30, took
     print(f"demo: first change line after {took:.1f} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_tail_stops_on_a_signal_even_when_started_with_it_ignored(
+        pgfeed_service: Service, pg_dsn: str, make_served_feed: FeedFactory, tmp_path: Path,
+        sig: signal.Signals) -> None:
+    """A script's background job (or a test's child) can inherit SIGINT and SIGTERM ignored;
+    the tail still stops on them, saves its cursor and says where it stopped."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE sig (id int PRIMARY KEY)")
+    feed = make_served_feed(pg_dsn, tables=("public.sig",))
+    out, cursor_file = tmp_path / "tail.txt", tmp_path / "cursor"
+    with out.open("w") as sink:
+        tail = subprocess.Popen(
+            ["sh", "-c", 'trap "" INT TERM; exec "$@"', "sh", sys.executable, "-m", "pgfeed",
+             "tail", feed, "--url", pgfeed_service.http_url, "--from", "earliest", "--wait", "1",
+             "--cursor-file", str(cursor_file)],
+            env=ENV, stdout=sink, stderr=subprocess.PIPE, text=True)
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO sig VALUES (1)")
+        _lines_within(out, 1, 20, tail)
+    finally:
+        tail.send_signal(sig)
+        _, err = tail.communicate(timeout=20)
+    assert tail.returncode == 0, err
+    assert f"stopped at {cursor_file.read_text().strip()}" in err

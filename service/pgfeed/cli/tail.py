@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -133,8 +135,24 @@ def _joined(values: list[str] | None) -> str | None:
     return ",".join(item for item in items if item) or None
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM stop the tail where it is (its cursor saved and printed), even when it
+    was started with them ignored or blocked, as a script's background job or a test's child
+    process can be: both are inherited across exec, and Python then installs no handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``pgfeed tail``; returns the exit code (1: the service refused, 2: bad arguments)."""
+    _stop_on_signals()
     out = out or sys.stdout
     err = sys.stderr
     ops = _joined(args.op)
