@@ -2,8 +2,9 @@
 
 The package ``pgfeed`` and every subpackage are found here, so a new one is never left out of the
 wheel. The compiled modules are the read path's transcoder (pgfeed/encoding/_transcode.c), the
-frame walk's run step (pgfeed/assembler/_framing.c) and the backfill row encoder
-(pgfeed/backfill/_rows.c); without a C compiler the build skips them and
+frame walk's run step (pgfeed/assembler/_framing.c), the backfill row encoder
+(pgfeed/backfill/_rows.c) and the replication stream's receive loop
+(pgfeed/replication/_receive.c); without a C compiler the build skips them and
 pgfeed uses the equivalent Python code.
 """
 
@@ -22,4 +23,5 @@ setup(packages=find_packages(include=["pgfeed", "pgfeed.*"]),
                         ["pgfeed/encoding/_kinds.h", "pgfeed/encoding/_proto_tags.h",
                          "pgfeed/encoding/_arrow_abi.h", "pgfeed/encoding/_transcode_arrow.c"]),
                        ("pgfeed.assembler._framing", "pgfeed/assembler/_framing.c", []),
-                       ("pgfeed.backfill._rows", "pgfeed/backfill/_rows.c", []))])
+                       ("pgfeed.backfill._rows", "pgfeed/backfill/_rows.c", []),
+                       ("pgfeed.replication._receive", "pgfeed/replication/_receive.c", []))])

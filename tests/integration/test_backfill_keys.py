@@ -162,8 +162,9 @@ def test_copy_out_in_c_reads_what_psycopg_reads_and_raises_its_errors(pg_dsn: st
     from psycopg import sql
 
     from pgfeed.backfill import source
+    from pgfeed.replication import libpq
 
-    assert source._libpq_functions() is not None  # the C loop is what the service runs here
+    assert libpq.functions() is not None  # the C loop is what the service runs here
     query = sql.SQL("COPY (SELECT g, repeat(E'a\\tb\\\\c\\n', g % 50), CASE WHEN g % 7 = 0 THEN NULL "
                     "ELSE g END FROM generate_series(1, 40000) g ORDER BY 1) TO STDOUT")
     with source.connect(pg_dsn) as conn:

@@ -8,6 +8,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
+from pgfeed.assembler.framing import walk
 from pgfeed.types.json import JsonText
 from tests.integration.capture_helpers import (
     data_changes,
@@ -162,13 +163,17 @@ def test_decode_error_fails_feed_without_moving_slot(pg_dsn, feed_dir, monkeypat
         before = slot_confirmed(pg_dsn, "pgfeed_f")
         assert before == sup.changelog("f").confirmed_lsn() > 0
         # A hostile byte stream: every Commit arrives with a corrupted tag.
-        original = stream_module.ReplicationStream.read_batch
+        original = stream_module.ReplicationStream.receive
 
         def corrupt(self, *args, **kwargs):
-            frames, keepalives = original(self, *args, **kwargs)
-            return [(lsn, b"Z" + bytes(p[1:]) if p[:1] == b"C" else p) for lsn, p in frames], keepalives
+            got = original(self, *args, **kwargs)
+            data = bytearray(got.data)
+            for _at, _lsn, start, _stop in walk(data):
+                if data[start] == ord("C"):
+                    data[start] = ord("Z")
+            return stream_module.Received(bytes(data), got.runs, got.keepalives, got.last_lsn)
 
-        monkeypatch.setattr(stream_module.ReplicationStream, "read_batch", corrupt)
+        monkeypatch.setattr(stream_module.ReplicationStream, "receive", corrupt)
         sup.resume("f")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO d VALUES (2)")

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from pgfeed.assembler.framing import walk
 from pgfeed.errors import SourceError
 from pgfeed.pgoutput import decode
 from pgfeed.pgoutput.messages import (
@@ -339,3 +340,66 @@ def _active_pid(dsn: str) -> int | None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         info = slots.slot_info(conn, "s")
     return info["active_pid"] if info else None
+
+
+ROW_TAGS = (b"I", b"U", b"D", b"T")
+
+
+def _received_frames(stream: ReplicationStream, rows: int) -> list[tuple[int, bytes, bool]]:
+    """Every frame up to the commit after the ``rows``-th row change, as (dataStart, message, in a run of row changes), with each
+    batch's runs checked: a row run holds exactly ``rows`` frames, all row changes; another run
+    one frame, not a row change inside Begin..Commit's fast path."""
+    out: list[tuple[int, bytes, bool]] = []
+    deadline = time.monotonic() + 30
+    seen = 0
+    while seen < rows or out[-1][1][:1] not in (b"C", b"c"):
+        assert time.monotonic() < deadline, "timed out reading the copied slot"
+        got = stream.receive(700, timeout=0.5)  # small batches: runs cut at batch ends too
+        view = memoryview(got.data)
+        assert sum(stop - start for start, stop, _ in got.runs) == len(got.data)
+        for start, stop, count in got.runs:
+            frames = [(lsn, bytes(view[a:b])) for _, lsn, a, b in walk(view, start, stop)]
+            assert len(frames) == max(count, 1)
+            assert all(m[:1] in ROW_TAGS for _, m in frames) or not count
+            out.extend((lsn, m, bool(count)) for lsn, m in frames)
+            seen += sum(m[:1] in ROW_TAGS for _, m in frames)
+        if got.runs:
+            assert got.last_lsn == out[-1][0]
+        if got.keepalives:
+            stream.send_feedback(out[-1][0] if out else 0, 0, 0)
+    return out
+
+
+def test_the_compiled_receive_loop_reads_what_the_python_loop_reads(pg_dsn):
+    """``ReplicationStream.receive`` in C (``_receive.c``, the GIL released) and in Python
+    (``_receive_py``) on copies of one slot: the same frames, positions and runs, over row
+    changes, a truncate, messages, a streamed transaction and batches cut mid-run."""
+    from pgfeed.replication import stream as stream_module
+
+    assert stream_module._compiled is not None  # the compiled loop is what capture runs here
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    setup_table(pg_dsn)
+    run(pg_dsn, f"ALTER DATABASE \"{dbname}\" SET logical_decoding_work_mem = '256kB'")
+    create_slot(pg_dsn, "s")
+    run(pg_dsn, "INSERT INTO t SELECT g, repeat('x', g % 300) FROM generate_series(1, 3000) g",
+        "UPDATE t SET v = 'y' WHERE id % 3 = 0", "DELETE FROM t WHERE id % 5 = 0",
+        "SELECT pg_logical_emit_message(true, 'p', 'in a transaction')",
+        "SELECT pg_logical_emit_message(false, 'p', 'alone')", "TRUNCATE t",
+        "INSERT INTO t SELECT g, repeat('z', 200) FROM generate_series(1, 5000) g")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_copy_logical_replication_slot('s', 's2')")
+    reads = []
+    for slot, native in (("s", True), ("s2", False)):
+        stream = start(pg_dsn, slot)
+        try:
+            if not native:
+                stream._native = None
+            assert (stream._native is not None) == native
+            reads.append(_received_frames(stream, 3000 + 1000 + 600 + 1 + 5000))
+        finally:
+            stream.close()
+    compiled, python = reads
+    assert compiled == python
+    assert sum(m[:1] in ROW_TAGS for _, m, _ in compiled) == 9_601
+    assert sum(in_run for *_, in_run in compiled) == 9_601  # every row change came in a run
+    assert {m[:1] for _, m, _ in compiled} >= {b"B", b"C", b"I", b"U", b"D", b"T", b"M", b"S", b"E"}

@@ -130,6 +130,7 @@ def test_each_wheel_holds_its_own_import_names(wheels: Wheels) -> None:
     assert any(re.fullmatch(r"pgfeed/encoding/_transcode\.cpython-.*\.so", n) for n in server), server
     assert any(re.fullmatch(r"pgfeed/backfill/_rows\.cpython-.*\.so", n) for n in server), server
     assert any(re.fullmatch(r"pgfeed/assembler/_framing\.cpython-.*\.so", n) for n in server), server
+    assert any(re.fullmatch(r"pgfeed/replication/_receive\.cpython-.*\.so", n) for n in server), server
     assert "pgfeed/encoding/transcode.py" in server and "pgfeed/http_api/static/ui/index.html" in server
     assert {"pgfeed_client/__init__.py", "pgfeed_proto/v1/feed_pb2.py",
             "pgfeed_proto/v1/feed_pb2_grpc.py"} <= set(client)

@@ -216,6 +216,29 @@ class TransactionAssembler:
                     out.extend(done)
         return out
 
+    def feed_framed(self, data: bytes, runs: Iterable[tuple[int, int, int]]) -> list[StoredTransaction]:
+        """``feed`` for every message of a received batch already framed (``data``: FRAME
+        headers and messages back to back; ``runs``: ``(start, stop, rows)``, ``rows`` > 0 for
+        that many consecutive row changes). Capture's loop: a run of row changes inside
+        Begin..Commit is appended to its transaction as it is, with no step per message."""
+        out: list[StoredTransaction] = []
+        view = memoryview(data)
+        dispatch = self._dispatch
+        for start, stop, rows in runs:
+            txn = self._current
+            if rows and txn is not None:
+                txn.data += view[start:stop]
+                txn.changes += rows
+                self._mem += stop - start
+                if self._mem > self._limit:
+                    self._spill_over()
+                continue
+            for _at, lsn, a, b in walk(view, start, stop):
+                done = dispatch(lsn, view[a:b])
+                if done:
+                    out.extend(done)
+        return out
+
     def feed(self, lsn: int, message: bytes | memoryview) -> list[StoredTransaction]:
         """Take one pgoutput message (``lsn``: its XLogData dataStart); return what it completes."""
         return self.feed_batch(((lsn, message),))

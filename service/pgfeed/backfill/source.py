@@ -13,11 +13,8 @@ would send once COPY's escapes are undone. Rows are encoded here as pgoutput Ins
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import itertools
 import json
-import os
 import re
 import select
 from collections.abc import Sequence
@@ -32,6 +29,7 @@ from pgfeed.backfill.rows import Rows, copy_text_rows, read_copy
 from pgfeed.backfill.schema import _COLUMNS, relation_message, type_message
 from pgfeed.errors import BackfillError
 from pgfeed.pgoutput.encode import insert_head
+from pgfeed.replication import libpq
 from pgfeed.replication.connect import conninfo
 from pgfeed.types import integer
 
@@ -391,10 +389,10 @@ def _read_copy(pg: pq.abc.PGconn, encoding: str, native: bool) -> bytes:
     the GIL released: ~0.35 µs of Python a row less, and the other chunk reader runs meanwhile)
     when the libpq psycopg uses is known, else psycopg's calls in a Python loop that waits for
     the socket with the GIL released."""
-    functions = _libpq_functions() if native and read_copy is not None else None
+    functions = libpq.functions() if native and read_copy is not None else None
     address = getattr(pg, "pgconn_ptr", None)  # PGconn *: both psycopg implementations have it
     if read_copy is not None and functions is not None and address:
-        status, data = read_copy(address, *functions)
+        status, data = read_copy(address, functions.get_copy_data, functions.freemem)
         if status == -2:
             raise psycopg.OperationalError(pg.get_error_message(encoding))
         return bytes(data)
@@ -411,29 +409,6 @@ def _read_copy(pg: pq.abc.PGconn, encoding: str, native: bool) -> bytes:
             return bytes(text)
         else:
             raise psycopg.OperationalError(pg.get_error_message(encoding))
-
-
-@functools.cache
-def _libpq_functions() -> tuple[int, int] | None:
-    """Addresses of PQgetCopyData and PQfreemem in the libpq psycopg's connections live in (its
-    binary wheel ships its own, which may differ from the system's): psycopg's ctypes library,
-    or the one libpq mapped into this process; None when that is not certain."""
-    try:
-        if pq.__impl__ == "python":
-            from psycopg.pq import _pq_ctypes
-            found: tuple[Any, Any] = (_pq_ctypes.PQgetCopyData, _pq_ctypes.PQfreemem)
-        else:
-            with open("/proc/self/maps") as maps:
-                paths = {parts[5] for line in maps if len(parts := line.split(None, 5)) == 6}
-            libpq = {p.strip() for p in paths if os.path.basename(p.strip()).startswith(("libpq.", "libpq-"))}
-            if len(libpq) != 1:
-                return None
-            lib = ctypes.CDLL(libpq.pop())
-            found = (lib.PQgetCopyData, lib.PQfreemem)
-        get, free = (ctypes.cast(f, ctypes.c_void_p).value for f in found)
-    except (OSError, AttributeError, ImportError):
-        return None
-    return (get, free) if get and free else None
 
 
 def _result(pg: pq.abc.PGconn) -> pq.abc.PGresult | None:

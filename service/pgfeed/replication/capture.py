@@ -308,7 +308,7 @@ class Capture:
     def _loop(self, stream: ReplicationStream, stop: threading.Event) -> None:
         assembler = TransactionAssembler(spill=FileSpillStore(self.spill_dir),
                                          memory_limit=ASSEMBLER_MEMORY)
-        feed_batch = assembler.feed_batch
+        feed = assembler.feed_framed
         hook = self.hook or _NO_HOOK
         process = hook.process
         writer = LogWriter(self.changelog, self._durable, name=f"pgfeed-writer-{self.config.name}",
@@ -324,15 +324,16 @@ class Capture:
         try:
             while not stop.is_set():
                 # held backfill chunks go to the writer as soon as it is idle: look often
-                frames, keepalives = stream.read_batch(
-                    self.batch_messages, timeout=HOLDING_POLL if hook.holding else 0.2)
-                if frames:
-                    received = max(received, frames[-1][0])
+                got = stream.receive(self.batch_messages,
+                                     timeout=HOLDING_POLL if hook.holding else 0.2)
+                keepalives = got.keepalives
+                if got.runs:
+                    received = max(received, got.last_lsn)
                 reply = False
                 for wal_end, reply_requested in keepalives:
                     received = max(received, wal_end)
                     reply = reply or reply_requested
-                assembled = feed_batch(frames)
+                assembled = feed(got.data, got.runs)
                 stored = process(annotate.annotate(assembled) if assembled else assembled,
                                  received)
                 target = assembler.confirmable_lsn

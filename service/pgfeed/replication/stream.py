@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import select
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from struct import Struct
 from typing import Any, NoReturn, Self
 
 import psycopg
 from psycopg import pq, sql
 
+from pgfeed.assembler.framing import FRAME, walk
 from pgfeed.dsn import scrub
 from pgfeed.errors import SourceError
-from pgfeed.replication import commands, protocol
+from pgfeed.replication import commands, libpq, protocol
 from pgfeed.replication.connect import connect, one_line
 from pgfeed_client._cursor import parse_lsn
 
@@ -44,6 +47,81 @@ Frame = tuple[int, memoryview]  # (dataStart, pgoutput message): a view owning i
 
 
 _READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One receive: the XLogData payloads as log frames back to back in ``data`` (``FRAME``:
+    dataStart, length, message), ``runs`` of them ``(start, stop, rows)``: ``rows`` > 0 for
+    that many consecutive row changes (the assembler appends such a run as it is), 0 for one
+    other message; the keepalives ``(walEnd, replyRequested)``."""
+
+    data: bytes
+    runs: list[tuple[int, int, int]]
+    keepalives: list[tuple[int, bool]]
+    last_lsn: int = 0  # the last frame's dataStart (0: no frame)
+
+    def frames(self) -> list[Frame]:
+        view = memoryview(self.data)
+        return [(lsn, view[a:b]) for _, lsn, a, b in walk(view)]
+
+
+_NOTHING = Received(b"", [], [])
+_ROW_TAGS = frozenset(b"IUDT")  # as _receive.c's is_row
+
+
+def _receive_py(pg: pq.abc.PGconn, max_messages: int) -> tuple[
+        int, bytes, list[tuple[int, int, int]], list[tuple[int, bool]], int, bytes | None]:
+    """``_receive.receive`` in Python, with psycopg's calls: the fallback and the specification
+    (statuses: 0 nothing more ready, 1 full, -1 copy ended, -2 libpq error, -3 ``bad``)."""
+    data = bytearray()
+    runs: list[tuple[int, int, int]] = []
+    keepalives: list[tuple[int, bool]] = []
+    consumed = False
+    count = status = last = 0
+    while count < max_messages:
+        n, buf = pg.get_copy_data(1)
+        if n == 0:
+            if consumed:
+                break
+            pg.consume_input()  # raises psycopg's error when the connection broke
+            consumed = True
+            continue
+        if n < 0:
+            status = n if n == -1 else -2
+            break
+        consumed = False
+        if n >= _MIN_XLOG and buf[0] == _W:
+            at = len(data)
+            last = _HEAD.unpack_from(buf)[1]
+            data += FRAME.pack(last, n - _MIN_XLOG)
+            data += buf[_MIN_XLOG:]
+            row = n > _MIN_XLOG and buf[_MIN_XLOG] in _ROW_TAGS
+            if row and runs and runs[-1][2]:
+                runs[-1] = (runs[-1][0], len(data), runs[-1][2] + 1)
+            else:
+                runs.append((at, len(data), int(row)))
+        elif n == _KEEPALIVE.size and buf[0] == _K and buf[17] <= 1:
+            keepalives.append((_KEEPALIVE.unpack_from(buf)[1], buf[17] == 1))
+        else:
+            return -3, bytes(data), runs, keepalives, last, bytes(buf)
+        count += 1
+    if status == 0 and count >= max_messages:
+        status = 1
+    return status, bytes(data), runs, keepalives, last, None
+
+
+def _native_receive() -> Any:
+    if os.environ.get("PGFEED_IMPL", "") == "reference":
+        return None
+    try:
+        from pgfeed.replication import _receive
+    except ImportError:
+        return None
+    return _receive
+
+
+_compiled = _native_receive()
 
 
 def _wait(fd: int, timeout: float, *, write: bool = False) -> int:
@@ -80,6 +158,10 @@ class ReplicationStream:
         self._fd = self._pg.socket
         self._reads = select.poll()  # read_batch's wait, registered once: it runs on every batch
         self._reads.register(self._fd, select.POLLIN)
+        # the compiled loop's arguments: this connection's PGconn * and libpq's functions
+        functions = libpq.functions() if _compiled is not None else None
+        address = getattr(self._pg, "pgconn_ptr", None)
+        self._native = (address, *functions) if functions is not None and address else None
         self._streaming = False
         self._ended = False  # the server ended the copy: this stream is dead
         self.server_version: int = self._conn.info.server_version
@@ -122,62 +204,48 @@ class ReplicationStream:
 
     # -- the hot path ----------------------------------------------------------------------------
 
-    def read_batch(self, max_messages: int, timeout: float,
-                   ) -> tuple[list[Frame], list[tuple[int, bool]]]:
-        """Frames ``(dataStart, message)`` and keepalives ``(walEnd, replyRequested)`` received.
+    def receive(self, max_messages: int, timeout: float) -> Received:
+        """What arrived: its XLogData payloads as log frames (``Received``) and its keepalives.
 
         Returns as soon as something has arrived and the socket has nothing more ready (at most
-        ``max_messages`` frames and keepalives together); with nothing available, waits up to
-        ``timeout`` seconds and may return two empty lists.
+        ``max_messages`` messages); with nothing available, waits up to ``timeout`` seconds and
+        may return nothing. The loop is compiled (``_receive.c``) where it can be.
         """
         pg = self._pg
         if pg is None or not self._streaming:
-            raise self._not_streaming("read_batch")
+            raise self._not_streaming("receive")
         if max_messages < 1:
             raise ValueError(f"max_messages must be at least 1, got {max_messages}")
-        get = pg.get_copy_data
-        head = _HEAD.unpack_from
-        frames: list[Frame] = []
-        append = frames.append
-        keepalives: list[tuple[int, bool]] = []
+        native = self._native
         deadline = 0.0
-        n = 0
         try:
             while True:
-                got = len(frames) + len(keepalives)
-                for _ in range(max_messages - got):
-                    n, buf = get(1)
-                    if n >= _MIN_XLOG:
-                        tag, lsn = head(buf)
-                        if tag == _W:
-                            append((lsn, buf[25:]))  # a view: the buffer is its own copy
-                            continue
-                    if n <= 0:
-                        break
-                    # Keepalives come about twice a commit at a few thousand one-row commits/s
-                    # (the walsender sends one on each wake-up while our reported write position
-                    # trails its send position): well-formed ones skip the checked parser.
-                    if n == _KEEPALIVE.size and buf[0] == _K and buf[17] <= 1:
-                        keepalives.append((_KEEPALIVE.unpack_from(buf)[1], buf[17] == 1))
-                        continue
-                    self._other(buf, keepalives)
+                if native is not None:
+                    status, data, runs, keepalives, last, bad = _compiled.receive(*native, max_messages)
                 else:
-                    return frames, keepalives  # full
-                if n < 0:
+                    status, data, runs, keepalives, last, bad = _receive_py(pg, max_messages)
+                if status == -1:
                     self._copy_ended()
-                if len(frames) + len(keepalives) > got:
-                    pg.consume_input()  # more may be waiting on the socket: read it without blocking
-                    continue
-                if frames or keepalives:
-                    return frames, keepalives
+                if status == -2:
+                    raise psycopg.OperationalError(pg.get_error_message())
+                if status == -3:
+                    self._other(memoryview(bad), keepalives)  # a keepalive, or DecodeError
+                if runs or keepalives:
+                    return Received(data, runs, keepalives, last)
                 now = time.monotonic()
                 if not deadline:
                     deadline = now + timeout
                 if now >= deadline or not self._reads.poll(_ms(deadline - now)):
-                    return frames, keepalives
-                pg.consume_input()
+                    return _NOTHING
         except psycopg.Error as exc:
             raise self._error("replication stream failed", exc) from None
+
+    def read_batch(self, max_messages: int, timeout: float,
+                   ) -> tuple[list[Frame], list[tuple[int, bool]]]:
+        """``receive`` as frames ``(dataStart, message)`` and keepalives ``(walEnd,
+        replyRequested)`` (tools and tests; capture takes ``Received`` as it is)."""
+        got = self.receive(max_messages, timeout)
+        return got.frames(), got.keepalives
 
     @staticmethod
     def _other(buf: memoryview, keepalives: list[tuple[int, bool]]) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
-from pgfeed.assembler.framing import frame
+from pgfeed.assembler.framing import frame, walk
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.assembler.spill import MemorySpillStore
 from pgfeed.assembler.transactions import TransactionAssembler
@@ -420,3 +422,44 @@ def test_feed_batch_is_feed_in_order(batch: int) -> None:
         [(t.commit_lsn, t.change_count, bytes(t.payload), t.schema_frames) for t in expected]
     assert len(got) == 5 and got[-1].change_count == 200  # the four units and the message
     assert many.confirmable_lsn == one.confirmable_lsn and many.buffered_bytes == 0
+
+
+class _Arrived:
+    """Just enough of a libpq connection for ``stream._receive_py``: XLogData frames, then none."""
+
+    def __init__(self, steps: list[tuple[int, bytes | memoryview]]) -> None:
+        self.frames = [b"w" + struct.pack(">QQq", lsn, lsn, 0) + bytes(m) for lsn, m in steps]
+
+    def get_copy_data(self, async_: int) -> tuple[int, memoryview]:
+        if not self.frames:
+            return 0, memoryview(b"")
+        frame = self.frames.pop(0)
+        return len(frame), memoryview(frame)
+
+    def consume_input(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("batch", [1, 2, 7, 1000])
+def test_feed_framed_is_feed_batch_over_what_the_receive_loop_frames(batch: int) -> None:
+    """Capture's path (the stream's receive loop frames a batch and marks runs of row changes;
+    the assembler appends a run as it is) assembles what ``feed_batch`` does, whatever the
+    batch boundaries (a run cut by one, a run outside Begin..Commit or in a stream block)."""
+    from pgfeed.replication.stream import _receive_py
+
+    steps = _mixed_stream()
+    one = TransactionAssembler(spill=MemorySpillStore(), memory_limit=500)
+    expected = one.feed_batch(steps)
+    framed = TransactionAssembler(spill=MemorySpillStore(), memory_limit=500)
+    pg = _Arrived(steps)
+    got: list[StoredTransaction] = []
+    while True:
+        _status, data, runs, keepalives, last, bad = _receive_py(pg, batch)  # type: ignore[arg-type]
+        assert bad is None and not keepalives
+        if not runs:
+            break
+        assert last == [lsn for _, lsn, _, _ in walk(data)][-1]
+        got.extend(framed.feed_framed(data, runs))
+    assert [(t.commit_lsn, t.change_count, bytes(t.payload), t.schema_frames) for t in got] == \
+        [(t.commit_lsn, t.change_count, bytes(t.payload), t.schema_frames) for t in expected]
+    assert framed.confirmable_lsn == one.confirmable_lsn and framed.buffered_bytes == 0

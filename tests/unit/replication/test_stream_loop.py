@@ -1,4 +1,4 @@
-"""ReplicationStream.read_batch / send_feedback over a scripted libpq connection (no server).
+"""ReplicationStream.receive / read_batch / send_feedback over a scripted libpq connection (no server).
 
 The fast path parses XLogData inline; these tests hold it to protocol.py's parsers and to the
 batching and error rules. The real server is in tests/integration/test_stream.py.
@@ -120,6 +120,7 @@ def make_stream(pg: FakePGconn, dsn: str = "host=h dbname=d user=u password=s3cr
     stream._reads.register(pg.socket, select.POLLIN)
     stream._streaming = True
     stream._ended = False
+    stream._native = None  # the scripted connection has no PGconn *: the Python loop
     stream.server_version = 180000
     return stream
 
