@@ -62,14 +62,12 @@ MAX_REMEMBERED_KEYS = 1_000_000
 PIECE_BYTES = 192 << 10  # with framing, under the log's in-memory tail limit for a transaction
 LIVE_SECONDS = 1.0
 # One idle moment of the writer takes pieces until they hold this many bytes (each piece its own
-# transaction at its own free position; 0: one piece a moment). Profiled (issue 28 targets, 5M
-# rows beside 500 commits/s): capture's loop turns ~550 times a second, about one idle moment a
-# turn, and one 192 KiB piece (~0.4 ms to append) a moment caps the backfill near 0.23x COPY
-# while its workers wait. 1 MiB a moment reached 0.42-0.55x COPY but live p99 60-180 ms (0.25x
-# and p99 23 ms with 0 on the same loaded machine; 512 KiB: 0.32x, p99 46 ms): more bytes a
-# second through the log cost live latency (bench/RESULTS.md, Backfill), so one piece stays the
-# default until the log takes bulk pieces without delaying live commits.
-RELEASE_BYTES = 0
+# transaction at its own free position; 0: one piece a moment). Capture's loop turns a few
+# hundred times a second beside live commits, about one idle moment a turn, so one 192 KiB piece
+# a moment capped a backfill near a quarter of COPY's pace. Since pieces are written once to
+# piece files (changelog/piece_files.py), not through the log's WAL that every live commit
+# fsyncs, 2 MiB a moment keeps live latency within its target (bench/RESULTS.md, Backfill).
+RELEASE_BYTES = 2 << 20
 
 # Pacing: a live commit that took longer than LIVE_LATENCY from capture receiving it to durable
 # in the log holds the backfill's next chunks back for PAUSE_SECONDS (a chunk's read, its

@@ -32,6 +32,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,8 @@ from pgfeed.changelog.base import (
     stored_position,
     trimmed_while_read,
 )
+from pgfeed.changelog.piece_files import PieceFiles, directory_of
+from pgfeed.netorder import U32
 from pgfeed.pgoutput.messages import pg_now_us
 from pgfeed_client._cursor import Cursor
 
@@ -65,7 +68,7 @@ __all__ = ["CHUNK_BYTES", "SqliteChangeLog"]
 
 log = logging.getLogger("pgfeed.changelog")
 
-_SCHEMA_VERSION = 2  # 2: consumer.acked_at (see _MIGRATIONS)
+_SCHEMA_VERSION = 3  # 2: consumer.acked_at; 3: piece (see _MIGRATIONS)
 _PAGE_SIZE = 16384  # big appends ~1.5x faster than with 4 KiB pages (fewer overflow pages); creation only
 _BUSY_SECONDS = 30.0  # another process (e.g. `pgfeed` tooling) may hold the write lock briefly
 _WAL_LIMIT = 64 << 20  # truncate the WAL back to this after a checkpoint
@@ -77,6 +80,16 @@ _WAL_LIMIT = 64 << 20  # truncate the WAL back to this after a checkpoint
 _CHECKPOINT_BYTES = 16 << 20
 _CHECKPOINT_SECONDS = 0.5
 _MAX_IDLE_READERS = 8
+
+# A backfill piece's payload is in a piece file (piece_files.py), not in chunk rows: its txn row
+# has chunk_count 0 (and payload_bytes > 0), and this row says where. ``sizes``: the payload's
+# parts as written (>I each, cut on frame boundaries like chunks), so it can be read a part at a
+# time as chunks are.
+_PIECE_TABLE = """CREATE TABLE piece (
+        commit_lsn INTEGER PRIMARY KEY,
+        file_no INTEGER NOT NULL,
+        file_at INTEGER NOT NULL,
+        sizes BLOB NOT NULL)"""
 
 _SCHEMA = (
     """CREATE TABLE state (
@@ -104,6 +117,7 @@ _SCHEMA = (
         first_chunk INTEGER NOT NULL,   -- its chunks are first_chunk .. first_chunk+chunk_count-1
         chunk_count INTEGER NOT NULL)""",
     "CREATE TABLE chunk (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
+    _PIECE_TABLE,
     """CREATE TABLE schema_frame (
         id INTEGER PRIMARY KEY,
         commit_lsn INTEGER NOT NULL,
@@ -145,6 +159,7 @@ _BACKFILL_SCHEMA = (
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE consumer ADD COLUMN acked_at INTEGER NOT NULL DEFAULT 0",
         "UPDATE consumer SET acked_at = ?"),
+    2: (_PIECE_TABLE,),
 }
 
 _META = ("SELECT commit_lsn, xid, end_lsn, commit_ts, origin, change_count, payload_bytes, "
@@ -285,6 +300,8 @@ class SqliteChangeLog:
         self._tail: _Tail | None = None  # once this instance has written (see _Tail)
         self._tail_next: _Tail | None = None  # the tail once the write transaction commits
         self._checkpointer: _Checkpointer | None = None  # started by the first write
+        self._pieces = PieceFiles(directory_of(self.path))
+        self._unused_pieces: tuple[int | None] | None = None  # set by a trim: files to remove
         self._writer: sqlite3.Connection | None = None
         self._writer = self._open()
 
@@ -353,6 +370,7 @@ class SqliteChangeLog:
             if self._checkpointer is None:  # the first write here (read-only instances never)
                 self._checkpointer = _Checkpointer(self._connect, f"{self.path.name}-checkpoint")
             self._tail_next = None
+            self._unused_pieces = None
             try:
                 if not sync:
                     conn.execute("PRAGMA synchronous = NORMAL")
@@ -363,6 +381,8 @@ class SqliteChangeLog:
                     conn.execute("PRAGMA synchronous = FULL")
                 if self._tail_next is not None:
                     self._tail, self._tail_next = self._tail_next, None
+                if self._unused_pieces is not None:  # a trim let go of pieces: once committed
+                    self._pieces.remove_unused(self._unused_pieces[0])
                 self._checkpointer.wrote(nbytes)
             except BaseException as exc:
                 if conn.in_transaction:
@@ -419,14 +439,21 @@ class SqliteChangeLog:
             txn_rows: list[tuple[Any, ...]] = []
             schema_rows: list[tuple[int, bytes]] = []
             insert_chunk = "INSERT INTO chunk (id, data) VALUES (?, ?)"
+            pieces = False
             for t in fresh:
                 size = len(t.payload)
                 first = next_chunk
-                # One row per piece as it comes: a spilled payload is read from disk piece by
-                # piece and never held whole.
-                for piece in payload_pieces(t.payload, self.chunk_bytes):
-                    conn.execute(insert_chunk, (next_chunk, piece))
-                    next_chunk += 1
+                if t.progress is not None and size:  # a backfill piece: in a piece file
+                    number, at, sizes = self._pieces.write(payload_pieces(t.payload, self.chunk_bytes))
+                    pieces = True
+                    conn.execute("INSERT INTO piece VALUES (?, ?, ?, ?)",
+                                 (t.commit_lsn, number, at, b"".join(map(U32.pack, sizes))))
+                else:
+                    # One row per chunk as it comes: a spilled payload is read from disk piece
+                    # by piece and never held whole.
+                    for piece in payload_pieces(t.payload, self.chunk_bytes):
+                        conn.execute(insert_chunk, (next_chunk, piece))
+                        next_chunk += 1
                 txn_total += 1
                 change_total += t.change_count
                 byte_total += size
@@ -439,6 +466,8 @@ class SqliteChangeLog:
                     conn.execute("UPDATE backfill_part SET last_key = ?, rows = ?, chunks = ?, "
                                  "done = ? WHERE backfill_id = ? AND part = ?",
                                  (p.last_key, p.rows, p.chunks, int(p.done), p.backfill_id, p.part))
+            if pieces:
+                self._pieces.sync()  # before the rows naming them commit
             if fresh:
                 conn.executemany("INSERT INTO txn VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", txn_rows)
                 if schema_rows:
@@ -537,6 +566,8 @@ class SqliteChangeLog:
         keep = conn.execute("SELECT first_chunk FROM txn ORDER BY commit_lsn LIMIT 1").fetchone()
         conn.execute("DELETE FROM chunk WHERE id < coalesce(?, (SELECT next_chunk FROM state))",
                      (None if keep is None else keep[0],))
+        conn.execute("DELETE FROM piece WHERE commit_lsn <= ?", (last_lsn,))
+        self._unused_pieces = (conn.execute("SELECT min(file_no) FROM piece").fetchone()[0],)
         forced = force and last_lsn >= bound
         conn.execute("UPDATE state SET trimmed_lsn = max(trimmed_lsn, ?), forced_trims = forced_trims + ?",
                      (last_lsn, int(forced)))
@@ -610,6 +641,11 @@ class SqliteChangeLog:
         for lsn, frame in conn.execute("SELECT commit_lsn, frame FROM schema_frame WHERE commit_lsn "
                                        "BETWEEN ? AND ? ORDER BY id", (rows[0][0], rows[-1][0])):
             frames[lsn].append(frame)
+        pieces: dict[int, tuple[int, int, bytes]] = {}
+        if any(row[8] == 0 and row[6] for row in rows):
+            pieces = {lsn: (number, at, sizes) for lsn, number, at, sizes in conn.execute(
+                "SELECT commit_lsn, file_no, file_at, sizes FROM piece WHERE commit_lsn BETWEEN ? AND ?",
+                (rows[0][0], rows[-1][0]))}
         payloads: list[Payload] = []
         i = 0
         while i < len(rows):
@@ -626,7 +662,8 @@ class SqliteChangeLog:
             try:
                 # A multi-chunk payload stays the bytearray it was assembled in: copying it to
                 # bytes would double a 100 MB transaction's peak memory.
-                payloads.extend(self._payload(chunks, row[0], row[7], row[8], row[6]) if row[8] else b""
+                payloads.extend(self._payload(chunks, row[0], row[7], row[8], row[6]) if row[8] else
+                                self._piece(row, pieces, lazy_chunks) if row[6] else b""
                                 for row in rows[i:j])
             finally:
                 chunks.close()
@@ -635,6 +672,34 @@ class SqliteChangeLog:
                                   tuple(frames.get(commit_lsn, ())))
                 for (commit_lsn, xid, end_lsn, commit_ts, origin, count, _size, _first, _n), payload
                 in zip(rows, payloads, strict=True)]
+
+    def _piece(self, row: tuple[Any, ...], pieces: dict[int, tuple[int, int, bytes]],
+               lazy_chunks: int | None) -> Payload:
+        """The payload of ``row`` (a ``txn`` row of a backfill piece) from its piece file: whole,
+        or part by part when it has more than ``lazy_chunks`` parts (as ``_chunked``)."""
+        commit_lsn = row[0]
+        where = pieces.get(commit_lsn)
+        if where is None:
+            raise ChangeLogError(f"change log {self.path}: transaction {commit_lsn:X} has no payload "
+                                 "chunks and no piece (the file is damaged)")
+        number, at, packed = where
+        sizes = [size for (size,) in U32.iter_unpack(packed)]
+
+        def load(offset: int, size: int) -> bytes:
+            try:
+                return self._pieces.read(number, offset, size)
+            except FileNotFoundError:
+                if self.trimmed_lsn() >= commit_lsn:
+                    raise trimmed_while_read(commit_lsn, self.oldest()) from None
+                raise ChangeLogError(f"change log {self.path}: the piece file of transaction "
+                                     f"{commit_lsn:X} is missing") from None
+            except ValueError as exc:
+                raise ChangeLogError(f"change log {self.path}: transaction {commit_lsn:X}: {exc}") from None
+
+        if lazy_chunks is None or len(sizes) <= lazy_chunks:
+            return load(at, sum(sizes))
+        starts = list(accumulate(sizes, initial=at))
+        return ChunkedPayload(sizes, lambda i: load(starts[i], sizes[i]))
 
     def _chunked(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> ChunkedPayload:
         """The payload of ``row`` (a ``txn`` row) as chunks loaded when a reader reaches them,
@@ -756,3 +821,4 @@ class SqliteChangeLog:
             checkpointer.close()
         if writer is not None:
             writer.close()
+        self._pieces.close()

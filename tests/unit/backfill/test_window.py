@@ -354,23 +354,25 @@ def test_pieces_of_one_release_stop_where_the_free_positions_end() -> None:
     assert not chunk.done.is_set()
 
 
-def test_one_piece_a_release_by_default_and_while_live_commits_are_slow_to_become_durable() -> None:
-    """RELEASE_BYTES 0 (the default: what kept live p99 under 20 ms) and a budget set aside
-    while a live commit was lately slow to become durable: one piece a release."""
+def test_a_release_takes_pieces_up_to_its_budget_and_one_while_live_commits_are_slow() -> None:
+    """RELEASE_BYTES (2 MiB by default, since pieces are written to piece files and not
+    through the log's WAL) a release, and one piece while a live commit was lately slow to
+    become durable."""
     import time
 
     from pgfeed.backfill import window
 
-    assert window.RELEASE_BYTES == 0
+    assert window.RELEASE_BYTES == 2 << 20
     tracker = WindowTracker()
     start(tracker)
     read(tracker, "c1", tuple(range(1, 21)))
     original = window.PIECE_BYTES, window.RELEASE_BYTES
     window.PIECE_BYTES = 1  # one row a piece
     try:
+        window.RELEASE_BYTES = 0
         tracker.process([other(305, 2100)], 2100)
-        assert len(tracker.release()) == 1  # the default
-        window.RELEASE_BYTES = 1 << 20
+        assert len(tracker.release()) == 1  # no budget: one piece
+        window.RELEASE_BYTES = original[1]
         tracker.process([other(306, 2200)], 2200)
         tracker.durable([other(306, 2200)])  # not slow: the budget applies
         assert len(tracker.release()) == 7  # every free position of the commit record

@@ -511,6 +511,32 @@ def test_a_chunk_trimmed_under_a_reader_is_a_retention_error_never_other_bytes(
     assert bytes(log.read(EARLIEST, 10**6, lazy_chunks=1)[0].payload) == second.payload
 
 
+@pytest.mark.parametrize("lazy", [None, 1])
+def test_backfill_pieces_read_back_in_place_among_live_transactions(log: ChangeLog,
+                                                                    lazy: int | None) -> None:
+    """A backfill's pieces (transactions with progress; the SQLite log keeps their payloads in
+    piece files) read back byte for byte in commit order with the live transactions around
+    them, whole or a chunk at a time, synced or not, and their progress is the part's."""
+    _small_chunks(log)
+    log.save_backfill(_backfill())
+    origin = "pgfeed.backfill:b1"
+    live, small, big, later = txn(L, 2), txn(2 * L, 5, origin=origin), \
+        txn(3 * L, 3000, schema=True, origin=origin), txn(4 * L, 1)
+    small.progress = BackfillProgress("b1", 0, '["5"]', rows=5, chunks=1, done=False)
+    big.progress = BackfillProgress("b1", 0, '["3005"]', rows=3005, chunks=2, done=True)
+    log.append([live, small])
+    log.append([big], sync=False)
+    log.append([later])
+    got = log.read(EARLIEST, 10**6, lazy_chunks=lazy)
+    assert [(t.commit_lsn, t.origin, t.change_count, t.schema_frames, bytes(t.payload)) for t in got] == \
+        [(t.commit_lsn, t.origin, t.change_count, t.schema_frames, t.payload) for t in (live, small, big, later)]
+    assert _walk_segments(got[2].payload) == big.payload
+    assert lsns(log.read(Cursor(3 * L, 2995), 10, lazy_chunks=lazy)) == [3 * L, 4 * L]
+    part = log.backfills()[0].parts[0]
+    assert (part.last_key, part.rows, part.chunks, part.done) == ('["3005"]', 3005, 2, True)
+    assert log.stats().payload_bytes == sum(len(t.payload) for t in (live, small, big, later))
+
+
 # -- backfills ----------------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from pgfeed.assembler.framing import FRAME, chunk_bounds, frame
 from pgfeed.assembler.model import StoredTransaction
 from pgfeed.assembler.transactions import TransactionAssembler
 from pgfeed.changelog import ChangeLogError, open_changelog
-from pgfeed.changelog.base import ConsumerState, LogStats
+from pgfeed.changelog.base import MAX_LSN, ConsumerState, LogStats
 from pgfeed.changelog.memory import MemoryChangeLog
 from pgfeed.changelog.spill_files import FileSpillStore
 from pgfeed.changelog.sqlite import CHUNK_BYTES, SqliteChangeLog
@@ -483,6 +483,7 @@ def test_a_version_1_log_is_upgraded_and_its_consumers_start_their_idle_time_the
     log.append([txn(L), txn(2 * L)])
     log.close()
     with contextlib.closing(sqlite3.connect(path)) as conn:  # what version 1 had
+        conn.execute("DROP TABLE piece")  # (version 3's)
         conn.execute("DROP TABLE consumer")
         conn.execute("CREATE TABLE consumer (name TEXT PRIMARY KEY, lsn INTEGER NOT NULL, seq INTEGER) "
                      "WITHOUT ROWID")
@@ -500,7 +501,8 @@ def test_a_version_1_log_is_upgraded_and_its_consumers_start_their_idle_time_the
     finally:
         log.close()
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM piece").fetchone()[0] == 0
 
 
 def test_an_unsynced_append_is_stored_and_the_next_commits_sync_again(tmp_path: Path) -> None:
@@ -516,5 +518,63 @@ def test_an_unsynced_append_is_stored_and_the_next_commits_sync_again(tmp_path: 
     reopened = SqliteChangeLog(tmp_path / "log.db")
     try:
         assert lsns(reopened.read(EARLIEST, 10)) == [100, 200] and reopened.confirmed_lsn() == 208
+    finally:
+        reopened.close()
+
+
+def test_backfill_pieces_are_written_once_to_piece_files_and_removed_with_retention(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill piece's payload goes to a piece file beside the log, not to its chunk rows
+    (SQLite writes a blob twice and every live fsync flushed it); readers in any instance read
+    it back, whole or a chunk at a time; retention removes a file once no kept piece is in it,
+    never the newest; a reader inside a piece whose file went gets the retention error, and a
+    file lost otherwise is a clear error, never other bytes."""
+    from pgfeed.assembler.chunked import ChunkedPayload
+    from pgfeed.assembler.model import BackfillProgress
+    from pgfeed.changelog import piece_files
+    from pgfeed.errors import RetentionError
+
+    monkeypatch.setattr(piece_files, "FILE_BYTES", 1)  # every piece starts a file of its own
+    path = tmp_path / "log.db"
+    log = SqliteChangeLog(path, chunk_bytes=1000)
+    reader = SqliteChangeLog(path)  # another instance (no in-memory tail): reads the files
+    pieces = [txn(i * L, 100, origin="pgfeed.backfill:b1") for i in range(1, 5)]
+    for i, piece in enumerate(pieces, 1):
+        piece.progress = BackfillProgress("b1", 0, f'["{i}"]', rows=100 * i, chunks=i, done=False)
+    live = txn(5 * L, 2)
+    try:
+        log.append(pieces[:2])
+        log.append([*pieces[2:], live], sync=False)
+        directory = path.with_name("log.db-pieces")
+        files = sorted(directory.iterdir())
+        assert [f.read_bytes() for f in files] == [p.payload for p in pieces]
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("SELECT count(*) FROM chunk").fetchone()[0] == 1  # the live one's
+            assert conn.execute("SELECT count(*) FROM piece").fetchone()[0] == 4
+        assert [bytes(t.payload) for t in reader.read(EARLIEST, 10**6)] == \
+            [p.payload for p in pieces] + [live.payload]
+        (inside,) = reader.read(EARLIEST, 1, lazy_chunks=1)
+        assert isinstance(inside.payload, ChunkedPayload) and inside.payload.chunks > 5
+        assert bytes(inside.payload.chunk(0)) == pieces[0].payload[:len(inside.payload.chunk(0))]
+        assert log.trim(3 * L) == 2
+        assert sorted(directory.iterdir()) == files[2:]
+        with pytest.raises(RetentionError, match="dropped by the feed's retention"):
+            for i in range(inside.payload.chunks):
+                inside.payload.chunk(i)
+        files[2].unlink()  # lost by hand: not retention's doing
+        with pytest.raises(ChangeLogError, match="piece file of transaction 7530 is missing"):
+            reader.read(EARLIEST, 10**6)
+        assert log.trim(MAX_LSN, force=True) == 3
+        assert sorted(directory.iterdir()) == files[3:]  # the newest stays: it may be written
+    finally:
+        reader.close()
+        log.close()
+    reopened = SqliteChangeLog(path)  # a new writer starts a file of its own
+    again = txn(6 * L, 3, origin="pgfeed.backfill:b1")
+    again.progress = BackfillProgress("b1", 0, '["6"]', rows=403, chunks=5, done=True)
+    try:
+        reopened.append([again])
+        assert [bytes(t.payload) for t in reopened.read(EARLIEST, 10**6)] == [again.payload]
+        assert sorted(directory.iterdir())[-1].read_bytes() == again.payload
     finally:
         reopened.close()
