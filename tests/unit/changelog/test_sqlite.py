@@ -575,6 +575,6 @@ def test_backfill_pieces_are_written_once_to_piece_files_and_removed_with_retent
     try:
         reopened.append([again])
         assert [bytes(t.payload) for t in reopened.read(EARLIEST, 10**6)] == [again.payload]
-        assert sorted(directory.iterdir())[-1].read_bytes() == again.payload
+        assert max(directory.iterdir()).read_bytes() == again.payload
     finally:
         reopened.close()
