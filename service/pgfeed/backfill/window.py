@@ -75,7 +75,7 @@ RELEASE_BYTES = 2 << 20
 # and the disk; bench/RESULTS.md, Backfill). A worker waits at most MAX_PAUSE a chunk: a backfill
 # always progresses. Receipt to durable is measured on pgfeed's own clock (the source's may
 # differ).
-LIVE_LATENCY = 0.020
+LIVE_LATENCY = 0.010
 PAUSE_SECONDS = 0.25
 MAX_PAUSE = 2.0
 _MAX_TIMED = 4096  # live commits timed at once (receipt to durable); past it, timing restarts
