@@ -44,24 +44,6 @@ BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
 PIPELINE = 2  # chunks a worker has read and capture has not judged yet (memory: this many chunks)
 
 
-def _standby_refusal(conn: psycopg.Connection) -> BackfillError | None:
-    """Why a backfill cannot read from this source, when it is a standby (None otherwise).
-
-    A chunk is judged by its snapshot's in-progress xids, and a standby's
-    ``pg_current_snapshot()`` lists none (recovery keeps them all in the snapshot's subxip,
-    which the function does not report): a chunk would take a transaction in progress for one it
-    sees, and keep rows the stream changes after it. Capture from a standby works; docs/design.md
-    (issue 28) says what reading chunks there needs."""
-    row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
-    if row is None or not row[0]:
-        return None
-    return BackfillError(
-        "the feed's source is a standby (in recovery): pgfeed captures from it, but cannot "
-        "backfill from it yet (a standby's pg_current_snapshot() lists no in-progress "
-        "transactions, which a chunk is judged by); backfill through a feed on the primary",
-        status=422, code="source_is_standby")
-
-
 def stored_start(stored: BackfillProgress, part: BackfillPart) -> list[str] | None:
     """Where the chunk after ``stored`` starts (exclusive)."""
     text = stored.last_key if stored.last_key is not None else part.lower
@@ -161,11 +143,8 @@ class BackfillManager:
             with source.connect(spec.dsn) as conn:
                 plans: list[source.TablePlan] = []
                 refused: list[TableStatus] = []
-                standby = _standby_refusal(conn)
                 for t in tables:
                     try:
-                        if standby is not None:
-                            raise standby
                         plans.append(source.describe(conn, spec.publication, t))
                     except BackfillError as exc:
                         if not skip_refused:
@@ -275,9 +254,6 @@ class BackfillManager:
                                 code="backfill_table_not_retryable")
         try:
             with source.connect(spec.dsn) as conn:
-                standby = _standby_refusal(conn)
-                if standby is not None:
-                    raise standby
                 plan = source.describe(conn, spec.publication, table)  # refused now: say why
                 with self._lock:
                     busy = self._busy_tables()
@@ -522,6 +498,9 @@ class BackfillManager:
                     if stop.is_set():
                         return
                     raise psycopg.OperationalError("capture did not start following the table in time")
+            # (a standby lists no running transaction in its snapshots: nothing to suspect, and
+            # its chunks are judged by what was running before each, ``source.running``)
+            standby = source.in_recovery(conn)
             _, committed = source.in_progress(conn)
             tracker.suspect(committed)
             upper = json.loads(part.upper) if part.upper else None
@@ -535,7 +514,7 @@ class BackfillManager:
                         break
                     pred = pending[-1][0] if pending else None
                     chunk, last, exhausted = self._chunk(run, part, conn, spec, plan, after, upper,
-                                                         pred, stored)
+                                                         pred, stored, standby)
                     pending.append((chunk, exhausted))
                     after = last
                     continue
@@ -591,21 +570,20 @@ class BackfillManager:
 
     def _chunk(self, run: _Run, part: BackfillPart, conn: psycopg.Connection, spec: BackfillSource,
                plan: source.TablePlan, after: list[str] | None, upper: list[str] | None,
-               pred: Chunk | None, stored: BackfillProgress,
+               pred: Chunk | None, stored: BackfillProgress, standby: bool,
                ) -> tuple[Chunk, list[str] | None, bool]:
         """Register and read one chunk (capture judges it once its stream passes the chunk's
         snapshot); returns it, the last key read (``after`` when none) and whether the range
         has no more rows."""
         tracker = self.tracker
         token = f"{run.record.id}.{part.part}.{secrets.token_hex(6)}"
-        floor = int(conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-                    .fetchone()[0]) & 0xFFFFFFFF  # type: ignore[index]
-        chunk = Chunk(token, run.record.id, part.part, plan.oid, floor, pred=pred)
+        before = source.running(conn, standby)
+        chunk = Chunk(token, run.record.id, part.part, plan.oid, before.floor, pred=pred)
         tracker.register(chunk)
         try:
             read = source.read_chunk(conn, spec.publication, part.table, after, upper,
                                      run.record.chunk_rows, self._plans.get(part.table),
-                                     self._fingerprints.get(part.table))
+                                     self._fingerprints.get(part.table), before.judge_by)
             self._plans[part.table], self._fingerprints[part.table] = read.plan, read.fingerprint
             last = read.last_key if read.last_key is not None else after
             progress = BackfillProgress(run.record.id, part.part,
