@@ -17,12 +17,15 @@ starts a new one) and rotated at FILE_BYTES; retention removes a file once no pi
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["FILE_BYTES", "PieceFiles"]
+
+log = logging.getLogger("pgfeed.changelog")
 
 FILE_BYTES = 64 << 20  # a file takes no more pieces once it holds this much
 _SUFFIX = ".pieces"
@@ -126,7 +129,10 @@ class PieceFiles:
             bound = numbers[-1] if oldest_kept is None else min(oldest_kept, numbers[-1])
             for n in numbers:
                 if n < bound:
-                    self.path(n).unlink(missing_ok=True)
+                    try:
+                        self.path(n).unlink(missing_ok=True)
+                    except OSError as exc:  # left for the next trim: nothing reads it
+                        log.warning("cannot remove piece file %s: %s", self.path(n), exc)
 
     def close(self) -> None:
         with self._lock:

@@ -389,7 +389,8 @@ class SqliteChangeLog:
                     conn.execute("ROLLBACK")
                 if not sync:
                     conn.execute("PRAGMA synchronous = FULL")
-                if isinstance(exc, sqlite3.Error):  # disk full, I/O error, lock timeout …
+                # disk full, I/O error, lock timeout … (OSError: a piece file's write or sync)
+                if isinstance(exc, (sqlite3.Error, OSError)):
                     raise ChangeLogError(f"change log {self.path}: {exc}") from exc
                 raise
 

@@ -1,7 +1,7 @@
 """The walsender connection: the only module that touches ``conn.pgconn`` and its socket.
 
-``ReplicationStream`` reads CopyData frames of a logical replication stream in batches and sends
-standby status updates; ``create_slot`` / ``exported_slot`` create a pgoutput slot over a
+``ReplicationStream`` reads CopyData frames of a logical replication stream in batches (a
+compiled loop, ``_receive.c``, where it can) and sends standby status updates; ``create_slot`` / ``exported_slot`` create a pgoutput slot over a
 replication connection. Every libpq or connection failure surfaces as ``SourceError`` with the
 DSN's password scrubbed.
 """
@@ -43,7 +43,7 @@ _W = protocol.XLOG_DATA
 _COPY_BOTH = pq.ExecStatus.COPY_BOTH
 _CONN_OK = pq.ConnStatus.OK
 
-Frame = tuple[int, memoryview]  # (dataStart, pgoutput message): a view owning its buffer
+Frame = tuple[int, memoryview]  # (dataStart, pgoutput message): a view into Received.data
 
 
 _READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
@@ -145,10 +145,9 @@ def _connect(dsn: str) -> psycopg.Connection:
 class ReplicationStream:
     """One logical replication connection (``replication=database``) to a source.
 
-    Use: ``start(...)`` once, then ``read_batch`` / ``send_feedback`` from one thread, then
-    ``close()`` (idempotent). Frames are ``(dataStart, message)`` with ``message`` the bytes of
-    one pgoutput message: copied out of libpq's buffer (~12 ns more than a memoryview slice, and
-    smaller: a slice would keep the whole libpq frame alive), so callers may keep them.
+    Use: ``start(...)`` once, then ``receive`` (or ``read_batch``) / ``send_feedback`` from one
+    thread, then ``close()`` (idempotent). What is received is copied out of libpq's buffers
+    into one buffer a batch (``Received.data``), so callers may keep it.
     """
 
     def __init__(self, dsn: str) -> None:
@@ -228,8 +227,8 @@ class ReplicationStream:
                     self._copy_ended()
                 if status == -2:
                     raise psycopg.OperationalError(pg.get_error_message())
-                if status == -3:
-                    self._other(memoryview(bad), keepalives)  # a keepalive, or DecodeError
+                if status == -3:  # neither a well-formed XLogData nor keepalive
+                    self._other(memoryview(bad), keepalives)  # raises DecodeError saying why
                 if runs or keepalives:
                     return Received(data, runs, keepalives, last)
                 now = time.monotonic()

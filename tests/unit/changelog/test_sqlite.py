@@ -578,3 +578,27 @@ def test_backfill_pieces_are_written_once_to_piece_files_and_removed_with_retent
         assert max(directory.iterdir()).read_bytes() == again.payload
     finally:
         reopened.close()
+
+
+def test_a_piece_that_cannot_be_written_is_a_change_log_error_and_loses_nothing(tmp_path: Path) -> None:
+    """A piece file that cannot be written (here its directory's name is taken by a file; a
+    full disk alike) fails the append with the log's own error, rolled back whole; the log
+    goes on (the next pieces start a new file once the cause is gone)."""
+    from pgfeed.assembler.model import BackfillProgress
+
+    path = tmp_path / "log.db"
+    path.with_name("log.db-pieces").write_text("in the way")
+    log = SqliteChangeLog(path)
+    piece = txn(2 * L, 5, origin="pgfeed.backfill:b1")
+    piece.progress = BackfillProgress("b1", 0, '["5"]', rows=5, chunks=1, done=False)
+    try:
+        log.append([txn(L)])
+        with pytest.raises(ChangeLogError, match="log.db-pieces"):
+            log.append([piece, txn(3 * L)])
+        assert lsns(log.read(EARLIEST, 100)) == [L] and log.head() == L  # nothing of that batch
+        path.with_name("log.db-pieces").unlink()
+        log.append([piece, txn(3 * L)])
+        assert [bytes(t.payload) for t in log.read(EARLIEST, 100)][1] == piece.payload
+        assert lsns(log.read(EARLIEST, 100)) == [L, 2 * L, 3 * L]
+    finally:
+        log.close()
