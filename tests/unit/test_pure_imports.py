@@ -129,7 +129,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("pgfeed.prototags",),  # generated from feed.proto (encoding/tables.py): imports nothing
     ("pgfeed_spark", "pgfeed", "pgfeed.errors", "pgfeed.dsn", "pgfeed.config", "pgfeed.logs",
      "pgfeed.tls", "pgfeed.localpg", "pgfeed.codegen", "pgfeed.protowire", "pgfeed.allocator",
-     "pgfeed.netorder"),
+     "pgfeed.netorder", "pgfeed.compiled"),
     ("pgfeed.access", "pgfeed.pgoutput", "pgfeed.types", "pgfeed.ownership"),
     ("pgfeed.assembler",),
     ("pgfeed.decoding",),

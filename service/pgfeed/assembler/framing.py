@@ -3,10 +3,11 @@ length (``FRAME``), and cutting a framed payload into bounded pieces on frame bo
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator
 from typing import Any
+
+from pgfeed.compiled import optional
 
 __all__ = ["FRAME", "Payloadlike", "chunk_bounds", "extent", "frame", "walk"]
 
@@ -46,17 +47,7 @@ def _extent(payload: Payloadlike, pos: int, end: int, relation_id: int, limit: i
     return pos, count
 
 
-def _compiled() -> Any:
-    if os.environ.get("PGFEED_IMPL", "") == "reference":
-        return None
-    try:
-        from pgfeed.assembler import _framing
-    except ImportError:
-        return None
-    return _framing
-
-
-_framing = _compiled()
+_framing: Any = optional("pgfeed.assembler._framing")
 # extent(payload, pos, end, relation_id, limit, tags) -> (pos after, count): from ``pos`` (a
 # frame's start), how many frames before ``end`` (at most ``limit``) are row changes (a tag in
 # ``tags``) of ``relation_id``: how far a run of rows goes (the decoder's common case, without a

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgfeed.backfill.keys import Key, tuple_key
+from pgfeed.compiled import optional
 from pgfeed.netorder import I16, I32, U32, U64
 
 __all__ = ["IMPLEMENTATION", "Rows", "copy_text_rows", "read_copy"]
@@ -139,15 +140,7 @@ def copy_text_rows(block: bytes | bytearray | memoryview, header: bytes,
     return Rows(frames, memoryview(starts).cast("Q"), positions)
 
 
-def _load() -> Any:
-    try:
-        from pgfeed.backfill import _rows  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _rows
-
-
-_compiled = _load()
+_compiled: Any = optional("pgfeed.backfill._rows")
 IMPLEMENTATION = "c" if _compiled is not None else "python"
 _encode = _compiled.copy_text_frames if _compiled is not None else _copy_text_frames
 _stamp = _compiled.stamp if _compiled is not None else _stamp_py

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import select
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +21,7 @@ import psycopg
 from psycopg import pq, sql
 
 from pgfeed.assembler.framing import FRAME, walk
+from pgfeed.compiled import optional
 from pgfeed.dsn import scrub
 from pgfeed.errors import SourceError
 from pgfeed.replication import commands, libpq, protocol
@@ -111,17 +111,7 @@ def _receive_py(pg: pq.abc.PGconn, max_messages: int) -> tuple[
     return status, bytes(data), runs, keepalives, last, None
 
 
-def _native_receive() -> Any:
-    if os.environ.get("PGFEED_IMPL", "") == "reference":
-        return None
-    try:
-        from pgfeed.replication import _receive
-    except ImportError:
-        return None
-    return _receive
-
-
-_compiled = _native_receive()
+_compiled: Any = optional("pgfeed.replication._receive")
 
 
 def _wait(fd: int, timeout: float, *, write: bool = False) -> int:
