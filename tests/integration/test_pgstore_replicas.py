@@ -215,7 +215,7 @@ def test_serve_on_the_store_needs_no_data_dir(tmp_path, store, source):
         assert r.status_code == 201, r.text
         insert(source, 1, 5)
         wait_until(lambda: [c["after"]["id"] for c in httpx.get(f"{url}/v1/feeds/f/changes").json()["changes"]]
-                   == [1, 2, 3, 4, 5], 30, "the changes served")
+                   == [1, 2, 3, 4, 5], 60, "the changes served")
         assert list(tmp.iterdir()) != []  # the replica's spill root: a temporary directory
     finally:
         proc.send_signal(signal.SIGTERM)
