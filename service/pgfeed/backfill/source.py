@@ -350,6 +350,7 @@ def in_recovery(conn: psycopg.Connection) -> bool:
 
 
 def running(conn: psycopg.Connection, standby: bool) -> Running:
+    """What is running just before a chunk's snapshot is taken (``_RUNNING``)."""
     row = conn.execute(_RUNNING, {"standby": standby}).fetchone()
     assert row is not None
     floor = int(row[0]) & 0xFFFFFFFF
